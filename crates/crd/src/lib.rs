@@ -1,0 +1,6 @@
+//! API types of the GPU operator, and nothing else: the `ClusterPolicy` and `GPUNode` custom resources,
+//! the device-plugin and MIG configuration file formats, the MIG profile catalog, and the names of the
+//! labels and annotations the parts agree on. No client, no I/O: every other crate depends on this one.
+
+pub mod config;
+pub mod mig;
