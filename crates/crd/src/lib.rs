@@ -2,5 +2,12 @@
 //! the device-plugin and MIG configuration file formats, the MIG profile catalog, and the names of the
 //! labels and annotations the parts agree on. No client, no I/O: every other crate depends on this one.
 
+pub mod cluster_policy;
 pub mod config;
+pub mod crds;
+pub mod gpu_node;
+pub mod labels;
 pub mod mig;
+
+pub use cluster_policy::{ClusterPolicy, ClusterPolicySpec, ClusterPolicyStatus};
+pub use gpu_node::{GPUNode, GpuNodeSpec, GpuNodeStatus};

@@ -1,0 +1,210 @@
+//! The ClusterPolicy sections that shape every operand at once (operator, daemonsets, MIG strategy, CDI,
+//! host paths) and the sections this operator accepts but does not implement.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, PodSecurityContext, Toleration};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ImageSpec, UnknownFields};
+use super::operands::MAX_UNAVAILABLE_RULE;
+
+/// Settings of the operator itself.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorSpec {
+    /// Container runtime assumed where a node does not report one: containerd, crio or docker.
+    #[serde(default = "default_runtime")]
+    #[x_kube(validation = Rule::new("self in ['containerd', 'crio', 'docker']").message("operator.defaultRuntime must be containerd, crio or docker"))]
+    pub default_runtime: String,
+    /// Name of the RuntimeClass created for GPU pods.
+    #[serde(default = "default_runtime_class")]
+    pub runtime_class: String,
+    /// Image of the init container operands use to wait for the driver and toolkit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container: Option<ImageSpec>,
+    /// Labels added to the objects the operator creates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to the objects the operator creates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// OpenShift only: build drivers with the Driver Toolkit image (accepted for compatibility).
+    #[serde(default, rename = "use_ocp_driver_toolkit", skip_serializing_if = "Option::is_none")]
+    pub use_ocp_driver_toolkit: Option<bool>,
+}
+
+fn default_runtime() -> String {
+    "containerd".into()
+}
+
+fn default_runtime_class() -> String {
+    "nvidia".into()
+}
+
+impl Default for OperatorSpec {
+    fn default() -> Self {
+        Self {
+            default_runtime: default_runtime(),
+            runtime_class: default_runtime_class(),
+            init_container: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            use_ocp_driver_toolkit: None,
+        }
+    }
+}
+
+/// Settings applied to every operand DaemonSet.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonsetsSpec {
+    /// Labels added to every operand DaemonSet and its pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations added to every operand DaemonSet and its pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Tolerations of every operand pod, e.g. for a GPU pool tainted `sku=gpu:NoSchedule`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// PriorityClass of every operand pod (e.g. system-node-critical).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Update strategy of the operand DaemonSets: RollingUpdate or OnDelete. The driver always uses OnDelete
+    /// unless its upgrade policy says otherwise.
+    #[serde(default = "default_update_strategy")]
+    #[x_kube(validation = Rule::new("self in ['RollingUpdate', 'OnDelete']").message("daemonsets.updateStrategy must be RollingUpdate or OnDelete"))]
+    pub update_strategy: String,
+    /// Rolling update settings of the operand DaemonSets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateSpec>,
+    /// Security context of every operand pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Extra node selector ANDed with each operand's own `nvidia.com/gpu.deploy.<component>` selector, to
+    /// limit the operator to some GPU nodes. Not in NVIDIA's operator.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Affinity of every operand pod, to keep operands on or off some nodes. Not in NVIDIA's operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+fn default_update_strategy() -> String {
+    "RollingUpdate".into()
+}
+
+impl Default for DaemonsetsSpec {
+    fn default() -> Self {
+        Self {
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            tolerations: Vec::new(),
+            priority_class_name: None,
+            update_strategy: default_update_strategy(),
+            rolling_update: None,
+            pod_security_context: None,
+            node_selector: BTreeMap::new(),
+            affinity: None,
+        }
+    }
+}
+
+/// Rolling update settings of the operand DaemonSets.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateSpec {
+    /// How many nodes may update an operand at once: a number (e.g. 1) or a percentage (e.g. 25%). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(MAX_UNAVAILABLE_RULE).message("daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage of nodes such as 25%"))]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// How MIG devices are advertised.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+pub struct MigSpec {
+    /// MIG strategy of the device plugin and feature discovery: none (MIG devices not advertised), single (every
+    /// MIG device as nvidia.com/gpu; all of a node's MIG devices must be one profile) or mixed (one resource per
+    /// profile, e.g. nvidia.com/mig-1g.5gb).
+    #[serde(default = "default_mig_strategy")]
+    #[x_kube(validation = Rule::new("self in ['none', 'single', 'mixed']").message("mig.strategy must be none, single or mixed: single advertises MIG devices as nvidia.com/gpu, mixed as nvidia.com/mig-<profile>"))]
+    pub strategy: String,
+}
+
+fn default_mig_strategy() -> String {
+    "single".into()
+}
+
+impl Default for MigSpec {
+    fn default() -> Self {
+        Self { strategy: default_mig_strategy() }
+    }
+}
+
+/// How the Container Device Interface is used.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CdiSpec {
+    /// Hand GPUs to containers through CDI device names (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Deprecated and ignored; kept so that older resources still apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
+    /// Inject CDI devices into the operator's own GPU containers through an NRI plugin (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nri_plugin_enabled: Option<bool>,
+}
+
+/// Paths on the host that operands mount.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathsSpec {
+    /// The host's root filesystem, chroot-able, for operands that manage host services.
+    #[serde(default = "default_root_fs", rename = "rootFS")]
+    pub root_fs: String,
+    /// Where the driver's libraries, binaries and configuration are installed on the host.
+    #[serde(default = "default_driver_install_dir")]
+    pub driver_install_dir: String,
+    /// The kubelet's root directory; the device plugin sockets live in its device-plugins folder.
+    #[serde(default = "default_kubelet_root_dir")]
+    pub kubelet_root_dir: String,
+}
+
+fn default_root_fs() -> String {
+    "/".into()
+}
+
+fn default_driver_install_dir() -> String {
+    "/run/nvidia/driver".into()
+}
+
+fn default_kubelet_root_dir() -> String {
+    "/var/lib/kubelet".into()
+}
+
+impl Default for HostPathsSpec {
+    fn default() -> Self {
+        Self {
+            root_fs: default_root_fs(),
+            driver_install_dir: default_driver_install_dir(),
+            kubelet_root_dir: default_kubelet_root_dir(),
+        }
+    }
+}
+
+/// A section of NVIDIA's ClusterPolicy that this operator accepts and keeps but does not implement (vGPU,
+/// sandbox workloads, Kata, confidential computing, GPUDirect Storage, GDRCopy, PSA, PSP). Every field is kept
+/// as written; when `enabled` is true the status names the section as unsupported.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+pub struct UnsupportedSection {
+    /// Whether the user asked for this part. This operator does not deploy it either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Every other field of the section, kept as written.
+    #[serde(flatten)]
+    pub fields: UnknownFields,
+}

@@ -1,0 +1,148 @@
+//! `ClusterPolicy` (`nvidia.com/v1`): the one cluster-scoped resource through which users steer the operator.
+//! Drop-in compatible with NVIDIA's: every field of the sections the operator implements is typed, the other
+//! sections are kept as written, and unknown fields are preserved and reported rather than pruned.
+
+mod cluster;
+mod common;
+mod operands;
+mod status;
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+pub use cluster::{
+    CdiSpec, DaemonsetsSpec, HostPathsSpec, MigSpec, OperatorSpec, RollingUpdateSpec, UnsupportedSection,
+};
+pub use common::{
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, ResourceRequirements, UnknownFields,
+};
+pub use operands::{
+    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DriverSpec, MigManagerSpec,
+    MigPartedConfigRef, MpsSpec, PlainOperandSpec, ToolkitSpec, ValidationStepSpec, ValidatorSpec,
+};
+pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
+
+/// The name of the ClusterPolicy the Helm chart creates.
+pub const DEFAULT_NAME: &str = "cluster-policy";
+
+/// Desired state of the GPU stack on every GPU node of the cluster.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[kube(
+    group = "nvidia.com",
+    version = "v1",
+    kind = "ClusterPolicy",
+    plural = "clusterpolicies",
+    status = "ClusterPolicyStatus",
+    doc = "ClusterPolicy configures the GPU operator for the whole cluster: which operands run on GPU nodes, their images and settings, MIG and sharing.",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.state", description = "ready, notReady or ignored"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready", description = "Ready components over enabled components"),
+    printcolumn(name = "GPU Nodes", type_ = "integer", json_path = ".status.gpuNodes", description = "Nodes with NVIDIA GPUs"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPolicySpec {
+    /// Settings of the operator itself: default container runtime, runtime class, init container image.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub operator: OperatorSpec,
+    /// Settings applied to every operand DaemonSet: tolerations, priority class, update strategy, node selector.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub daemonsets: DaemonsetsSpec,
+    /// The NVIDIA driver container (one DaemonSet per operating-system pool).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub driver: DriverSpec,
+    /// The NVIDIA container toolkit, which makes the container runtime GPU-aware.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub toolkit: ToolkitSpec,
+    /// The device plugin: whole GPUs, MIG devices, time-slicing and MPS replicas.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub device_plugin: DevicePluginSpec,
+    /// The DCGM-style metrics exporter on port 9400.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub dcgm_exporter: DcgmExporterSpec,
+    /// A standalone DCGM host engine (not needed by this operator's exporter).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub dcgm: DcgmSpec,
+    /// The node status exporter (default off).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub node_status_exporter: PlainOperandSpec,
+    /// GPU feature discovery: nvidia.com/gpu.* node labels.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub gfd: PlainOperandSpec,
+    /// How MIG devices are advertised (the MIG strategy).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mig: MigSpec,
+    /// The MIG manager, which applies the geometry named by each node's nvidia.com/mig.config label.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mig_manager: MigManagerSpec,
+    /// The validator, which checks driver, toolkit, device plugin and CUDA on each node.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub validator: ValidatorSpec,
+    /// How the Container Device Interface is used.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub cdi: CdiSpec,
+    /// Paths on the host that operands mount.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub host_paths: HostPathsSpec,
+    /// Pod Security Admission labels for the operator's namespace. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psa: Option<UnsupportedSection>,
+    /// Deprecated PodSecurityPolicy settings. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psp: Option<UnsupportedSection>,
+    /// GPUDirect Storage. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds: Option<UnsupportedSection>,
+    /// GDRCopy. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdrcopy: Option<UnsupportedSection>,
+    /// Sandbox (virtual machine) workloads. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_workloads: Option<UnsupportedSection>,
+    /// VFIO-PCI manager for GPU passthrough. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vfio_manager: Option<UnsupportedSection>,
+    /// Device plugin for sandboxed workloads. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_device_plugin: Option<UnsupportedSection>,
+    /// vGPU host manager. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vgpu_manager: Option<UnsupportedSection>,
+    /// vGPU device manager. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vgpu_device_manager: Option<UnsupportedSection>,
+    /// Kata containers manager. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kata_manager: Option<UnsupportedSection>,
+    /// Confidential computing manager. Accepted, not implemented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc_manager: Option<UnsupportedSection>,
+}
+
+/// Whether a section equals its defaults, so that an omitted section stays omitted when written back and the
+/// schema does not default whole sections into every resource.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+impl ClusterPolicySpec {
+    /// The unimplemented sections the user enabled, by their field names, for the status to name.
+    pub fn enabled_unsupported_sections(&self) -> Vec<&'static str> {
+        [
+            ("psa", &self.psa),
+            ("psp", &self.psp),
+            ("gds", &self.gds),
+            ("gdrcopy", &self.gdrcopy),
+            ("sandboxWorkloads", &self.sandbox_workloads),
+            ("vfioManager", &self.vfio_manager),
+            ("sandboxDevicePlugin", &self.sandbox_device_plugin),
+            ("vgpuManager", &self.vgpu_manager),
+            ("vgpuDeviceManager", &self.vgpu_device_manager),
+            ("kataManager", &self.kata_manager),
+            ("ccManager", &self.cc_manager),
+        ]
+        .into_iter()
+        .filter(|(_, section)| section.as_ref().and_then(|s| s.enabled).unwrap_or(false))
+        .map(|(name, _)| name)
+        .collect()
+    }
+}

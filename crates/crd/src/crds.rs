@@ -1,0 +1,130 @@
+//! The CustomResourceDefinitions of the operator, assembled from the Rust types. This is the one place the
+//! CRDs come from: `cargo xtask crdgen` writes them into the chart, and the operator applies them at start so
+//! that `helm upgrade` upgrades the schemas too.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, ValidationRule,
+};
+use kube::CustomResourceExt;
+
+use crate::{ClusterPolicy, GPUNode};
+
+/// Every CRD the operator owns, ClusterPolicy first.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    let mut cluster_policy = ClusterPolicy::crd();
+    for version in &mut cluster_policy.spec.versions {
+        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+            if let Some(spec) = schema.properties.as_mut().and_then(|properties| properties.get_mut("spec")) {
+                preserve_unknown_fields(spec);
+                add_image_rule(spec);
+            }
+        }
+    }
+    vec![cluster_policy, GPUNode::crd()]
+}
+
+/// Marks every object of the spec `x-kubernetes-preserve-unknown-fields`, so that a field this version does not
+/// know (a newer NVIDIA field, or a typo) is kept as written instead of being pruned by the API server; the
+/// operator compares what it parsed with what is stored to name such fields in its status.
+fn preserve_unknown_fields(schema: &mut JSONSchemaProps) {
+    if schema.type_.as_deref() == Some("object") && schema.properties.is_some() {
+        schema.x_kubernetes_preserve_unknown_fields = Some(true);
+    }
+    schema.properties.iter_mut().flat_map(|p| p.values_mut()).for_each(preserve_unknown_fields);
+    if let Some(items) = schema.items.as_mut() {
+        match items {
+            JSONSchemaPropsOrArray::Schema(item) => preserve_unknown_fields(item),
+            JSONSchemaPropsOrArray::Schemas(items) => items.iter_mut().for_each(preserve_unknown_fields),
+        }
+    }
+}
+
+/// CEL rule for an object carrying an image: NVIDIA builds `repository/image:version`, so a partly set triple
+/// yields a broken reference. Either all three are set, or repository and version are empty (image alone is
+/// then a complete reference, or nothing is set and the default image is used).
+const IMAGE_RULE: &str = "(has(self.repository) && self.repository != '') == (has(self.version) && self.version != '') \
+     && (!has(self.repository) || self.repository == '' || (has(self.image) && self.image != ''))";
+
+const IMAGE_RULE_MESSAGE: &str = "repository, image and version must be set together (e.g. repository: nvcr.io/nvidia, \
+     image: k8s-device-plugin, version: v0.17.0), or set only image to a complete reference such as \
+     nvcr.io/nvidia/k8s-device-plugin:v0.17.0";
+
+/// Adds [`IMAGE_RULE`] to every object schema that has the three image fields, wherever it sits. The rule is
+/// attached here rather than on each section type because the image fields are flattened into the sections.
+fn add_image_rule(schema: &mut JSONSchemaProps) {
+    let has_image = schema.properties.as_ref().is_some_and(|properties| {
+        ["repository", "image", "version"].iter().all(|field| properties.contains_key(*field))
+    });
+    if has_image {
+        schema.x_kubernetes_validations.get_or_insert_with(Vec::new).push(ValidationRule {
+            rule: IMAGE_RULE.into(),
+            message: Some(IMAGE_RULE_MESSAGE.into()),
+            ..ValidationRule::default()
+        });
+    }
+    schema.properties.iter_mut().flat_map(|p| p.values_mut()).for_each(add_image_rule);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn property<'a>(schema: &'a JSONSchemaProps, path: &[&str]) -> &'a JSONSchemaProps {
+        path.iter().fold(schema, |schema, field| {
+            schema.properties.as_ref().and_then(|p| p.get(*field)).unwrap_or_else(|| panic!("no property {field}"))
+        })
+    }
+
+    fn root_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
+        crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("schema")
+    }
+
+    #[test]
+    fn image_rule_is_on_every_operand_with_an_image() {
+        let crds = all();
+        let spec = property(root_schema(&crds[0]), &["spec"]);
+        for section in ["driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "gfd", "migManager", "validator"] {
+            let rules = property(spec, &[section]).x_kubernetes_validations.as_ref();
+            assert!(
+                rules.is_some_and(|rules| rules.iter().any(|r| r.rule == IMAGE_RULE)),
+                "spec.{section} lacks the image rule"
+            );
+        }
+        let init_container = property(spec, &["operator", "initContainer"]);
+        assert!(init_container.x_kubernetes_validations.is_some());
+    }
+
+    #[test]
+    fn sections_keep_unknown_fields() {
+        let crds = all();
+        let spec = property(root_schema(&crds[0]), &["spec"]);
+        let nested = [&["driver"][..], &["devicePlugin", "config"], &["daemonsets", "rollingUpdate"], &["vgpuManager"]];
+        for path in nested {
+            assert_eq!(property(spec, path).x_kubernetes_preserve_unknown_fields, Some(true), "spec.{}", path.join("."));
+        }
+    }
+
+    #[test]
+    fn every_field_has_a_description() {
+        fn walk(schema: &JSONSchemaProps, path: &str, missing: &mut Vec<String>) {
+            for (name, child) in schema.properties.iter().flatten() {
+                let child_path = format!("{path}.{name}");
+                if child.description.as_deref().unwrap_or_default().is_empty() {
+                    missing.push(child_path.clone());
+                }
+                walk(child, &child_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        for crd in all() {
+            let root = root_schema(&crd);
+            for top in ["spec", "status"] {
+                if let Some(schema) = root.properties.as_ref().and_then(|p| p.get(top)) {
+                    // Kubernetes' own types (tolerations, affinity, conditions) carry upstream descriptions.
+                    walk(schema, &format!("{}.{top}", crd.spec.names.kind), &mut missing);
+                }
+            }
+        }
+        assert!(missing.is_empty(), "fields without a description: {missing:#?}");
+    }
+}

@@ -1,0 +1,161 @@
+//! `GPUNode` (`nvidia.com/v1alpha1`): one per GPU node, named after the Node, written by that node's agent
+//! only. It is where a node's truth lives: its GPUs, MIG geometry, what the device plugin advertises, health
+//! and the last error. The operator reads these to build the ClusterPolicy status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// GPUNode has no desired state of its own: a node's desired MIG geometry and device-plugin config come from
+/// its labels and the ClusterPolicy. The spec is empty and the status holds everything.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "nvidia.com",
+    version = "v1alpha1",
+    kind = "GPUNode",
+    plural = "gpunodes",
+    shortname = "gpun",
+    status = "GpuNodeStatus",
+    doc = "GPUNode reports the GPUs of one node, named after the Node: inventory, MIG geometry and its state, advertised resources, health and the last error.",
+    printcolumn(name = "Product", type_ = "string", json_path = ".status.product", description = "GPU product (mixed when a node has several)"),
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "Number of GPUs"),
+    printcolumn(name = "MIG Config", type_ = "string", json_path = ".status.mig.config", description = "Desired MIG geometry name"),
+    printcolumn(name = "MIG State", type_ = "string", json_path = ".status.mig.state", description = "pending, rebooting, success or failed"),
+    printcolumn(name = "Health", type_ = "string", json_path = ".status.health", description = "Healthy, Degraded or Unhealthy"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+pub struct GpuNodeSpec {}
+
+/// Observed state of a node's GPUs.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuNodeStatus {
+    /// GPU product of the node, or `mixed` when its GPUs differ (the PRODUCT column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// Number of GPUs on the node (the GPUS column).
+    #[serde(default)]
+    pub gpu_count: i32,
+    /// Every GPU of the node, by index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuInfo>,
+    /// MIG geometry: the desired config, the state of applying it, and the geometry per GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigStatus>,
+    /// What the device plugin advertises to the kubelet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_plugin: Option<DevicePluginStatus>,
+    /// Healthy when every GPU is usable, Degraded when some are not, Unhealthy when none are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// The most recent error any agent on the node hit, kept until a later success of the same component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<NodeError>,
+    /// When the node agent last wrote this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+/// One GPU as the driver reports it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInfo {
+    /// NVML index of the GPU on its node.
+    pub index: u32,
+    /// GPU UUID, e.g. GPU-5ba4cd2e-....
+    pub uuid: String,
+    /// Product name, e.g. NVIDIA A100-SXM4-40GB.
+    pub product: String,
+    /// PCI bus id, e.g. 00000000:07:00.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// Total memory in MiB.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    /// CUDA compute capability, e.g. 8.0.
+    pub compute_capability: String,
+    /// Whether the GPU supports MIG.
+    pub mig_capable: bool,
+    /// MIG mode now and after the next GPU reset; absent on GPUs without MIG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<MigMode>,
+}
+
+/// MIG mode of one GPU: a change stays pending until the GPU is reset or the node rebooted.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct MigMode {
+    /// Mode in effect: enabled or disabled.
+    pub current: String,
+    /// Mode after the next reset: enabled or disabled.
+    pub pending: String,
+}
+
+/// MIG state of a node.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MigStatus {
+    /// Desired geometry name, from the nvidia.com/mig.config label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// pending, rebooting, success or failed, as in the nvidia.com/mig.config.state label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// MIG devices per GPU now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub current: Vec<GpuMigGeometry>,
+    /// MIG devices per GPU the config asks for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub desired: Vec<GpuMigGeometry>,
+    /// When state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// The MIG devices of one GPU, as profile name to count.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuMigGeometry {
+    /// NVML index of the GPU.
+    pub gpu: u32,
+    /// Whether MIG is enabled on the GPU in this geometry.
+    pub mig_enabled: bool,
+    /// Profile name to number of devices, e.g. {"1g.10gb": 7}.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub devices: BTreeMap<String, u32>,
+}
+
+/// What the device plugin advertises.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DevicePluginStatus {
+    /// The device-plugin config key in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// Each advertised resource with its healthy device count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<AdvertisedResource>,
+}
+
+/// One extended resource registered with the kubelet.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct AdvertisedResource {
+    /// Resource name, e.g. nvidia.com/gpu.shared or nvidia.com/mig-1g.5gb.
+    pub name: String,
+    /// Healthy devices advertised (the node's allocatable for this resource).
+    pub count: u32,
+}
+
+/// An error an agent on the node reported.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct NodeError {
+    /// The part that failed: mig-manager, device-plugin, discovery, exporter or validator.
+    pub component: String,
+    /// What went wrong and what to do about it.
+    pub message: String,
+    /// When it happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}

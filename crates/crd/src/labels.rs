@@ -1,0 +1,54 @@
+//! Names of the node labels and annotations that the operator, the node agents, the device plugin and
+//! users agree on. Most are NVIDIA's, so that existing scripts and node pools keep working.
+
+/// Prefix of every NVIDIA label.
+pub const NVIDIA_PREFIX: &str = "nvidia.com/";
+
+/// Set by Node Feature Discovery on nodes with an NVIDIA PCI device (vendor 10de).
+pub const NFD_PCI_NVIDIA: &str = "feature.node.kubernetes.io/pci-10de.present";
+/// NFD label for NVIDIA 3D controllers (class 0302), the usual class of data-centre GPUs.
+pub const NFD_PCI_NVIDIA_3D: &str = "feature.node.kubernetes.io/pci-0302_10de.present";
+/// NFD label for NVIDIA VGA controllers (class 0300).
+pub const NFD_PCI_NVIDIA_VGA: &str = "feature.node.kubernetes.io/pci-0300_10de.present";
+/// NFD label with the operating system id, e.g. ubuntu.
+pub const NFD_OS_ID: &str = "feature.node.kubernetes.io/system-os_release.ID";
+/// NFD label with the operating system version, e.g. 22.04.
+pub const NFD_OS_VERSION_ID: &str = "feature.node.kubernetes.io/system-os_release.VERSION_ID";
+/// NFD label with the full kernel version, e.g. 5.15.0-119-generic.
+pub const NFD_KERNEL_VERSION: &str = "feature.node.kubernetes.io/kernel-version.full";
+
+/// Written by the operator: whether the node has NVIDIA GPUs.
+pub const GPU_PRESENT: &str = "nvidia.com/gpu.present";
+/// Set to `false` by an admin to remove every operand from a node.
+pub const DEPLOY_OPERANDS: &str = "nvidia.com/gpu.deploy.operands";
+/// Value of a component deploy label while the MIG manager reconfigures the node.
+pub const PAUSED_FOR_MIG_CHANGE: &str = "paused-for-mig-change";
+
+/// The deploy label of one component: operands select nodes where it is `true`.
+pub fn deploy_label(component: &str) -> String {
+    format!("nvidia.com/gpu.deploy.{component}")
+}
+
+/// Desired MIG geometry of the node, a name in the MIG manager's config.
+pub const MIG_CONFIG: &str = "nvidia.com/mig.config";
+/// State of applying the MIG geometry: pending, rebooting, success or failed.
+pub const MIG_CONFIG_STATE: &str = "nvidia.com/mig.config.state";
+/// Key of the device-plugin ConfigMap to use on this node.
+pub const DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+/// GPU product as feature discovery writes it, e.g. NVIDIA-A100-SXM4-40GB.
+pub const GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+
+/// Annotation on simulated nodes naming the GPUs the simulator gives them, e.g. `a100-40gb:4`. Node agents
+/// started with `--simulate` read it; real nodes never carry it.
+pub const SIMULATED_GPUS_ANNOTATION: &str = "nvidia.com/gpu.simulator";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deploy_labels_use_nvidia_names() {
+        assert_eq!(deploy_label("device-plugin"), "nvidia.com/gpu.deploy.device-plugin");
+        assert!(MIG_CONFIG.starts_with(NVIDIA_PREFIX));
+    }
+}
