@@ -1,7 +1,11 @@
 //! Developer and CI tasks. Run as `cargo xtask <task>`.
 
 mod cluster;
+mod command;
 mod crdgen;
+mod demo;
+mod e2e;
+mod test;
 
 use clap::{Parser, Subcommand};
 
@@ -25,11 +29,27 @@ enum Task {
         #[command(subcommand)]
         command: cluster::Command,
     },
+    /// Bring up the local cluster with simulated GPU nodes, install the chart, and show the ClusterPolicy.
+    Demo,
+    /// Run the end-to-end tests against a fresh local cluster.
+    E2e {
+        /// Leave the cluster running afterwards, for a look around.
+        #[arg(long)]
+        keep_cluster: bool,
+        /// Run only the tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Every check and test: formatting, generated CRDs, clippy, unit tests, helm lint, end-to-end tests.
+    Test,
 }
 
 fn main() -> anyhow::Result<()> {
+    let root = crdgen::workspace_root();
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen::run(check),
         Task::Cluster { command } => cluster::run(command),
+        Task::Demo => demo::run(&root),
+        Task::E2e { keep_cluster, filter } => e2e::run(&root, keep_cluster, filter.as_deref()),
+        Task::Test => test::run(&root),
     }
 }

@@ -1,0 +1,188 @@
+//! Helpers for the end-to-end tests: they drive the real `kubectl` and `helm` against the local cluster that
+//! `cargo xtask e2e` starts, exactly as a user would type them. Every test is `#[ignore]`d so that a plain
+//! `cargo test` needs no cluster; `cargo xtask e2e` runs them with `--ignored` and sets:
+//! - `KUBECONFIG`: the local cluster's admin kubeconfig;
+//! - `PATH`: with the locally built `kubectl` and `helm` first;
+//! - `E2E_OPERATOR_BIN`: the `gpu-operator` binary built from this checkout;
+//! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// Namespace the chart is installed into, as in NVIDIA's guides.
+pub const NAMESPACE: &str = "gpu-operator";
+/// Helm release name, as in NVIDIA's guides.
+pub const RELEASE: &str = "gpu-operator";
+
+/// The result of a command a test ran, with both streams as text.
+#[derive(Debug)]
+pub struct Run {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Self {
+        Self {
+            success: output.status.success(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+/// Runs a program and returns what it printed, whether or not it succeeded.
+pub fn run(program: &str, args: &[&str]) -> Run {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("cannot start {program}: {error} (run the tests with `cargo xtask e2e`)"));
+    output.into()
+}
+
+/// Runs a program that must succeed and returns its standard output.
+pub fn ok(program: &str, args: &[&str]) -> String {
+    let result = run(program, args);
+    assert!(result.success, "`{program} {}` failed:\n{}\n{}", args.join(" "), result.stdout, result.stderr);
+    result.stdout
+}
+
+pub fn kubectl(args: &[&str]) -> String {
+    ok("kubectl", args)
+}
+
+/// `kubectl get ... -o json`, parsed.
+pub fn kubectl_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(&all)).expect("kubectl printed JSON")
+}
+
+/// Applies a manifest given as text through `kubectl apply -f -` (kubectl's default strict field validation).
+pub fn kubectl_apply(manifest: &str, extra: &[&str]) -> Run {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start kubectl");
+    child.stdin.take().expect("stdin").write_all(manifest.as_bytes()).expect("write manifest");
+    child.wait_with_output().expect("kubectl apply").into()
+}
+
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("E2E_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+pub fn chart_dir() -> String {
+    repo_root().join("charts/gpu-operator").display().to_string()
+}
+
+pub fn fixture(name: &str) -> String {
+    let path = repo_root().join("tests/fixtures").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+}
+
+pub fn operator_bin() -> String {
+    std::env::var("E2E_OPERATOR_BIN").expect("E2E_OPERATOR_BIN is set by `cargo xtask e2e`")
+}
+
+/// Installs the chart once per test process, the way NVIDIA's guide does for pre-installed drivers, and prints
+/// the API server's version into the test log.
+pub fn chart_installed() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let version = kubectl_json(&["version"]);
+        eprintln!(
+            "testing against kube-apiserver {} (kubectl {})",
+            version["serverVersion"]["gitVersion"], version["clientVersion"]["gitVersion"]
+        );
+        let status = run("helm", &["status", RELEASE, "-n", NAMESPACE]);
+        if !status.success {
+            let chart = chart_dir();
+            ok(
+                "helm",
+                &[
+                    "install", "--wait", "--timeout", "180s", RELEASE, "-n", NAMESPACE, "--create-namespace", &chart,
+                    "--set", "driver.enabled=false", "--set", "nfd.enabled=false",
+                ],
+            );
+        }
+    });
+}
+
+/// Polls `check` until it returns `Ok(Some(value))` or the timeout passes; the last error explains a timeout.
+pub fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> anyhow::Result<Option<T>>) -> anyhow::Result<T> {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < timeout {
+        match check() {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(error) => last = Some(error),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    match last {
+        Some(error) => Err(error).context(format!("still failing after {timeout:?}")),
+        None => bail!("condition not met after {timeout:?}"),
+    }
+}
+
+/// The HTTP status of `GET path` on 127.0.0.1:port, or `None` when nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every leaf of `written` must appear with the same value in `read`; returns the paths that do not. `read`
+/// may hold more (defaults the API server filled in).
+pub fn missing_fields(written: &Value, read: &Value, path: &str) -> Vec<String> {
+    match (written, read) {
+        (Value::Object(written), Value::Object(read)) => written
+            .iter()
+            .flat_map(|(key, value)| match read.get(key) {
+                Some(read_value) => missing_fields(value, read_value, &format!("{path}.{key}")),
+                None => vec![format!("{path}.{key}")],
+            })
+            .collect(),
+        (Value::Array(written), Value::Array(read)) if written.len() == read.len() => written
+            .iter()
+            .zip(read)
+            .enumerate()
+            .flat_map(|(index, (w, r))| missing_fields(w, r, &format!("{path}[{index}]")))
+            .collect(),
+        _ if written == read => Vec::new(),
+        _ => vec![format!("{path}: wrote {written}, read {read}")],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn missing_fields_finds_dropped_and_changed_leaves() {
+        let written = json!({"a": {"b": 1, "c": [1, 2]}, "d": "x"});
+        let read = json!({"a": {"b": 1, "c": [1, 3], "extra": true}});
+        assert_eq!(missing_fields(&written, &read, "spec"), vec!["spec.a.c[1]: wrote 2, read 3", "spec.d"]);
+        assert!(missing_fields(&written, &written, "spec").is_empty());
+    }
+}

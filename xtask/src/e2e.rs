@@ -1,0 +1,47 @@
+//! `cargo xtask e2e`: the end-to-end tests against a fresh local cluster. Starts the cluster (building the
+//! Kubernetes binaries on first use), adds simulated GPU nodes, builds the binaries under test, runs the
+//! `e2e` crate's tests with the cluster's environment, and stops the cluster again.
+
+use std::path::Path;
+
+use crate::cluster::{self, AddNodes};
+use crate::command;
+
+/// Simulated GPU nodes every end-to-end run starts with: two OS pools, two GPU models.
+pub fn standard_nodes() -> Vec<AddNodes> {
+    let pool = |count, gpus: &str, os: &str, prefix: &str| AddNodes {
+        count,
+        gpus: gpus.parse().expect("valid --gpus literal"),
+        os: os.parse().expect("valid --os literal"),
+        prefix: prefix.into(),
+    };
+    vec![pool(2, "a100-40gb:4", "ubuntu22.04", "gpu-a100"), pool(1, "h100-80gb:8", "rhel9.4", "gpu-h100")]
+}
+
+pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Result<()> {
+    // A fresh cluster per run: no state leaks from an earlier run or a demo.
+    cluster::down()?;
+    let info = cluster::ensure_up()?;
+    let result = run_tests(root, &info, filter);
+    if keep_cluster {
+        println!("the cluster is still up: eval \"$(cargo xtask cluster env)\"; stop it with `cargo xtask cluster down`");
+    } else {
+        cluster::down()?;
+    }
+    result
+}
+
+fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> anyhow::Result<()> {
+    for pool in standard_nodes() {
+        cluster::add_nodes(&pool)?;
+    }
+    let cargo = command::cargo();
+    command::run(root, &[], &cargo, &["build", "--package", "operator", "--bin", "gpu-operator"])?;
+    let target_dir = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
+    let mut env = cluster::env_vars(info);
+    env.push(("E2E_OPERATOR_BIN".into(), target_dir.join("debug/gpu-operator").display().to_string()));
+    env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
+    let mut args = vec!["test", "--package", "e2e", "--", "--ignored", "--test-threads=1"];
+    args.extend(filter);
+    command::run(root, &env, &cargo, &args)
+}
