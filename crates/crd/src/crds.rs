@@ -13,11 +13,11 @@ use crate::{ClusterPolicy, GPUNode};
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut cluster_policy = ClusterPolicy::crd();
     for version in &mut cluster_policy.spec.versions {
-        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
-            if let Some(spec) = schema.properties.as_mut().and_then(|properties| properties.get_mut("spec")) {
-                preserve_unknown_fields(spec);
-                add_image_rule(spec);
-            }
+        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Some(spec) = schema.properties.as_mut().and_then(|properties| properties.get_mut("spec"))
+        {
+            preserve_unknown_fields(spec);
+            add_image_rule(spec);
         }
     }
     vec![cluster_policy, GPUNode::crd()]

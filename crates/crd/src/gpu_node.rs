@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 
 /// GPUNode has no desired state of its own: a node's desired MIG geometry and device-plugin config come from
 /// its labels and the ClusterPolicy. The spec is empty and the status holds everything.
+// Each printcolumn repeats `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "nvidia.com",

@@ -26,6 +26,8 @@ pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
 pub const DEFAULT_NAME: &str = "cluster-policy";
 
 /// Desired state of the GPU stack on every GPU node of the cluster.
+// Each printcolumn repeats `type_`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[kube(
     group = "nvidia.com",
