@@ -1,0 +1,369 @@
+//! The device-plugin config file, version v1: flags, resource naming and GPU sharing (time-slicing, MPS).
+//!
+//! ```yaml
+//! version: v1
+//! flags:
+//!   migStrategy: none
+//! sharing:
+//!   timeSlicing:
+//!     renameByDefault: true
+//!     resources:
+//!       - name: nvidia.com/gpu
+//!         replicas: 4
+//! ```
+//!
+//! Field names and optionality follow NVIDIA's `api/config/v1` (including GFD's flags, which share the file), so
+//! every file their plugin reads, this reads. Unlike theirs, unknown fields are errors: a misspelt `replica` must
+//! not silently turn sharing off.
+
+mod config_map;
+mod devices;
+mod duration;
+mod resource_name;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use config_map::{ParsedConfigMap, parse_config_map};
+pub use devices::{DeviceRef, ReplicatedDevices};
+pub use duration::GoDuration;
+pub use resource_name::{ResourceName, ResourceNameError, mig_resource_name};
+
+use super::ConfigVersion;
+use super::decode::{VersionField, decode};
+use super::error::ConfigError;
+
+/// A whole device-plugin config file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevicePluginConfig {
+    /// `v1`; NVIDIA's plugin reads a missing version as `v1`, and so do we.
+    #[serde(default)]
+    pub version: ConfigVersion,
+    /// Settings that are also command-line flags of the plugin and GFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<Flags>,
+    /// Custom resource names by product-name pattern.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    /// GPU sharing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<Sharing>,
+    /// IMEX channels injected into containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imex: Option<Imex>,
+}
+
+/// Flags common to the plugin and GFD. Every field is optional: unset means the command line or the default decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Flags {
+    /// How MIG devices are advertised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_strategy: Option<MigStrategy>,
+    /// Whether the plugin exits when NVML cannot be initialized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_on_init_error: Option<bool>,
+    /// Whether the plugin restarts when a device turns unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_on_device_unhealthy: Option<bool>,
+    /// Root of the MPS control daemon's files on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_root: Option<String>,
+    /// Root of the driver installation on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_driver_root: Option<String>,
+    /// Root of the device nodes on the host (defaults to the driver root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_dev_root: Option<String>,
+    /// Whether GDRCopy devices are injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdrcopy_enabled: Option<bool>,
+    /// Whether GPUDirect Storage devices are injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds_enabled: Option<bool>,
+    /// Whether MOFED devices are injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mofed_enabled: Option<bool>,
+    /// Whether GFD writes NodeFeature objects instead of a features file.
+    #[serde(
+        rename = "useNodeFeatureAPI",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub use_node_feature_api: Option<bool>,
+    /// How devices are discovered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_discovery_strategy: Option<DeviceDiscoveryStrategy>,
+    /// Flags of the plugin alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginFlags>,
+    /// Flags of GPU feature discovery alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gfd: Option<GfdFlags>,
+}
+
+/// Flags of the device plugin alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginFlags {
+    /// Whether device specs are passed to the kubelet in Allocate responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass_device_specs: Option<bool>,
+    /// How allocated devices reach the container; one value or a list. Empty when unset.
+    #[serde(
+        default,
+        deserialize_with = "crate::config::de::one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub device_list_strategy: Vec<DeviceListStrategy>,
+    /// How devices are named in the list passed to the container.
+    #[serde(
+        rename = "deviceIDStrategy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    /// Annotation prefix for the `cdi-annotations` strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdi_annotation_prefix: Option<String>,
+    /// Path of `nvidia-ctk` (the CDI hook) on the host.
+    #[serde(
+        rename = "nvidiaCTKPath",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub nvidia_ctk_path: Option<String>,
+    /// Where the driver root is mounted in the plugin's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_driver_root: Option<String>,
+    /// Path of the kubelet's device-plugin socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_socket: Option<String>,
+    /// CDI feature flags, comma separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdi_feature_flags: Option<String>,
+}
+
+/// Flags of GPU feature discovery alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GfdFlags {
+    /// Label once and exit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oneshot: Option<bool>,
+    /// Leave out the timestamp label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_timestamp: Option<bool>,
+    /// Time between labelling passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_interval: Option<GoDuration>,
+    /// Where the features file is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<String>,
+    /// File holding the machine type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_type_file: Option<String>,
+}
+
+/// How MIG devices are advertised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigStrategy {
+    /// MIG devices are not advertised.
+    None,
+    /// Every MIG device as `nvidia.com/gpu`; all must have the same profile.
+    Single,
+    /// One resource per profile, `nvidia.com/mig-<profile>`.
+    Mixed,
+}
+
+/// How allocated devices reach the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceListStrategy {
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    Envvar,
+    /// Volume mounts under `/var/run/nvidia-container-devices`.
+    VolumeMounts,
+    /// CDI annotations.
+    CdiAnnotations,
+    /// CDI device names in the CRI response.
+    CdiCri,
+}
+
+/// How devices are named in the list passed to the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceIdStrategy {
+    /// By UUID.
+    Uuid,
+    /// By index.
+    Index,
+}
+
+/// How devices are discovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceDiscoveryStrategy {
+    /// NVML where it works, else Tegra.
+    Auto,
+    /// NVML.
+    Nvml,
+    /// Tegra (integrated GPUs).
+    Tegra,
+}
+
+/// Custom resource names: devices whose product name matches `pattern` are advertised as `name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// For full GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<ResourceMapping>,
+    /// For MIG devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<ResourceMapping>,
+}
+
+/// One pattern -> name rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceMapping {
+    /// A product-name pattern where `*` matches anything.
+    pub pattern: String,
+    /// The resource name matching devices get.
+    pub name: ResourceName,
+}
+
+/// GPU sharing: time-slicing, MPS, or both configured (MPS then wins, as in NVIDIA's plugin).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Sharing {
+    /// Replicas that take turns on the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_slicing: Option<ReplicatedResources>,
+    /// Replicas that run concurrently under the MPS control daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps: Option<ReplicatedResources>,
+}
+
+/// The sharing strategy in effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SharingStrategy {
+    /// Time-slicing.
+    TimeSlicing,
+    /// MPS.
+    Mps,
+}
+
+impl SharingStrategy {
+    /// The value of the `nvidia.com/gpu.sharing-strategy` label.
+    #[must_use]
+    pub const fn label_value(self) -> &'static str {
+        match self {
+            Self::TimeSlicing => "time-slicing",
+            Self::Mps => "mps",
+        }
+    }
+}
+
+impl Sharing {
+    /// The strategy in effect and its resources: MPS if it replicates anything, else time-slicing if it does, else
+    /// none (the order NVIDIA's plugin applies).
+    #[must_use]
+    pub fn active(&self) -> Option<(SharingStrategy, &ReplicatedResources)> {
+        [
+            (SharingStrategy::Mps, &self.mps),
+            (SharingStrategy::TimeSlicing, &self.time_slicing),
+        ]
+        .into_iter()
+        .find_map(|(strategy, shared)| {
+            shared
+                .as_ref()
+                .filter(|shared| !shared.resources.is_empty())
+                .map(|shared| (strategy, shared))
+        })
+    }
+}
+
+/// The resources one sharing strategy replicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReplicatedResources {
+    /// Advertise `<name>.shared` instead of `<name>` when a resource has no `rename`.
+    #[serde(default)]
+    pub rename_by_default: bool,
+    /// Refuse requests for more than one replica. Unset means false for time-slicing and true for MPS, as in
+    /// NVIDIA's plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_requests_greater_than_one: Option<bool>,
+    /// The resources to replicate.
+    #[serde(default)]
+    pub resources: Vec<ReplicatedResource>,
+}
+
+impl ReplicatedResources {
+    /// The name `resource` is advertised under: its `rename`, else `<name>.shared` when `renameByDefault`, else
+    /// its `name`. Validation has checked that `<name>.shared` is a valid name whenever it is used.
+    #[must_use]
+    pub fn advertised_name(&self, resource: &ReplicatedResource) -> ResourceName {
+        match (&resource.rename, self.rename_by_default) {
+            (Some(rename), _) => rename.clone(),
+            (None, true) => resource
+                .name
+                .shared()
+                .unwrap_or_else(|_| resource.name.clone()),
+            (None, false) => resource.name.clone(),
+        }
+    }
+
+    /// Whether a request for more than one replica fails, with the default of `strategy` when unset.
+    #[must_use]
+    pub fn fails_requests_greater_than_one(&self, strategy: SharingStrategy) -> bool {
+        self.fail_requests_greater_than_one
+            .unwrap_or(strategy == SharingStrategy::Mps)
+    }
+}
+
+/// One replicated resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicatedResource {
+    /// The resource whose devices are replicated, e.g. `nvidia.com/gpu`.
+    pub name: ResourceName,
+    /// The name the replicas are advertised under instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rename: Option<ResourceName>,
+    /// Which devices are replicated (all when unset).
+    #[serde(default)]
+    pub devices: ReplicatedDevices,
+    /// Replicas per device; at least 2.
+    #[serde(deserialize_with = "devices::replicas")]
+    pub replicas: u32,
+}
+
+/// IMEX channels (multi-node NVLink).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Imex {
+    /// Channel ids injected into containers: none or `[0]`.
+    #[serde(rename = "channelIDs", default, skip_serializing_if = "Vec::is_empty")]
+    pub channel_ids: Vec<u32>,
+    /// Whether a missing channel is an error.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// Parses a device-plugin config from YAML or JSON text, and checks it.
+///
+/// # Errors
+/// A [`ConfigError`] naming the first bad field.
+pub fn parse(text: &str) -> Result<DevicePluginConfig, ConfigError> {
+    let config: DevicePluginConfig = decode(text, VersionField::Optional)?;
+    validate::validate(&config)?;
+    Ok(config)
+}

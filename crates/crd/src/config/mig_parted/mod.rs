@@ -1,0 +1,131 @@
+//! The mig-parted config file, version v1: named MIG geometries that nodes select with the
+//! `nvidia.com/mig.config` label.
+//!
+//! ```yaml
+//! version: v1
+//! mig-configs:
+//!   all-balanced:
+//!     - device-filter: ["0x20B010DE"]
+//!       devices: all
+//!       mig-enabled: true
+//!       mig-devices: {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+//! ```
+//!
+//! The format is strict, as mig-parted's own parser is: unknown fields, a missing `devices` or `mig-enabled`,
+//! `mig-devices` on a disabled entry and a missing `mig-devices` on an enabled one are errors. We are stricter
+//! still where mig-parted would only fail later, on the node: profiles must exist in the MIG catalog for the
+//! models the entry names, and counts must fit those models.
+
+mod de;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigVersion;
+use super::decode::{VersionField, decode};
+use super::error::ConfigError;
+use crate::mig::MigProfileName;
+
+/// A whole mig-parted config file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigPartedConfig {
+    /// Always `v1`.
+    pub version: ConfigVersion,
+    /// Config name -> entries; a GPU takes the entries that apply to it. Sorted by name, so output is stable.
+    #[serde(rename = "mig-configs")]
+    pub mig_configs: BTreeMap<String, Vec<MigConfigEntry>>,
+}
+
+/// One entry of a named config: which GPUs, and what MIG geometry they get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MigConfigEntry {
+    /// The GPUs by index on the node.
+    pub devices: DeviceSelector,
+    /// PCI device ids the entry is limited to; empty means every model.
+    #[serde(
+        default,
+        deserialize_with = "crate::config::de::one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub device_filter: Vec<PciDeviceId>,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// Profile -> instance count. `None` when the field is absent; `Some` of an empty map (`{}`) turns MIG on
+    /// without creating instances, as the well-known `all-enabled` config does.
+    #[serde(
+        default,
+        deserialize_with = "de::profile_counts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mig_devices: Option<BTreeMap<MigProfileName, u32>>,
+}
+
+impl MigConfigEntry {
+    /// Whether this entry applies to the GPU with this index on its node and this PCI device id.
+    #[must_use]
+    pub fn applies_to(&self, gpu_index: u32, pci_device_id: u32) -> bool {
+        let index_matches = match &self.devices {
+            DeviceSelector::All => true,
+            DeviceSelector::Indices(indices) => indices.contains(&gpu_index),
+        };
+        let model_matches = self.device_filter.is_empty()
+            || self.device_filter.contains(&PciDeviceId(pci_device_id));
+        index_matches && model_matches
+    }
+}
+
+impl MigPartedConfig {
+    /// The entries of config `name` that apply to one GPU, in file order; `None` when there is no such config.
+    #[must_use]
+    pub fn entries_for_gpu(
+        &self,
+        name: &str,
+        gpu_index: u32,
+        pci_device_id: u32,
+    ) -> Option<Vec<&MigConfigEntry>> {
+        let entries = self.mig_configs.get(name)?;
+        Some(
+            entries
+                .iter()
+                .filter(|entry| entry.applies_to(gpu_index, pci_device_id))
+                .collect(),
+        )
+    }
+}
+
+/// `devices: all` or `devices: [0, 1, ...]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeviceSelector {
+    /// Every GPU of the node.
+    All,
+    /// The GPUs with these indices; distinct, non-empty.
+    Indices(Vec<u32>),
+}
+
+/// A PCI device id as mig-parted writes it: device in the high 16 bits, vendor in the low (`0x20B010DE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciDeviceId(pub u32);
+
+impl fmt::Display for PciDeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0x{:08X}", self.0)
+    }
+}
+
+/// Parses a mig-parted config from YAML or JSON text, and checks it against the format and the MIG catalog.
+///
+/// # Errors
+/// A [`ConfigError`] naming the first bad field (in document order for type errors, then in name order).
+pub fn parse(text: &str) -> Result<MigPartedConfig, ConfigError> {
+    let config: MigPartedConfig = decode(text, VersionField::Required)?;
+    validate::validate(&config)?;
+    Ok(config)
+}

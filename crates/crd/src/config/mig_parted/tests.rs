@@ -1,0 +1,347 @@
+use super::*;
+
+/// The Display text of the error `text` fails with.
+fn error(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+/// A config with one named config `name` holding one entry, written as YAML lines under the list item.
+fn one_entry(name: &str, entry: &str) -> String {
+    let indented: String = entry
+        .lines()
+        .map(|line| format!("      {line}\n"))
+        .collect();
+    format!(
+        "version: v1\nmig-configs:\n  {name}:\n    - {}",
+        indented.trim_start()
+    )
+}
+
+#[test]
+fn guide_example_parses_and_selects_entries_per_gpu() {
+    let config = parse(
+        r#"
+version: v1
+mig-configs:
+  custom-config:
+    - devices: [0, 1]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+    - devices: [2, 3]
+      device-filter: "0x20B010DE"
+      mig-enabled: false
+"#,
+    )
+    .unwrap();
+    let entries = &config.mig_configs["custom-config"];
+    assert_eq!(entries[0].devices, DeviceSelector::Indices(vec![0, 1]));
+    assert_eq!(entries[1].device_filter, vec![PciDeviceId(0x20B0_10DE)]);
+    assert_eq!(entries[1].mig_devices, None);
+
+    let for_gpu = |index, id| config.entries_for_gpu("custom-config", index, id).unwrap();
+    assert_eq!(for_gpu(1, 0x2330_10DE), vec![&entries[0]]);
+    assert_eq!(for_gpu(3, 0x20B0_10DE), vec![&entries[1]]);
+    assert!(for_gpu(3, 0x2330_10DE).is_empty());
+    assert!(for_gpu(4, 0x20B0_10DE).is_empty());
+    assert_eq!(config.entries_for_gpu("other", 0, 0x20B0_10DE), None);
+}
+
+#[test]
+fn json_input_and_serialization_round_trip() {
+    let config = parse(
+        r#"{"version": "v1", "mig-configs": {"all-1g.5gb": [
+            {"devices": "all", "device-filter": ["0x20B010DE"], "mig-enabled": true, "mig-devices": {"1g.5gb": 7}}
+        ]}}"#,
+    )
+    .unwrap();
+    let entry = &config.mig_configs["all-1g.5gb"][0];
+    assert!(entry.applies_to(5, 0x20B0_10DE));
+    assert!(!entry.applies_to(0, 0x20B2_10DE));
+    let json = serde_json::to_string(&config).unwrap();
+    assert_eq!(
+        json,
+        r#"{"version":"v1","mig-configs":{"all-1g.5gb":[{"devices":"all","device-filter":["0x20B010DE"],"mig-enabled":true,"mig-devices":{"1g.5gb":7}}]}}"#
+    );
+    assert_eq!(parse(&json).unwrap(), config);
+}
+
+#[test]
+fn enabled_with_empty_mig_devices_is_allowed() {
+    let config = parse(&one_entry(
+        "all-enabled",
+        "devices: all\nmig-enabled: true\nmig-devices: {}",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.mig_configs["all-enabled"][0].mig_devices,
+        Some(BTreeMap::new())
+    );
+}
+
+#[test]
+fn unquoted_pci_id_reads_as_the_same_id() {
+    let config = parse(&one_entry(
+        "a",
+        "devices: all\ndevice-filter: 0x20B010DE\nmig-enabled: false",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.mig_configs["a"][0].device_filter,
+        vec![PciDeviceId(0x20B0_10DE)]
+    );
+}
+
+#[test]
+fn unknown_field() {
+    assert_eq!(
+        error(&one_entry(
+            "all-balanced",
+            "devices: all\nmig-enabled: true\nmig-device: {\"1g.5gb\": 1}"
+        )),
+        "mig-configs.all-balanced[0].mig-device: unknown field \"mig-device\", expected one of \"devices\", \
+         \"device-filter\", \"mig-enabled\", \"mig-devices\""
+    );
+    assert_eq!(
+        error("version: v1\nmig-configs: {}\nmig-config: {}\n"),
+        "mig-config: unknown field \"mig-config\", expected \"version\" or \"mig-configs\""
+    );
+}
+
+#[test]
+fn wrong_or_missing_version() {
+    assert_eq!(
+        error("version: v2\nmig-configs: {}\n"),
+        "version: unsupported version \"v2\", expected \"v1\""
+    );
+    assert_eq!(
+        error("mig-configs:\n  a:\n    - devices: all\n      mig-enabled: false\n"),
+        "missing field \"version\""
+    );
+}
+
+#[test]
+fn missing_required_fields() {
+    assert_eq!(
+        error(&one_entry("x", "devices: all")),
+        "mig-configs.x[0]: missing field \"mig-enabled\""
+    );
+    assert_eq!(
+        error(&one_entry("x", "mig-enabled: false")),
+        "mig-configs.x[0]: missing field \"devices\""
+    );
+    assert_eq!(error("version: v1\n"), "missing field \"mig-configs\"");
+    assert_eq!(
+        error(&one_entry("x", "devices: all\nmig-enabled: true")),
+        "mig-configs.x[0]: missing field \"mig-devices\" (required when mig-enabled is true; write mig-devices: {} \
+         to enable MIG without creating instances)"
+    );
+}
+
+#[test]
+fn empty_configs_and_unusable_names() {
+    assert_eq!(
+        error("version: v1\nmig-configs: {}\n"),
+        "mig-configs: define at least one named config, e.g. all-disabled"
+    );
+    assert_eq!(
+        error("version: v1\nmig-configs:\n  x: []\n"),
+        "mig-configs.x: list at least one entry (devices, mig-enabled, mig-devices)"
+    );
+    assert_eq!(
+        error(&one_entry("-x", "devices: all\nmig-enabled: false")),
+        "mig-configs.-x: \"-x\" cannot be selected with the nvidia.com/mig.config label: it must start and end \
+         with a letter or digit"
+    );
+}
+
+#[test]
+fn mig_devices_on_a_disabled_entry() {
+    assert_eq!(
+        error(&one_entry(
+            "custom",
+            "devices: all\nmig-enabled: false\nmig-devices: {\"1g.5gb\": 1}"
+        )),
+        "mig-configs.custom[0].mig-devices: must be empty when mig-enabled is false (remove mig-devices or set \
+         mig-enabled: true)"
+    );
+    parse(&one_entry(
+        "custom",
+        "devices: all\nmig-enabled: false\nmig-devices: {}",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn unknown_profile_without_filter_lists_every_known_profile() {
+    assert_eq!(
+        error(&one_entry(
+            "all-balanced",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"3g.25gb\": 1}"
+        )),
+        "mig-configs.all-balanced[0].mig-devices: unknown profile \"3g.25gb\" (known profiles: 1g.5gb, 1g.5gb+me, \
+         1g.6gb, 1g.6gb+me, 1g.10gb, 1g.10gb+me, 1g.18gb, 1g.18gb+me, 1g.20gb, 1g.35gb, 2g.10gb, 2g.12gb, \
+         2g.12gb+me, 2g.20gb, 2g.35gb, 3g.20gb, 3g.40gb, 3g.71gb, 4g.20gb, 4g.24gb, 4g.40gb, 4g.71gb, 7g.40gb, \
+         7g.80gb, 7g.141gb)"
+    );
+}
+
+#[test]
+fn unknown_profile_with_filter_lists_that_models_profiles() {
+    assert_eq!(
+        error(&one_entry(
+            "all-balanced",
+            "devices: all\ndevice-filter: [\"0x20B010DE\"]\nmig-enabled: true\nmig-devices: {\"3g.25gb\": 1}"
+        )),
+        "mig-configs.all-balanced[0].mig-devices: unknown profile \"3g.25gb\" for NVIDIA A100-SXM4-40GB (known \
+         profiles: 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)"
+    );
+    // Each model the filter names must have the profile: 1g.5gb exists on the A100-40GB but not on the H100.
+    assert_eq!(
+        error(&one_entry(
+            "mixed",
+            "devices: all\ndevice-filter: [\"0x20B010DE\", \"0x233010DE\"]\nmig-enabled: true\n\
+             mig-devices: {\"1g.5gb\": 1}"
+        )),
+        "mig-configs.mixed[0].mig-devices: unknown profile \"1g.5gb\" for NVIDIA H100 80GB HBM3 (known profiles: \
+         1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"
+    );
+}
+
+#[test]
+fn filter_of_unknown_models_is_checked_against_the_whole_catalog() {
+    parse(&one_entry(
+        "h800",
+        "devices: all\ndevice-filter: \"0x232210DE\"\nmig-enabled: true\nmig-devices: {\"1g.10gb\": 7}",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn compute_instance_profiles_are_checked_by_their_gpu_instance() {
+    let config = parse(&one_entry(
+        "ci",
+        "devices: all\ndevice-filter: \"0x20B010DE\"\nmig-enabled: true\nmig-devices: {\"1c.3g.20gb\": 2}",
+    ))
+    .unwrap();
+    let counts = config.mig_configs["ci"][0].mig_devices.clone().unwrap();
+    assert_eq!(
+        counts.keys().map(ToString::to_string).collect::<Vec<_>>(),
+        ["1c.3g.20gb"]
+    );
+}
+
+#[test]
+fn counts_beyond_the_model_are_refused() {
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\ndevice-filter: \"0x20B010DE\"\nmig-enabled: true\nmig-devices: {\"1g.5gb\": 8}"
+        )),
+        "mig-configs.x[0].mig-devices: \"1g.5gb\": 8 instances do not fit on NVIDIA A100-SXM4-40GB, which holds at \
+         most 7"
+    );
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"7g.80gb\": 2}"
+        )),
+        "mig-configs.x[0].mig-devices: \"7g.80gb\": 2 instances do not fit on any known GPU, which hold at most 1"
+    );
+}
+
+#[test]
+fn malformed_profile_name() {
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"3gb\": 1}"
+        )),
+        "mig-configs.x[0].mig-devices: invalid profile name \"3gb\" (expected <G>g.<GB>gb, e.g. 1g.5gb)"
+    );
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"3g.20gb\": 1, \"3c.3g.20gb\": 1}"
+        )),
+        "mig-configs.x[0].mig-devices: \"3c.3g.20gb\" and \"3g.20gb\" are the same profile; list it once"
+    );
+}
+
+#[test]
+fn counts_below_one() {
+    for count in ["0", "-1"] {
+        assert_eq!(
+            error(&one_entry(
+                "x",
+                &format!("devices: all\nmig-enabled: true\nmig-devices: {{\"1g.5gb\": {count}}}")
+            )),
+            format!(
+                "mig-configs.x[0].mig-devices: \"1g.5gb\": {count} is not a valid count, use at least 1 or remove \
+                 the profile"
+            )
+        );
+    }
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"1g.5gb\": many}"
+        )),
+        "mig-configs.x[0].mig-devices.1g.5gb: invalid type: string \"many\", expected i64"
+    );
+}
+
+#[test]
+fn bad_device_lists() {
+    assert_eq!(
+        error(&one_entry("x", "devices: [0, 1, 1]\nmig-enabled: false")),
+        "mig-configs.x[0].devices: GPU index 1 is listed twice; list each GPU once"
+    );
+    assert_eq!(
+        error(&one_entry("x", "devices: [-1]\nmig-enabled: false")),
+        "mig-configs.x[0].devices: -1 is not a GPU index (indices start at 0, as nvidia-smi numbers GPUs)"
+    );
+    assert_eq!(
+        error(&one_entry("x", "devices: []\nmig-enabled: false")),
+        "mig-configs.x[0].devices: the list is empty: list at least one GPU index, or use \"all\""
+    );
+    assert_eq!(
+        error(&one_entry("x", "devices: some\nmig-enabled: false")),
+        "mig-configs.x[0].devices: expected \"all\" or a list of GPU indices, found \"some\""
+    );
+}
+
+#[test]
+fn bad_device_filters() {
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\ndevice-filter: [\"0x20B010DE\", \"20B010DE\"]\nmig-enabled: false"
+        )),
+        "mig-configs.x[0].device-filter[1]: \"20B010DE\" is not a PCI device id (expected 0x followed by 8 hex \
+         digits, e.g. 0x20B010DE)"
+    );
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\ndevice-filter: \"0x20B0\"\nmig-enabled: false"
+        )),
+        "mig-configs.x[0].device-filter: \"0x20B0\" is not a PCI device id (expected 0x followed by 8 hex digits, \
+         e.g. 0x20B010DE)"
+    );
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\ndevice-filter: []\nmig-enabled: false"
+        )),
+        "mig-configs.x[0].device-filter: the list is empty: give at least one value, or remove the field"
+    );
+}
+
+#[test]
+fn yaml_syntax_error_has_line_and_column() {
+    assert_eq!(
+        error("version: v1\nmig-configs:\n  x:\n    - devices: all\n   mig-enabled: false\n"),
+        "invalid YAML: while parsing a block mapping, did not find expected key at line 5, column 4"
+    );
+}

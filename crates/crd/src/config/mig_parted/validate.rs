@@ -1,0 +1,132 @@
+//! The checks types cannot express: cross-field rules of an entry, and profiles checked against the MIG catalog.
+
+use std::collections::BTreeSet;
+
+use super::{MigConfigEntry, MigPartedConfig};
+use crate::config::{ConfigError, label_value_problem};
+use crate::mig::{
+    GpuInstanceProfileName, GpuModel, MigProfileName, model_by_pci_device_id, models,
+};
+
+/// Checks a typed config; returns the first problem, walking configs in name order and entries in file order.
+pub(super) fn validate(config: &MigPartedConfig) -> Result<(), ConfigError> {
+    if config.mig_configs.is_empty() {
+        return Err(ConfigError::invalid(
+            "mig-configs",
+            "define at least one named config, e.g. all-disabled",
+        ));
+    }
+    for (name, entries) in &config.mig_configs {
+        let path = format!("mig-configs.{name}");
+        if let Some(problem) = label_value_problem(name) {
+            return Err(ConfigError::invalid(
+                path,
+                format!(
+                    "\"{name}\" cannot be selected with the nvidia.com/mig.config label: {problem}"
+                ),
+            ));
+        }
+        if entries.is_empty() {
+            return Err(ConfigError::invalid(
+                path,
+                "list at least one entry (devices, mig-enabled, mig-devices)",
+            ));
+        }
+        for (index, entry) in entries.iter().enumerate() {
+            validate_entry(&format!("{path}[{index}]"), entry)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks one entry at `path` (`mig-configs.<name>[<index>]`).
+fn validate_entry(path: &str, entry: &MigConfigEntry) -> Result<(), ConfigError> {
+    let devices_path = format!("{path}.mig-devices");
+    let counts = match (&entry.mig_devices, entry.mig_enabled) {
+        (None, true) => {
+            return Err(ConfigError::invalid(
+                path,
+                "missing field \"mig-devices\" (required when mig-enabled is true; \
+                 write mig-devices: {} to enable MIG without creating instances)",
+            ));
+        }
+        (Some(counts), false) if !counts.is_empty() => {
+            return Err(ConfigError::invalid(
+                devices_path,
+                "must be empty when mig-enabled is false (remove mig-devices or set mig-enabled: true)",
+            ));
+        }
+        (Some(counts), true) => counts,
+        (_, false) => return Ok(()),
+    };
+
+    // Only ids the catalog knows can be checked; an entry for models we do not know is checked against all.
+    let filtered: Vec<&GpuModel> = entry
+        .device_filter
+        .iter()
+        .filter_map(|id| model_by_pci_device_id(id.0))
+        .collect();
+    for (profile, &count) in counts {
+        let problem = if filtered.is_empty() {
+            check_any_model(*profile, count)
+        } else {
+            filtered
+                .iter()
+                .find_map(|model| check_model(model, *profile, count))
+        };
+        if let Some(message) = problem {
+            return Err(ConfigError::invalid(devices_path, message));
+        }
+    }
+    Ok(())
+}
+
+/// The problem with `count` instances of `profile` on `model`, if any.
+fn check_model(model: &GpuModel, profile: MigProfileName, count: u32) -> Option<String> {
+    let product = model.product_name();
+    match model.profile(profile.gpu_instance) {
+        None => Some(format!(
+            "unknown profile \"{profile}\" for {product} (known profiles: {})",
+            name_list(model.profiles.iter().map(|known| known.name))
+        )),
+        Some(known) if count > known.max_instances => Some(format!(
+            "\"{profile}\": {count} instances do not fit on {product}, which holds at most {}",
+            known.max_instances
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The problem with `count` instances of `profile` when the entry does not say which model it is for: the profile
+/// must exist, and the count fit, on at least one model of the catalog.
+fn check_any_model(profile: MigProfileName, count: u32) -> Option<String> {
+    let most = models()
+        .iter()
+        .filter_map(|model| model.profile(profile.gpu_instance))
+        .map(|known| known.max_instances)
+        .max();
+    match most {
+        None => Some(format!(
+            "unknown profile \"{profile}\" (known profiles: {})",
+            name_list(
+                models()
+                    .iter()
+                    .flat_map(|model| model.profiles.iter().map(|known| known.name))
+            )
+        )),
+        Some(most) if count > most => Some(format!(
+            "\"{profile}\": {count} instances do not fit on any known GPU, which hold at most {most}"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Distinct names, smallest first, comma separated.
+fn name_list(names: impl Iterator<Item = GpuInstanceProfileName>) -> String {
+    let sorted: BTreeSet<GpuInstanceProfileName> = names.collect();
+    sorted
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
