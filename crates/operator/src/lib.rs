@@ -2,5 +2,6 @@
 //! start so that upgrading the operator (`helm upgrade`) upgrades their schemas, which Helm itself never does.
 
 pub mod crd_install;
+pub mod model;
 pub mod health;
 pub mod telemetry;

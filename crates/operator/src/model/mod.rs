@@ -1,0 +1,9 @@
+//! The operator's pure core model: components, the validated policy, and the observed cluster facts.
+
+pub mod component;
+pub mod facts;
+pub mod policy;
+
+pub use component::Component;
+pub use facts::{ClusterFacts, ContainerRuntime, GpuNodeFacts, OsPool};
+pub use policy::{DefaultImages, MigStrategy, ValidateError, ValidatedPolicy, validate};
