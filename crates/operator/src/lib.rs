@@ -3,5 +3,6 @@
 
 pub mod crd_install;
 pub mod model;
+pub mod plan;
 pub mod health;
 pub mod telemetry;

@@ -1,0 +1,192 @@
+//! Node labels the operator owns, planned as a pure function of the policy and each node's current labels.
+//!
+//! Rules, as users of NVIDIA's operator expect them:
+//! - GPU nodes get `nvidia.com/gpu.present=true` and `nvidia.com/gpu.deploy.<component>=true` for every enabled
+//!   component. A deploy label that already holds another non-empty value is an admin's (`false` pauses a
+//!   component on that node) or the MIG manager's (`paused-for-mig-change`) and is left alone.
+//! - `nvidia.com/gpu.deploy.operands=false` removes every operand: the operator's `true` deploy labels go.
+//! - The MIG manager is deployed only where feature discovery found MIG-capable GPUs (`nvidia.com/mig.capable`),
+//!   and such nodes without a `nvidia.com/mig.config` get `all-disabled` when that is the configured default.
+//! - A node that no longer has GPUs gets `gpu.present=false` and loses the operator's deploy labels.
+//! - On deletion of the policy (`cleanup`), every label the operator wrote goes.
+//!
+//! A plan holds only the labels that must change, so nodes are patched only when something changes.
+
+use std::collections::BTreeMap;
+
+use crd::labels;
+
+use crate::model::facts::{RUNTIME_LABEL, has_nvidia_gpu};
+use crate::model::{Component, ContainerRuntime, ValidatedPolicy};
+
+/// Label set by feature discovery on nodes whose GPUs support MIG.
+pub const MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+
+/// The value the operator writes on deploy labels.
+const DEPLOY: &str = "true";
+
+/// Labels to set (`Some`) or remove (`None`) on one node: exactly a JSON merge patch of `metadata.labels`.
+pub type LabelChanges = BTreeMap<String, Option<String>>;
+
+/// The label changes for one node under an active policy.
+pub fn plan_node(policy: &ValidatedPolicy, current: &BTreeMap<String, String>, runtime: ContainerRuntime) -> LabelChanges {
+    let mut desired: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let gpu = has_nvidia_gpu(current);
+    let was_ours = current.get(labels::GPU_PRESENT).is_some_and(|v| v == DEPLOY);
+    if !gpu {
+        if was_ours {
+            desired.insert(labels::GPU_PRESENT.into(), Some("false".into()));
+            remove_deploy_labels(current, &mut desired);
+            desired.insert(RUNTIME_LABEL.into(), None);
+        }
+        return changes(current, desired);
+    }
+    desired.insert(labels::GPU_PRESENT.into(), Some(DEPLOY.into()));
+    desired.insert(RUNTIME_LABEL.into(), Some(runtime.name().into()));
+    let operands_off = current.get(labels::DEPLOY_OPERANDS).is_some_and(|v| v == "false");
+    let mig_capable = current.get(MIG_CAPABLE).is_some_and(|v| v == DEPLOY);
+    for component in Component::ALL {
+        let wanted = !operands_off
+            && policy.is_enabled(component)
+            && (component != Component::MigManager || mig_capable);
+        let label = component.deploy_label();
+        match current.get(&label).map(String::as_str) {
+            // Someone else's value: an admin pausing the component, or the MIG manager mid-change.
+            Some(value) if !value.is_empty() && value != DEPLOY => {}
+            Some(DEPLOY) if !wanted => {
+                desired.insert(label, None);
+            }
+            _ if wanted => {
+                desired.insert(label, Some(DEPLOY.into()));
+            }
+            _ => {}
+        }
+    }
+    let mig_default = policy.spec.mig_manager.config.as_ref().map_or("all-disabled", |c| c.default.as_str());
+    let wants_default_mig = policy.is_enabled(Component::MigManager) && mig_capable && mig_default == "all-disabled";
+    if wants_default_mig && current.get(labels::MIG_CONFIG).is_none_or(|value| value.is_empty()) {
+        desired.insert(labels::MIG_CONFIG.into(), Some("all-disabled".into()));
+    }
+    changes(current, desired)
+}
+
+/// The label changes that undo what the operator wrote, when its ClusterPolicy is deleted.
+pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
+    let mut desired = BTreeMap::new();
+    if current.contains_key(labels::GPU_PRESENT) {
+        desired.insert(labels::GPU_PRESENT.to_string(), None);
+    }
+    desired.insert(RUNTIME_LABEL.to_string(), None);
+    remove_deploy_labels(current, &mut desired);
+    if current.get(labels::MIG_CONFIG).is_some_and(|v| v == "all-disabled") {
+        desired.insert(labels::MIG_CONFIG.into(), None);
+    }
+    changes(current, desired)
+}
+
+/// Removes the deploy labels that hold the operator's own value.
+fn remove_deploy_labels(current: &BTreeMap<String, String>, desired: &mut BTreeMap<String, Option<String>>) {
+    for component in Component::ALL {
+        let label = component.deploy_label();
+        if current.get(&label).is_some_and(|v| v == DEPLOY) {
+            desired.insert(label, None);
+        }
+    }
+}
+
+/// Keeps only the entries that differ from the node's current labels.
+fn changes(current: &BTreeMap<String, String>, desired: BTreeMap<String, Option<String>>) -> LabelChanges {
+    desired.into_iter().filter(|(key, value)| current.get(key) != value.as_ref()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DefaultImages, validate};
+    use crd::ClusterPolicySpec;
+
+    fn policy(edit: impl FnOnce(&mut ClusterPolicySpec)) -> ValidatedPolicy {
+        let mut spec = ClusterPolicySpec::default();
+        edit(&mut spec);
+        let images = DefaultImages(DefaultImages::VARIABLES.iter().map(|v| (v.to_string(), format!("x/{v}:1"))).collect());
+        validate(&spec, &images).expect("valid spec")
+    }
+
+    fn node(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
+        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn set<'a>(changes: &'a LabelChanges, key: &str) -> Option<Option<&'a str>> {
+        changes.get(key).map(|v| v.as_deref())
+    }
+
+    const GPU: (&str, &str) = (labels::NFD_PCI_NVIDIA, "true");
+
+    #[test]
+    fn gpu_node_gets_presence_and_deploy_labels_of_enabled_components() {
+        let changes = plan_node(&policy(|_| {}), &node(&[GPU]), ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, labels::GPU_PRESENT), Some(Some("true")));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), Some(Some("true")));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), Some(Some("true")));
+        assert_eq!(set(&changes, RUNTIME_LABEL), Some(Some("containerd")));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.node-status-exporter"), None, "off by default");
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.mig-manager"), None, "not MIG-capable (yet)");
+        assert_eq!(set(&changes, labels::MIG_CONFIG), None);
+    }
+
+    #[test]
+    fn admin_values_are_never_overwritten_and_unchanged_nodes_get_no_patch() {
+        let current = node(&[GPU, ("nvidia.com/gpu.deploy.device-plugin", "false"), ("nvidia.com/gpu.deploy.dcgm-exporter", "paused-for-mig-change")]);
+        let changes = plan_node(&policy(|_| {}), &current, ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), None);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), None);
+        let mut applied = current.clone();
+        for (key, value) in changes {
+            match value {
+                Some(value) => applied.insert(key, value),
+                None => applied.remove(&key),
+            };
+        }
+        assert!(plan_node(&policy(|_| {}), &applied, ContainerRuntime::Containerd).is_empty(), "second pass is a no-op");
+    }
+
+    #[test]
+    fn operands_false_and_disabled_components_remove_only_our_labels() {
+        let current = node(&[GPU, (labels::DEPLOY_OPERANDS, "false"), ("nvidia.com/gpu.deploy.device-plugin", "true"), ("nvidia.com/gpu.deploy.driver", "false")]);
+        let changes = plan_node(&policy(|_| {}), &current, ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), Some(None));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), None, "admin's false stays");
+        let current = node(&[GPU, ("nvidia.com/gpu.deploy.dcgm-exporter", "true")]);
+        let changes = plan_node(&policy(|s| s.dcgm_exporter.enabled = Some(false)), &current, ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), Some(None));
+    }
+
+    #[test]
+    fn mig_capable_nodes_get_the_mig_manager_and_the_default_geometry() {
+        let changes = plan_node(&policy(|_| {}), &node(&[GPU, (MIG_CAPABLE, "true")]), ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.mig-manager"), Some(Some("true")));
+        assert_eq!(set(&changes, labels::MIG_CONFIG), Some(Some("all-disabled")));
+        let chosen = node(&[GPU, (MIG_CAPABLE, "true"), (labels::MIG_CONFIG, "all-1g.10gb")]);
+        assert_eq!(set(&plan_node(&policy(|_| {}), &chosen, ContainerRuntime::Containerd), labels::MIG_CONFIG), None);
+    }
+
+    #[test]
+    fn nodes_without_gpus_are_left_alone_unless_they_had_ours() {
+        assert!(plan_node(&policy(|_| {}), &node(&[]), ContainerRuntime::Containerd).is_empty());
+        let former = node(&[(labels::GPU_PRESENT, "true"), ("nvidia.com/gpu.deploy.driver", "true")]);
+        let changes = plan_node(&policy(|_| {}), &former, ContainerRuntime::Containerd);
+        assert_eq!(set(&changes, labels::GPU_PRESENT), Some(Some("false")));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));
+    }
+
+    #[test]
+    fn cleanup_removes_what_the_operator_wrote() {
+        let current = node(&[GPU, (labels::GPU_PRESENT, "true"), ("nvidia.com/gpu.deploy.driver", "true"), ("nvidia.com/gpu.deploy.device-plugin", "false"), (labels::MIG_CONFIG, "all-disabled"), (RUNTIME_LABEL, "containerd")]);
+        let changes = plan_cleanup(&current);
+        assert_eq!(set(&changes, labels::GPU_PRESENT), Some(None));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), None);
+        assert_eq!(set(&changes, labels::MIG_CONFIG), Some(None));
+        assert_eq!(set(&changes, RUNTIME_LABEL), Some(None));
+    }
+}
