@@ -17,8 +17,11 @@ pub use common::{
     ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, ResourceRequirements, UnknownFields,
 };
 pub use operands::{
-    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DriverSpec, MigManagerSpec,
-    MigPartedConfigRef, MpsSpec, PlainOperandSpec, ToolkitSpec, ValidationStepSpec, ValidatorSpec,
+    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DrainSpec, DriverLicensingConfigSpec,
+    DriverRepoConfigSpec, DriverSpec, DriverUpgradePolicySpec, ExporterServiceSpec, GpuDirectRdmaSpec,
+    HpcJobMappingSpec, ImageAndEnvSpec, MigManagerSpec, MigPartedConfigRef, MpsSpec, PlainOperandSpec,
+    PodDeletionSpec, ServiceMonitorSpec, ToolkitSpec, ValidationStepSpec, ValidatorSpec, VirtualTopologyConfigSpec,
+    WaitForCompletionSpec,
 };
 pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
 
