@@ -4,5 +4,6 @@
 pub mod crd_install;
 pub mod model;
 pub mod plan;
+pub mod render;
 pub mod health;
 pub mod telemetry;

@@ -1,0 +1,283 @@
+//! The pieces operand containers are made of: command lines, env (and how the user's env layers over the
+//! operator's), ports, host-path mounts, and valid object names.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crd::cluster_policy::{ConfigMapRef, EnvVar as SpecEnvVar};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, HostPathVolumeSource, ObjectFieldSelector,
+    SecurityContext, Volume, VolumeMount,
+};
+
+use super::VALIDATIONS_DIR;
+use crate::model::{ClusterFacts, ValidatedPolicy};
+
+/// A container whose command is the first word of `command_line` and whose args are the rest.
+pub(in crate::render) fn container<S: Into<String>>(
+    name: &str,
+    command_line: impl IntoIterator<Item = S>,
+) -> Container {
+    let mut words = command_line.into_iter().map(Into::into);
+    Container {
+        name: name.into(),
+        command: words.next().map(|command| vec![command]),
+        args: non_empty(words.collect()),
+        ..Container::default()
+    }
+}
+
+pub(in crate::render) fn privileged() -> Option<SecurityContext> {
+    Some(SecurityContext {
+        privileged: Some(true),
+        ..SecurityContext::default()
+    })
+}
+
+pub(in crate::render) fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// `NODE_NAME`, from the pod's node: node agents act on (and report for) their own node.
+pub(in crate::render) fn node_name_env() -> EnvVar {
+    EnvVar {
+        name: "NODE_NAME".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "spec.nodeName".into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// `OPERATOR_NAMESPACE`: where the ConfigMaps the policy names live.
+pub(in crate::render) fn namespace_env(facts: &ClusterFacts) -> EnvVar {
+    env("OPERATOR_NAMESPACE", facts.namespace.clone())
+}
+
+/// The operator's env with the user's on top: a user variable replaces the operator's of the same name in
+/// place, and new ones follow in the user's order.
+pub(in crate::render) fn with_user_env(mut env: Vec<EnvVar>, user: &[SpecEnvVar]) -> Vec<EnvVar> {
+    for var in user {
+        let var = EnvVar {
+            name: var.name.clone(),
+            value: var.value.clone(),
+            value_from: None,
+        };
+        match env.iter_mut().find(|existing| existing.name == var.name) {
+            Some(existing) => *existing = var,
+            None => env.push(var),
+        }
+    }
+    env
+}
+
+pub(in crate::render) fn port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
+pub(in crate::render) fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
+    (!items.is_empty()).then_some(items)
+}
+
+pub(in crate::render) fn non_empty_map<V>(map: BTreeMap<String, V>) -> Option<BTreeMap<String, V>> {
+    (!map.is_empty()).then_some(map)
+}
+
+/// The ConfigMap a `{name: ...}` section names; `None` when absent or empty (an empty name turns it off).
+pub(in crate::render) fn config_map_name(reference: Option<&ConfigMapRef>) -> Option<&str> {
+    reference
+        .and_then(|r| r.name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// A host path mounted into a container.
+#[derive(Clone, Debug)]
+pub(in crate::render) struct HostMount {
+    name: &'static str,
+    host_path: String,
+    mount_path: String,
+    read_only: bool,
+    create: bool,
+    propagation: Option<&'static str>,
+}
+
+impl HostMount {
+    pub(in crate::render) fn new(name: &'static str, host_path: &str, mount_path: &str) -> Self {
+        Self {
+            name,
+            host_path: host_path.into(),
+            mount_path: mount_path.into(),
+            read_only: false,
+            create: false,
+            propagation: None,
+        }
+    }
+
+    /// A host path at the same path in the container.
+    pub(in crate::render) fn same(name: &'static str, path: &str) -> Self {
+        Self::new(name, path, path)
+    }
+
+    /// The validator's ready files, created on first use so that waiting operands can start before it.
+    pub(in crate::render) fn validations() -> Self {
+        Self::same("run-nvidia-validations", VALIDATIONS_DIR).create()
+    }
+
+    /// The host's root filesystem (`hostPaths.rootFS`) at `/host`, read-only, seeing mounts made later.
+    pub(in crate::render) fn host_root(policy: &ValidatedPolicy) -> Self {
+        Self::new("host-root", &policy.spec.host_paths.root_fs, "/host")
+            .read_only()
+            .propagation("HostToContainer")
+    }
+
+    pub(in crate::render) fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// Creates the folder on the host when missing (`DirectoryOrCreate`).
+    pub(in crate::render) fn create(mut self) -> Self {
+        self.create = true;
+        self
+    }
+
+    pub(in crate::render) fn propagation(mut self, propagation: &'static str) -> Self {
+        self.propagation = Some(propagation);
+        self
+    }
+
+    pub(super) fn volume(&self) -> Volume {
+        Volume {
+            name: self.name.into(),
+            host_path: Some(HostPathVolumeSource {
+                path: self.host_path.clone(),
+                type_: self.create.then(|| "DirectoryOrCreate".into()),
+            }),
+            ..Volume::default()
+        }
+    }
+
+    pub(super) fn volume_mount(&self) -> VolumeMount {
+        VolumeMount {
+            name: self.name.into(),
+            mount_path: self.mount_path.clone(),
+            read_only: self.read_only.then_some(true),
+            mount_propagation: self.propagation.map(Into::into),
+            ..VolumeMount::default()
+        }
+    }
+}
+
+/// The folder and the file name of a host path, e.g. `/etc/containerd` and `config.toml`.
+pub(in crate::render) fn split_path(path: &str) -> (String, String) {
+    let path = Path::new(path);
+    let folder = path
+        .parent()
+        .map_or_else(|| "/".into(), |p| p.display().to_string());
+    let file = path
+        .file_name()
+        .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    (folder, file)
+}
+
+/// `name` made a valid object name and label value: lower case, characters other than letters, digits, `-`
+/// and `.` replaced by `-`, at most 63 characters. A longer name is cut and ends with a hash of the whole, so
+/// two long names that share a prefix stay distinct.
+pub(in crate::render) fn object_name(name: &str) -> String {
+    const MAX: usize = 63;
+    let clean: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trim = |s: &str| {
+        s.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+            .to_owned()
+    };
+    let clean = trim(&clean);
+    if clean.len() <= MAX {
+        return clean;
+    }
+    let hash = format!("{:08x}", fnv1a(name.as_bytes()));
+    format!("{}-{hash}", trim(&clean[..MAX - hash.len() - 1]))
+}
+
+/// 32-bit FNV-1a: a stable hash with no dependency, for name suffixes only.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5, |hash, byte| {
+        (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_names_are_valid_and_distinct() {
+        assert_eq!(
+            object_name("nvidia-driver-daemonset-ubuntu22.04"),
+            "nvidia-driver-daemonset-ubuntu22.04"
+        );
+        assert_eq!(object_name("Nvidia_Driver+x-"), "nvidia-driver-x");
+        let a = object_name(
+            "nvidia-driver-daemonset-5.15.0-1000-some-very-long-cloud-flavour-generic-ubuntu22.04",
+        );
+        let b = object_name(
+            "nvidia-driver-daemonset-5.15.0-1000-some-very-long-cloud-flavour-generic-ubuntu24.04",
+        );
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn user_env_replaces_in_place_and_appends() {
+        let user = [
+            SpecEnvVar {
+                name: "B".into(),
+                value: Some("user".into()),
+            },
+            SpecEnvVar {
+                name: "C".into(),
+                value: None,
+            },
+        ];
+        let merged = with_user_env(vec![env("A", "1"), env("B", "2")], &user);
+        let names: Vec<_> = merged
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        assert_eq!(names, [("A", Some("1")), ("B", Some("user")), ("C", None)]);
+    }
+
+    #[test]
+    fn paths_split_into_folder_and_file() {
+        assert_eq!(
+            split_path("/etc/containerd/config.toml"),
+            ("/etc/containerd".into(), "config.toml".into())
+        );
+        assert_eq!(
+            split_path("/var/run/docker.sock"),
+            ("/var/run".into(), "docker.sock".into())
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The device plugin (`gpu-device-plugin`): registers GPUs, MIG devices and shared replicas with the kubelet.
+//! It reads its named configurations from the ConfigMap itself and follows edits without a restart, so the
+//! DaemonSet only names the ConfigMap and the default key.
+
+use crd::ClusterPolicySpec;
+
+use super::RenderedObject;
+use super::common::{
+    Awaits, HostMount, OperandDaemonSet, container, namespace_env, node_name_env, privileged,
+};
+use crate::model::{ClusterFacts, Component, ValidatedPolicy};
+
+/// MPS root when `devicePlugin.mps` is unset (the section's own default when it is set).
+const DEFAULT_MPS_ROOT: &str = "/run/nvidia/mps";
+/// Where CDI specifications are written for the container runtime to read.
+const CDI_DIR: &str = "/var/run/cdi";
+
+pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
+    let spec = &policy.spec;
+    let kubelet_root = spec.host_paths.kubelet_root_dir.as_str();
+    let mps_root = spec
+        .device_plugin
+        .mps
+        .as_ref()
+        .map_or(DEFAULT_MPS_ROOT, |mps| mps.root.as_str());
+    let mut command = vec![
+        "gpu-device-plugin".to_owned(),
+        "run".into(),
+        "--mig-strategy".into(),
+        policy.mig_strategy.as_str().into(),
+        "--kubelet-root".into(),
+        kubelet_root.into(),
+        "--mps-root".into(),
+        mps_root.into(),
+    ];
+    command.extend(config_flags(spec, "--config-map"));
+    if spec.cdi.enabled.unwrap_or(true) {
+        command.push("--cdi".into());
+    }
+
+    let mut ds = OperandDaemonSet::new(policy, facts, Component::DevicePlugin);
+    ds.main = container("nvidia-device-plugin", command);
+    ds.main.env = Some(vec![node_name_env(), namespace_env(facts)]);
+    // Privileged: the plugin starts MPS control daemons and opens every GPU's device nodes.
+    ds.main.security_context = privileged();
+    ds.mount(&HostMount::same(
+        "device-plugins",
+        &format!("{kubelet_root}/device-plugins"),
+    ));
+    ds.mount(&HostMount::same("mps-root", mps_root).create());
+    ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());
+    ds.await_validation(Awaits::DriverAndToolkit);
+    vec![ds.build().into()]
+}
+
+/// `<map_flag> <devicePlugin.config.name>` and `--default-config <devicePlugin.config.default>`, for the device
+/// plugin and for feature discovery (sharing changes the labels it writes). Nothing when no ConfigMap is named:
+/// an empty name is how users turn time-slicing off.
+pub(super) fn config_flags(spec: &ClusterPolicySpec, map_flag: &str) -> Vec<String> {
+    let Some(config) = spec.device_plugin.config.as_ref() else {
+        return Vec::new();
+    };
+    let Some(name) = config.name.as_deref().filter(|name| !name.is_empty()) else {
+        return Vec::new();
+    };
+    let mut flags = vec![map_flag.to_owned(), name.to_owned()];
+    if let Some(default) = config
+        .default
+        .as_deref()
+        .filter(|default| !default.is_empty())
+    {
+        flags.extend(["--default-config".to_owned(), default.to_owned()]);
+    }
+    flags
+}

@@ -1,0 +1,414 @@
+//! One golden snapshot per class of option that changes the rendered objects, with the essential facts also
+//! asserted in code so that a wrongly accepted snapshot cannot hide them.
+
+use serde_json::json;
+
+use super::fixture::{
+    container, default_images, env_value, facts, names, node, objects_of, one_node, policy,
+    policy_with, render_component, snapshot,
+};
+use super::render;
+use crate::model::{Component, ContainerRuntime};
+
+#[test]
+fn two_os_pools_get_one_driver_each() {
+    let facts = facts([
+        node("gpu-a"),
+        node("gpu-b").os("rhel", "9.4"),
+        node("gpu-c"),
+    ]);
+    let drivers = render_component(json!({}), &facts, Component::Driver);
+    assert_eq!(
+        names(&drivers),
+        [
+            "nvidia-driver-daemonset-rhel9.4",
+            "nvidia-driver-daemonset-ubuntu22.04"
+        ]
+    );
+    assert_eq!(
+        container(&drivers[0], "nvidia-driver-ctr")["image"],
+        "nvcr.io/nvidia/driver:570.172.08-rhel9.4"
+    );
+    for driver in &drivers {
+        assert_eq!(
+            driver["spec"]["template"]["metadata"]["labels"]["app"],
+            "nvidia-driver-daemonset"
+        );
+    }
+    snapshot("driver_two_os_pools", &drivers);
+}
+
+#[test]
+fn precompiled_drivers_get_one_daemonset_per_kernel() {
+    let facts = facts([
+        node("gpu-a"),
+        node("gpu-b").kernel("6.8.0-45-generic"),
+        node("gpu-c"),
+    ]);
+    let drivers = render_component(
+        json!({"driver": {"usePrecompiled": true}}),
+        &facts,
+        Component::Driver,
+    );
+    assert_eq!(
+        names(&drivers),
+        [
+            "nvidia-driver-daemonset-5.15.0-119-generic-ubuntu22.04",
+            "nvidia-driver-daemonset-6.8.0-45-generic-ubuntu22.04"
+        ]
+    );
+    assert_eq!(
+        container(&drivers[1], "nvidia-driver-ctr")["image"],
+        "nvcr.io/nvidia/driver:570.172.08-6.8.0-45-generic-ubuntu22.04"
+    );
+    snapshot("driver_precompiled", &drivers);
+}
+
+#[test]
+fn driver_auto_upgrade_rolls() {
+    let spec = json!({"driver": {"upgradePolicy": {"autoUpgrade": true, "maxUnavailable": "25%"}}});
+    let drivers = render_component(spec, &one_node(), Component::Driver);
+    assert_eq!(
+        drivers[0]["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}})
+    );
+    let default = render_component(json!({}), &one_node(), Component::Driver);
+    assert_eq!(
+        default[0]["spec"]["updateStrategy"],
+        json!({"type": "OnDelete"})
+    );
+    snapshot("driver_auto_upgrade", &drivers);
+}
+
+#[test]
+fn driver_manager_and_driver_options() {
+    let spec = json!({"driver": {
+        "manager": {"repository": "registry.local/nvidia", "image": "k8s-driver-manager", "version": "v0.8.1",
+                    "imagePullSecrets": ["manager-pull"], "env": [{"name": "ENABLE_GPU_POD_EVICTION", "value": "true"}]},
+        "kernelModuleType": "open",
+        "repoConfig": {"configMapName": "apt-mirror"},
+        "certConfig": {"name": "proxy-ca"},
+        "kernelModuleConfig": {"name": "nvidia-module-params"},
+        "secretEnv": "driver-secrets",
+        "startupProbe": {"failureThreshold": 240},
+        "livenessProbe": {"periodSeconds": 30},
+        "readinessProbe": {"initialDelaySeconds": 5},
+    }});
+    let drivers = render_component(spec, &one_node(), Component::Driver);
+    let manager = container(&drivers[0], "k8s-driver-manager");
+    assert_eq!(
+        manager["image"],
+        "registry.local/nvidia/k8s-driver-manager:v0.8.1"
+    );
+    assert_eq!(env_value(manager, "ENABLE_GPU_POD_EVICTION"), Some("true"));
+    assert_eq!(
+        env_value(
+            container(&drivers[0], "nvidia-driver-ctr"),
+            "KERNEL_MODULE_TYPE"
+        ),
+        Some("open")
+    );
+    snapshot("driver_manager_and_options", &drivers);
+
+    let mut images = default_images();
+    images.0.remove("DRIVER_MANAGER_IMAGE");
+    let without_manager = policy_with(json!({}), &images);
+    let drivers = objects_of(&render(&without_manager, &one_node()), Component::Driver);
+    assert!(
+        drivers[0]["spec"]["template"]["spec"]["initContainers"].is_null(),
+        "no manager image, no init container"
+    );
+}
+
+#[test]
+fn toolkit_per_runtime() {
+    let facts = facts([
+        node("gpu-k3s").runtime(ContainerRuntime::K3sContainerd),
+        node("gpu-crio").runtime(ContainerRuntime::CriO),
+        node("gpu-docker").runtime(ContainerRuntime::Docker),
+    ]);
+    let toolkits = render_component(json!({}), &facts, Component::ContainerToolkit);
+    assert_eq!(
+        names(&toolkits),
+        [
+            "nvidia-container-toolkit-daemonset-k3s",
+            "nvidia-container-toolkit-daemonset-crio",
+            "nvidia-container-toolkit-daemonset-docker"
+        ]
+    );
+    let ctr = container(&toolkits[0], "nvidia-container-toolkit-ctr");
+    assert_eq!(env_value(ctr, "RUNTIME"), Some("containerd"));
+    assert_eq!(
+        env_value(ctr, "RUNTIME_SOCKET"),
+        Some("/runtime/sock-dir/containerd.sock")
+    );
+    let volumes = &toolkits[0]["spec"]["template"]["spec"]["volumes"];
+    assert_eq!(
+        volumes[0]["hostPath"]["path"],
+        "/var/lib/rancher/k3s/agent/etc/containerd"
+    );
+    assert_eq!(volumes[1]["hostPath"]["path"], "/run/k3s/containerd");
+    assert_eq!(
+        env_value(
+            container(&toolkits[2], "nvidia-container-toolkit-ctr"),
+            "RUNTIME_CONFIG"
+        ),
+        Some("/runtime/config-dir/daemon.json")
+    );
+    snapshot("toolkit_k3s_crio_docker", &toolkits);
+}
+
+#[test]
+fn toolkit_disabled_validates_the_driver_only() {
+    let objects = render(&policy(json!({"toolkit": {"enabled": false}})), &one_node());
+    let validator = &objects_of(&objects, Component::OperatorValidator)[0];
+    let init = validator["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        init.iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["driver-validation"]
+    );
+    let plugin = &objects_of(&objects, Component::DevicePlugin)[0];
+    assert_eq!(
+        container(plugin, "toolkit-validation")["args"],
+        json!(["validate", "wait", "--for", "driver"])
+    );
+    snapshot(
+        "toolkit_disabled_validator",
+        &objects_of(&objects, Component::OperatorValidator),
+    );
+}
+
+#[test]
+fn device_plugin_config_mig_mixed_cdi_off() {
+    let spec = json!({
+        "devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}, "mps": {"root": "/var/mps"}},
+        "mig": {"strategy": "mixed"},
+        "cdi": {"enabled": false},
+        "hostPaths": {"kubeletRootDir": "/var/lib/k0s/kubelet"},
+    });
+    let objects = render(&policy(spec), &one_node());
+    let plugin = objects_of(&objects, Component::DevicePlugin);
+    assert_eq!(
+        container(&plugin[0], "nvidia-device-plugin")["args"],
+        json!([
+            "run",
+            "--mig-strategy",
+            "mixed",
+            "--kubelet-root",
+            "/var/lib/k0s/kubelet",
+            "--mps-root",
+            "/var/mps",
+            "--config-map",
+            "time-slicing-config-all",
+            "--default-config",
+            "any"
+        ])
+    );
+    snapshot("device_plugin_config_mixed_no_cdi", &plugin);
+    let discovery = objects_of(&objects, Component::GpuFeatureDiscovery);
+    assert_eq!(
+        container(&discovery[0], "gpu-feature-discovery")["args"],
+        json!([
+            "discovery",
+            "--mig-strategy",
+            "mixed",
+            "--device-plugin-config-map",
+            "time-slicing-config-all",
+            "--default-config",
+            "any"
+        ])
+    );
+    snapshot("discovery_config_mixed", &discovery);
+}
+
+#[test]
+fn mig_manager_with_reboot_and_gpu_clients() {
+    let spec = json!({"migManager": {
+        "env": [{"name": "WITH_REBOOT", "value": "true"}],
+        "config": {"name": "custom-mig-parted-config", "default": ""},
+        "gpuClientsConfig": {"name": "gpu-clients"},
+    }});
+    let managers = render_component(spec, &one_node(), Component::MigManager);
+    let manager = container(&managers[0], "nvidia-mig-manager");
+    assert_eq!(env_value(manager, "WITH_REBOOT"), Some("true"));
+    assert_eq!(
+        manager["args"],
+        json!([
+            "mig",
+            "--config-map",
+            "custom-mig-parted-config",
+            "--gpu-clients-config-map",
+            "gpu-clients"
+        ])
+    );
+    snapshot("mig_manager_reboot_gpu_clients", &managers);
+}
+
+#[test]
+fn exporter_host_network_node_port_and_service_monitor() {
+    let spec = json!({"dcgmExporter": {
+        "hostNetwork": true,
+        "hostPID": true,
+        "config": {"name": "custom-metrics"},
+        "podLabels": {"team": "ml"},
+        "podAnnotations": {"prometheus.io/scrape": "false"},
+        "service": {"type": "NodePort", "internalTrafficPolicy": "Local"},
+        "serviceMonitor": {
+            "enabled": true, "interval": "15s", "honorLabels": true,
+            "additionalLabels": {"release": "kube-prometheus-stack"},
+            "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance", "action": "replace"}],
+        },
+    }});
+    let objects = render_component(spec, &one_node(), Component::DcgmExporter);
+    let kinds: Vec<_> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["DaemonSet", "Service", "ServiceMonitor"]);
+    assert_eq!(objects[1]["spec"]["type"], "NodePort");
+    assert_eq!(
+        objects[2]["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(
+        objects[2]["spec"]["endpoints"][0]["port"],
+        objects[1]["spec"]["ports"][0]["name"]
+    );
+    snapshot("exporter_host_network_node_port_service_monitor", &objects);
+}
+
+#[test]
+fn every_daemonsets_option_on_one_operand() {
+    let spec = json!({"daemonsets": {
+        "labels": {"team": "gpu-platform"},
+        "annotations": {"example.com/owner": "gpu-platform"},
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "priorityClassName": "system-node-critical",
+        "updateStrategy": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "25%"},
+        "podSecurityContext": {"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": {"pool": "gpu", "nvidia.com/gpu.deploy.device-plugin": "false"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a100"]}]}]}}},
+    }});
+    let plugin = render_component(spec, &one_node(), Component::DevicePlugin);
+    let pod = &plugin[0]["spec"]["template"];
+    assert_eq!(
+        pod["spec"]["nodeSelector"]["nvidia.com/gpu.deploy.device-plugin"], "true",
+        "the deploy label wins"
+    );
+    assert_eq!(pod["metadata"]["labels"]["team"], "gpu-platform");
+    assert_eq!(
+        plugin[0]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        "25%"
+    );
+    snapshot("daemonsets_options_device_plugin", &plugin);
+
+    let on_delete = render_component(
+        json!({"daemonsets": {"updateStrategy": "OnDelete"}}),
+        &one_node(),
+        Component::DevicePlugin,
+    );
+    assert_eq!(
+        on_delete[0]["spec"]["updateStrategy"],
+        json!({"type": "OnDelete"})
+    );
+}
+
+#[test]
+fn images_by_digest_and_alone() {
+    let spec = json!({
+        "devicePlugin": {"repository": "registry.local/gpu", "image": "device-plugin", "version": "sha256:0123456789abcdef"},
+        "gfd": {"image": "registry.local/gpu/node-agent:custom"},
+        "driver": {"repository": "registry.local/nvidia", "image": "driver", "version": "sha256:fedcba9876543210"},
+    });
+    let objects = render(&policy(spec), &one_node());
+    let images: Vec<_> = [
+        Component::Driver,
+        Component::DevicePlugin,
+        Component::GpuFeatureDiscovery,
+    ]
+    .into_iter()
+    .map(|component| {
+        objects_of(&objects, component)[0]["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone()
+    })
+    .collect();
+    assert_eq!(
+        images,
+        [
+            "registry.local/nvidia/driver@sha256:fedcba9876543210",
+            "registry.local/gpu/device-plugin@sha256:0123456789abcdef",
+            "registry.local/gpu/node-agent:custom"
+        ]
+    );
+    snapshot(
+        "image_digest_device_plugin",
+        &objects_of(&objects, Component::DevicePlugin),
+    );
+    snapshot(
+        "image_alone_discovery",
+        &objects_of(&objects, Component::GpuFeatureDiscovery),
+    );
+}
+
+#[test]
+fn container_settings_from_the_section() {
+    let spec = json!({"toolkit": {
+        "imagePullPolicy": "Always",
+        "imagePullSecrets": ["nvcr-pull"],
+        "resources": {"limits": {"cpu": "500m", "memory": "512Mi"}, "requests": {"cpu": "100m"}},
+        "args": ["--debug"],
+        "env": [{"name": "RUNTIME_CONFIG", "value": "/runtime/config-dir/config.toml.tmpl"}, {"name": "CONTAINERD_SET_AS_DEFAULT", "value": "true"}],
+    }, "validator": {"imagePullSecrets": ["validator-pull"]}});
+    let toolkits = render_component(spec, &one_node(), Component::ContainerToolkit);
+    let ctr = container(&toolkits[0], "nvidia-container-toolkit-ctr");
+    assert_eq!(
+        env_value(ctr, "RUNTIME_CONFIG"),
+        Some("/runtime/config-dir/config.toml.tmpl"),
+        "user env wins"
+    );
+    assert_eq!(
+        ctr["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "RUNTIME_CONFIG")
+            .count(),
+        1
+    );
+    assert_eq!(ctr["args"], json!(["--debug"]));
+    assert_eq!(
+        toolkits[0]["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "nvcr-pull"}, {"name": "validator-pull"}])
+    );
+    snapshot("container_settings_toolkit", &toolkits);
+}
+
+#[test]
+fn node_status_exporter_enabled() {
+    let exporters = render_component(
+        json!({"nodeStatusExporter": {"enabled": true}}),
+        &one_node(),
+        Component::NodeStatusExporter,
+    );
+    assert_eq!(names(&exporters), ["nvidia-node-status-exporter"]);
+    snapshot("node_status_exporter_enabled", &exporters);
+}
+
+#[test]
+fn dcgm_host_port() {
+    let dcgm = render_component(
+        json!({"dcgm": {"hostPort": 5555}}),
+        &one_node(),
+        Component::Dcgm,
+    );
+    assert_eq!(
+        container(&dcgm[0], "nvidia-dcgm-ctr")["ports"][0]["hostPort"],
+        5555
+    );
+}
