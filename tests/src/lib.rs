@@ -6,6 +6,7 @@
 //! - `E2E_OPERATOR_BIN`: the `gpu-operator` binary built from this checkout;
 //! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -42,14 +43,22 @@ pub fn run(program: &str, args: &[&str]) -> Run {
     let output = Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|error| panic!("cannot start {program}: {error} (run the tests with `cargo xtask e2e`)"));
+        .unwrap_or_else(|error| {
+            panic!("cannot start {program}: {error} (run the tests with `cargo xtask e2e`)")
+        });
     output.into()
 }
 
 /// Runs a program that must succeed and returns its standard output.
 pub fn ok(program: &str, args: &[&str]) -> String {
     let result = run(program, args);
-    assert!(result.success, "`{program} {}` failed:\n{}\n{}", args.join(" "), result.stdout, result.stderr);
+    assert!(
+        result.success,
+        "`{program} {}` failed:\n{}\n{}",
+        args.join(" "),
+        result.stdout,
+        result.stderr
+    );
     result.stdout
 }
 
@@ -75,7 +84,12 @@ pub fn kubectl_apply(manifest: &str, extra: &[&str]) -> Run {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start kubectl");
-    child.stdin.take().expect("stdin").write_all(manifest.as_bytes()).expect("write manifest");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(manifest.as_bytes())
+        .expect("write manifest");
     child.wait_with_output().expect("kubectl apply").into()
 }
 
@@ -86,12 +100,16 @@ pub fn repo_root() -> PathBuf {
 }
 
 pub fn chart_dir() -> String {
-    repo_root().join("charts/gpu-operator").display().to_string()
+    repo_root()
+        .join("charts/gpu-operator")
+        .display()
+        .to_string()
 }
 
 pub fn fixture(name: &str) -> String {
     let path = repo_root().join("tests/fixtures").join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
 }
 
 pub fn operator_bin() -> String {
@@ -114,8 +132,19 @@ pub fn chart_installed() {
             ok(
                 "helm",
                 &[
-                    "install", "--wait", "--timeout", "180s", RELEASE, "-n", NAMESPACE, "--create-namespace", &chart,
-                    "--set", "driver.enabled=false", "--set", "nfd.enabled=false",
+                    "install",
+                    "--wait",
+                    "--timeout",
+                    "180s",
+                    RELEASE,
+                    "-n",
+                    NAMESPACE,
+                    "--create-namespace",
+                    &chart,
+                    "--set",
+                    "driver.enabled=false",
+                    "--set",
+                    "nfd.enabled=false",
                 ],
             );
         }
@@ -123,7 +152,10 @@ pub fn chart_installed() {
 }
 
 /// Polls `check` until it returns `Ok(Some(value))` or the timeout passes; the last error explains a timeout.
-pub fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> anyhow::Result<Option<T>>) -> anyhow::Result<T> {
+pub fn eventually<T>(
+    timeout: Duration,
+    mut check: impl FnMut() -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
     let start = Instant::now();
     let mut last = None;
     while start.elapsed() < timeout {
@@ -145,10 +177,113 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A kubeconfig for the operator's ServiceAccount, so that the operator runs with exactly the chart's RBAC.
+pub fn operator_kubeconfig() -> PathBuf {
+    let token = kubectl(&[
+        "create",
+        "token",
+        "gpu-operator",
+        "-n",
+        NAMESPACE,
+        "--duration",
+        "1h",
+    ]);
+    let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": "operator", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+    });
+    let path = std::env::temp_dir().join(format!("e2e-operator-{}.kubeconfig", std::process::id()));
+    std::fs::write(&path, config.to_string()).expect("write operator kubeconfig");
+    path
+}
+
+/// The operator running as a local process, as the chart's Deployment runs it (`gpu-operator run`), with the
+/// chart's ServiceAccount token; killed when dropped.
+#[derive(Debug)]
+pub struct Operator {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Operator {
+    /// Starts the operator and waits until it is ready (CRDs applied, leader, caches synced).
+    pub fn start(identity: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(operator_bin())
+            .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
+            .env("KUBECONFIG", operator_kubeconfig())
+            .env("OPERATOR_NAMESPACE", NAMESPACE)
+            .env("POD_NAME", identity)
+            .env("RUST_LOG", "info,operator=debug")
+            .spawn()
+            .expect("start gpu-operator");
+        let operator = Self { child, port };
+        eventually(Duration::from_secs(90), || {
+            Ok((http_status(port, "/readyz") == Some(200)).then_some(()))
+        })
+        .expect("operator became ready");
+        operator
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Write requests (create, update, patch, delete) the API server's audit log recorded from `user` since line
+/// `from` of the log, by resource; `E2E_AUDIT_LOG` names the log (`cargo xtask e2e` sets it).
+pub fn audited_writes(user: &str, from: usize) -> (usize, BTreeMap<String, usize>) {
+    let path = std::env::var("E2E_AUDIT_LOG").expect("E2E_AUDIT_LOG is set by `cargo xtask e2e`");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut writes = BTreeMap::new();
+    for line in lines.iter().skip(from) {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let verb = entry["verb"].as_str().unwrap_or_default();
+        if entry["user"]["username"] == user
+            && matches!(
+                verb,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+        {
+            let resource = entry["objectRef"]["resource"].as_str().unwrap_or_default();
+            let subresource = entry["objectRef"]["subresource"]
+                .as_str()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default();
+            *writes
+                .entry(format!("{verb} {resource}{subresource}"))
+                .or_insert(0) += 1;
+        }
+    }
+    (lines.len(), writes)
 }
 
 /// Every leaf of `written` must appear with the same value in `read`; returns the paths that do not. `read`
@@ -182,7 +317,10 @@ mod tests {
     fn missing_fields_finds_dropped_and_changed_leaves() {
         let written = json!({"a": {"b": 1, "c": [1, 2]}, "d": "x"});
         let read = json!({"a": {"b": 1, "c": [1, 3], "extra": true}});
-        assert_eq!(missing_fields(&written, &read, "spec"), vec!["spec.a.c[1]: wrote 2, read 3", "spec.d"]);
+        assert_eq!(
+            missing_fields(&written, &read, "spec"),
+            vec!["spec.a.c[1]: wrote 2, read 3", "spec.d"]
+        );
         assert!(missing_fields(&written, &written, "spec").is_empty());
     }
 }

@@ -3,8 +3,6 @@
 //! rules reject bad input with their messages, `kubectl explain` and `kubectl get` show what users expect, and
 //! the operator upgrades its CRDs at start with nothing but its own RBAC.
 
-use std::net::TcpListener;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use e2e::*;
@@ -15,17 +13,37 @@ use serde_json::{Value, json};
 fn helm_installs_crds_and_default_cluster_policy() {
     chart_installed();
     for crd in ["clusterpolicies.nvidia.com", "gpunodes.nvidia.com"] {
-        let established = kubectl(&["get", "crd", crd, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"]);
+        let established = kubectl(&[
+            "get",
+            "crd",
+            crd,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+        ]);
         assert_eq!(established, "True", "{crd} is established");
     }
     let policy = kubectl_json(&["get", "clusterpolicy", "cluster-policy"]);
-    assert_eq!(policy["spec"]["driver"]["enabled"], json!(false), "--set driver.enabled=false reached the CR");
+    assert_eq!(
+        policy["spec"]["driver"]["enabled"],
+        json!(false),
+        "--set driver.enabled=false reached the CR"
+    );
     assert_eq!(policy["spec"]["mig"]["strategy"], "single");
-    assert_eq!(policy["spec"]["migManager"]["config"]["default"], "all-disabled");
+    assert_eq!(
+        policy["spec"]["migManager"]["config"]["default"],
+        "all-disabled"
+    );
     assert_eq!(policy["spec"]["devicePlugin"]["image"], "gpu-device-plugin");
     let deployment = kubectl_json(&["get", "deployment", "gpu-operator", "-n", NAMESPACE]);
-    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["args"], json!(["run"]));
-    assert_eq!(deployment["status"]["readyReplicas"], json!(1), "helm --wait saw the operator pod ready (kwok)");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"],
+        json!(["run"])
+    );
+    assert_eq!(
+        deployment["status"]["readyReplicas"],
+        json!(1),
+        "helm --wait saw the operator pod ready (kwok)"
+    );
 }
 
 #[test]
@@ -34,16 +52,35 @@ fn nvidia_shaped_policy_applies_unchanged_and_reads_back_whole() {
     chart_installed();
     let manifest = fixture("nvidia-clusterpolicy.yaml");
     let applied = kubectl_apply(&manifest, &["--validate=strict"]);
-    assert!(applied.success, "NVIDIA-shaped ClusterPolicy rejected:\n{}", applied.stderr);
-    assert!(applied.stderr.is_empty(), "kubectl warned about fields: {}", applied.stderr);
+    assert!(
+        applied.success,
+        "NVIDIA-shaped ClusterPolicy rejected:\n{}",
+        applied.stderr
+    );
+    assert!(
+        applied.stderr.is_empty(),
+        "kubectl warned about fields: {}",
+        applied.stderr
+    );
 
     let written: Value = serde_saphyr::from_str(&manifest).expect("fixture is YAML");
     let read = kubectl_json(&["get", "clusterpolicy", "nvidia-sample"]);
     let missing = missing_fields(&written["spec"], &read["spec"], "spec");
-    assert!(missing.is_empty(), "fields lost or changed on the way through the API server: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "fields lost or changed on the way through the API server: {missing:#?}"
+    );
 
     // A field this version does not know (a newer NVIDIA field, or a typo) is kept, not pruned.
-    kubectl(&["patch", "clusterpolicy", "nvidia-sample", "--type", "merge", "-p", r#"{"spec":{"driver":{"futureField":{"x":1}}}}"#]);
+    kubectl(&[
+        "patch",
+        "clusterpolicy",
+        "nvidia-sample",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"driver":{"futureField":{"x":1}}}}"#,
+    ]);
     let read = kubectl_json(&["get", "clusterpolicy", "nvidia-sample"]);
     assert_eq!(read["spec"]["driver"]["futureField"], json!({"x": 1}));
     kubectl(&["delete", "clusterpolicy", "nvidia-sample"]);
@@ -56,42 +93,108 @@ fn guide_patch_commands_work_verbatim() {
     // The two commands from NVIDIA's guides, character for character (the -n flag is ignored for a
     // cluster-scoped resource, as it is with NVIDIA's operator).
     kubectl(&[
-        "patch", "clusterpolicies.nvidia.com/cluster-policy", "-n", "gpu-operator", "--type", "merge", "-p",
+        "patch",
+        "clusterpolicies.nvidia.com/cluster-policy",
+        "-n",
+        "gpu-operator",
+        "--type",
+        "merge",
+        "-p",
         r#"{"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}"#,
     ]);
     kubectl(&[
-        "patch", "clusterpolicy/cluster-policy", "-n", "gpu-operator", "--type", "merge", "-p",
+        "patch",
+        "clusterpolicy/cluster-policy",
+        "-n",
+        "gpu-operator",
+        "--type",
+        "merge",
+        "-p",
         r#"{"spec": {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}}"#,
     ]);
     let policy = kubectl_json(&["get", "clusterpolicy", "cluster-policy"]);
-    assert_eq!(policy["spec"]["devicePlugin"]["config"], json!({"name": "time-slicing-config-all", "default": "any"}));
-    assert_eq!(policy["spec"]["migManager"]["env"], json!([{"name": "WITH_REBOOT", "value": "true"}]));
+    assert_eq!(
+        policy["spec"]["devicePlugin"]["config"],
+        json!({"name": "time-slicing-config-all", "default": "any"})
+    );
+    assert_eq!(
+        policy["spec"]["migManager"]["env"],
+        json!([{"name": "WITH_REBOOT", "value": "true"}])
+    );
     // And the guide's way back: an empty config name removes time-slicing.
-    kubectl(&["patch", "clusterpolicy/cluster-policy", "--type", "merge", "-p", r#"{"spec": {"devicePlugin": {"config": {"name": "", "default": ""}}}}"#]);
+    kubectl(&[
+        "patch",
+        "clusterpolicy/cluster-policy",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec": {"devicePlugin": {"config": {"name": "", "default": ""}}}}"#,
+    ]);
 }
 
 /// Each rule with a bad policy fragment and the words its rejection must contain.
 fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
     vec![
-        ("partial image triple", json!({"devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin"}}),
-         "spec.devicePlugin: Invalid value: \"object\": repository, image and version must be set together"),
-        ("image triple without image", json!({"driver": {"repository": "nvcr.io/nvidia", "version": "570.172.08"}}),
-         "spec.driver: Invalid value: \"object\": repository, image and version must be set together"),
-        ("mig strategy", json!({"mig": {"strategy": "both"}}), "mig.strategy must be none, single or mixed"),
-        ("device plugin default without name", json!({"devicePlugin": {"config": {"default": "any"}}}),
-         "set devicePlugin.config.name to that ConfigMap, or remove devicePlugin.config.default"),
-        ("update strategy", json!({"daemonsets": {"updateStrategy": "Recreate"}}), "daemonsets.updateStrategy must be RollingUpdate or OnDelete"),
-        ("max unavailable", json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": "one"}}}),
-         "daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage"),
-        ("negative max unavailable", json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": -1}}}),
-         "daemonsets.rollingUpdate.maxUnavailable must be a whole number"),
-        ("driver upgrade max unavailable", json!({"driver": {"upgradePolicy": {"maxUnavailable": "half"}}}),
-         "driver.upgradePolicy.maxUnavailable must be a whole number"),
-        ("image pull policy", json!({"toolkit": {"imagePullPolicy": "Sometimes"}}), "imagePullPolicy must be Always, Never or IfNotPresent"),
-        ("kernel module type", json!({"driver": {"kernelModuleType": "closed"}}), "driver.kernelModuleType must be auto, open or proprietary"),
-        ("mig manager default", json!({"migManager": {"config": {"default": "all-1g.5gb"}}}),
-         "migManager.config.default must be all-disabled or empty"),
-        ("default runtime", json!({"operator": {"defaultRuntime": "podman"}}), "operator.defaultRuntime must be containerd, crio or docker"),
+        (
+            "partial image triple",
+            json!({"devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin"}}),
+            "spec.devicePlugin: Invalid value: \"object\": repository, image and version must be set together",
+        ),
+        (
+            "image triple without image",
+            json!({"driver": {"repository": "nvcr.io/nvidia", "version": "570.172.08"}}),
+            "spec.driver: Invalid value: \"object\": repository, image and version must be set together",
+        ),
+        (
+            "mig strategy",
+            json!({"mig": {"strategy": "both"}}),
+            "mig.strategy must be none, single or mixed",
+        ),
+        (
+            "device plugin default without name",
+            json!({"devicePlugin": {"config": {"default": "any"}}}),
+            "set devicePlugin.config.name to that ConfigMap, or remove devicePlugin.config.default",
+        ),
+        (
+            "update strategy",
+            json!({"daemonsets": {"updateStrategy": "Recreate"}}),
+            "daemonsets.updateStrategy must be RollingUpdate or OnDelete",
+        ),
+        (
+            "max unavailable",
+            json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": "one"}}}),
+            "daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage",
+        ),
+        (
+            "negative max unavailable",
+            json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": -1}}}),
+            "daemonsets.rollingUpdate.maxUnavailable must be a whole number",
+        ),
+        (
+            "driver upgrade max unavailable",
+            json!({"driver": {"upgradePolicy": {"maxUnavailable": "half"}}}),
+            "driver.upgradePolicy.maxUnavailable must be a whole number",
+        ),
+        (
+            "image pull policy",
+            json!({"toolkit": {"imagePullPolicy": "Sometimes"}}),
+            "imagePullPolicy must be Always, Never or IfNotPresent",
+        ),
+        (
+            "kernel module type",
+            json!({"driver": {"kernelModuleType": "closed"}}),
+            "driver.kernelModuleType must be auto, open or proprietary",
+        ),
+        (
+            "mig manager default",
+            json!({"migManager": {"config": {"default": "all-1g.5gb"}}}),
+            "migManager.config.default must be all-disabled or empty",
+        ),
+        (
+            "default runtime",
+            json!({"operator": {"defaultRuntime": "podman"}}),
+            "operator.defaultRuntime must be containerd, crio or docker",
+        ),
     ]
 }
 
@@ -104,7 +207,10 @@ fn cel_rules_reject_bad_input_with_their_message() {
         let manifest = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cel-check"}, "spec": spec});
         let result = kubectl_apply(&manifest.to_string(), &["--dry-run=server"]);
         if result.success || !result.stderr.contains(message) {
-            failures.push(format!("{case}: expected rejection containing {message:?}, got success={} stderr={}", result.success, result.stderr));
+            failures.push(format!(
+                "{case}: expected rejection containing {message:?}, got success={} stderr={}",
+                result.success, result.stderr
+            ));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
@@ -123,22 +229,45 @@ fn cel_rules_reject_bad_input_with_their_message() {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn chart_rejects_embedded_sharing_configs_with_too_few_replicas() {
     let chart = chart_dir();
-    let bad = run("helm", &[
-        "template", "gpu-operator", &chart,
-        "--set", "devicePlugin.config.create=true", "--set", "devicePlugin.config.name=sharing",
-        "--set-string", "devicePlugin.config.data.slice-1=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n",
-    ]);
+    let bad = run(
+        "helm",
+        &[
+            "template",
+            "gpu-operator",
+            &chart,
+            "--set",
+            "devicePlugin.config.create=true",
+            "--set",
+            "devicePlugin.config.name=sharing",
+            "--set-string",
+            "devicePlugin.config.data.slice-1=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n",
+        ],
+    );
     assert!(!bad.success);
     assert!(
         bad.stderr.contains("devicePlugin.config.data.slice-1: sharing.timeSlicing.resources[0].replicas is 1; replicas must be at least 2"),
         "{}", bad.stderr
     );
-    let good = ok("helm", &[
-        "template", "gpu-operator", &chart,
-        "--set", "devicePlugin.config.create=true", "--set", "devicePlugin.config.name=sharing", "--set", "devicePlugin.config.default=slice-4",
-        "--set-string", "devicePlugin.config.data.slice-4=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
-    ]);
-    assert!(good.contains("kind: ConfigMap") && good.contains("replicas: 4"), "{good}");
+    let good = ok(
+        "helm",
+        &[
+            "template",
+            "gpu-operator",
+            &chart,
+            "--set",
+            "devicePlugin.config.create=true",
+            "--set",
+            "devicePlugin.config.name=sharing",
+            "--set",
+            "devicePlugin.config.default=slice-4",
+            "--set-string",
+            "devicePlugin.config.data.slice-4=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        ],
+    );
+    assert!(
+        good.contains("kind: ConfigMap") && good.contains("replicas: 4"),
+        "{good}"
+    );
 }
 
 #[test]
@@ -146,7 +275,10 @@ fn chart_rejects_embedded_sharing_configs_with_too_few_replicas() {
 fn kubectl_explain_shows_our_descriptions() {
     chart_installed();
     let explained = eventually(Duration::from_secs(30), || {
-        let out = run("kubectl", &["explain", "clusterpolicy.spec.devicePlugin.config"]);
+        let out = run(
+            "kubectl",
+            &["explain", "clusterpolicy.spec.devicePlugin.config"],
+        );
         Ok((out.success && out.stdout.contains("FIELDS")).then_some(out.stdout))
     })
     .expect("kubectl explain answered");
@@ -155,7 +287,10 @@ fn kubectl_explain_shows_our_descriptions() {
         "nvidia.com/device-plugin.config label",
         "whose keys are device-plugin configurations",
     ] {
-        assert!(explained.contains(words), "`kubectl explain` lacks {words:?}:\n{explained}");
+        assert!(
+            explained.contains(words),
+            "`kubectl explain` lacks {words:?}:\n{explained}"
+        );
     }
 }
 
@@ -164,8 +299,17 @@ fn kubectl_explain_shows_our_descriptions() {
 fn kubectl_get_shows_the_columns() {
     chart_installed();
     let table = kubectl(&["get", "clusterpolicy"]);
-    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "STATUS", "READY", "GPU", "NODES", "AGE"], "{table}");
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "READY", "GPU", "NODES", "AGE"],
+        "{table}"
+    );
     assert!(table.contains("cluster-policy"));
     let gpunodes = kubectl(&["get", "gpunodes"]);
     assert!(gpunodes.contains("No resources found"), "{gpunodes}");
@@ -176,34 +320,19 @@ fn kubectl_get_shows_the_columns() {
         .flatten()
         .filter_map(|column| column["name"].as_str())
         .collect();
-    assert_eq!(names, ["Product", "GPUs", "MIG Config", "MIG State", "Health", "Age"]);
+    assert_eq!(
+        names,
+        [
+            "Product",
+            "GPUs",
+            "MIG Config",
+            "MIG State",
+            "Health",
+            "Age"
+        ]
+    );
     let short = run("kubectl", &["get", "gpun"]);
     assert!(short.success, "short name gpun: {}", short.stderr);
-}
-
-/// A kubeconfig for the operator's ServiceAccount, so that the operator runs with exactly the chart's RBAC.
-fn operator_kubeconfig() -> std::path::PathBuf {
-    let token = kubectl(&["create", "token", "gpu-operator", "-n", NAMESPACE, "--duration", "1h"]);
-    let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
-    let cluster = &admin["clusters"][0]["cluster"];
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": "operator", "user": {"token": token.trim()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
-    });
-    let path = std::env::temp_dir().join(format!("e2e-operator-{}.kubeconfig", std::process::id()));
-    std::fs::write(&path, config.to_string()).expect("write operator kubeconfig");
-    path
-}
-
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -212,32 +341,52 @@ fn operator_upgrades_crds_that_helm_upgrade_leaves_alone() {
     chart_installed();
     // An older release's CRD: without this version's daemonsets.nodeSelector field.
     let path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/daemonsets/properties/nodeSelector";
-    kubectl(&["patch", "crd", "clusterpolicies.nvidia.com", "--type", "json", "-p", &json!([{"op": "remove", "path": path}]).to_string()]);
+    kubectl(&[
+        "patch",
+        "crd",
+        "clusterpolicies.nvidia.com",
+        "--type",
+        "json",
+        "-p",
+        &json!([{"op": "remove", "path": path}]).to_string(),
+    ]);
     let has_field = || {
         let crd = kubectl_json(&["get", "crd", "clusterpolicies.nvidia.com"]);
-        !crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["daemonsets"]["properties"]["nodeSelector"].is_null()
+        !crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["daemonsets"]["properties"]["nodeSelector"]
+            .is_null()
     };
     assert!(!has_field());
 
     // helm upgrade never touches crds/: the old schema stays.
-    ok("helm", &["upgrade", "--wait", RELEASE, "-n", NAMESPACE, &chart_dir(), "--reuse-values"]);
+    ok(
+        "helm",
+        &[
+            "upgrade",
+            "--wait",
+            RELEASE,
+            "-n",
+            NAMESPACE,
+            &chart_dir(),
+            "--reuse-values",
+        ],
+    );
     assert!(!has_field(), "helm upgrade unexpectedly updated the CRD");
 
     // The operator, started as the chart's Deployment starts it and with only the chart's RBAC, brings the
     // schema up to date and then reports ready.
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let _operator = Operator(
-        Command::new(operator_bin())
-            .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
-            .env("KUBECONFIG", operator_kubeconfig())
-            .spawn()
-            .expect("start gpu-operator"),
+    let _operator = Operator::start("crd-upgrade");
+    assert!(
+        has_field(),
+        "the operator did not restore daemonsets.nodeSelector in the CRD"
     );
-    eventually(Duration::from_secs(60), || {
-        Ok((http_status(port, "/readyz") == Some(200)).then_some(()))
-    })
-    .expect("operator became ready");
-    assert!(has_field(), "the operator did not restore daemonsets.nodeSelector in the CRD");
-    let managers = kubectl(&["get", "crd", "clusterpolicies.nvidia.com", "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields[*].manager}"]);
+    let managers = kubectl(&[
+        "get",
+        "crd",
+        "clusterpolicies.nvidia.com",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ]);
     assert!(managers.contains("gpu-operator"), "managers: {managers}");
 }

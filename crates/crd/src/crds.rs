@@ -13,8 +13,14 @@ use crate::{ClusterPolicy, GPUNode};
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut cluster_policy = ClusterPolicy::crd();
     for version in &mut cluster_policy.spec.versions {
-        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut())
-            && let Some(spec) = schema.properties.as_mut().and_then(|properties| properties.get_mut("spec"))
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Some(spec) = schema
+                .properties
+                .as_mut()
+                .and_then(|properties| properties.get_mut("spec"))
         {
             preserve_unknown_fields(spec);
             add_image_rule(spec);
@@ -30,11 +36,17 @@ fn preserve_unknown_fields(schema: &mut JSONSchemaProps) {
     if schema.type_.as_deref() == Some("object") && schema.properties.is_some() {
         schema.x_kubernetes_preserve_unknown_fields = Some(true);
     }
-    schema.properties.iter_mut().flat_map(|p| p.values_mut()).for_each(preserve_unknown_fields);
+    schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .for_each(preserve_unknown_fields);
     if let Some(items) = schema.items.as_mut() {
         match items {
             JSONSchemaPropsOrArray::Schema(item) => preserve_unknown_fields(item),
-            JSONSchemaPropsOrArray::Schemas(items) => items.iter_mut().for_each(preserve_unknown_fields),
+            JSONSchemaPropsOrArray::Schemas(items) => {
+                items.iter_mut().for_each(preserve_unknown_fields)
+            }
         }
     }
 }
@@ -53,16 +65,25 @@ const IMAGE_RULE_MESSAGE: &str = "repository, image and version must be set toge
 /// attached here rather than on each section type because the image fields are flattened into the sections.
 fn add_image_rule(schema: &mut JSONSchemaProps) {
     let has_image = schema.properties.as_ref().is_some_and(|properties| {
-        ["repository", "image", "version"].iter().all(|field| properties.contains_key(*field))
+        ["repository", "image", "version"]
+            .iter()
+            .all(|field| properties.contains_key(*field))
     });
     if has_image {
-        schema.x_kubernetes_validations.get_or_insert_with(Vec::new).push(ValidationRule {
-            rule: IMAGE_RULE.into(),
-            message: Some(IMAGE_RULE_MESSAGE.into()),
-            ..ValidationRule::default()
-        });
+        schema
+            .x_kubernetes_validations
+            .get_or_insert_with(Vec::new)
+            .push(ValidationRule {
+                rule: IMAGE_RULE.into(),
+                message: Some(IMAGE_RULE_MESSAGE.into()),
+                ..ValidationRule::default()
+            });
     }
-    schema.properties.iter_mut().flat_map(|p| p.values_mut()).for_each(add_image_rule);
+    schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .for_each(add_image_rule);
 }
 
 #[cfg(test)]
@@ -71,19 +92,36 @@ mod tests {
 
     fn property<'a>(schema: &'a JSONSchemaProps, path: &[&str]) -> &'a JSONSchemaProps {
         path.iter().fold(schema, |schema, field| {
-            schema.properties.as_ref().and_then(|p| p.get(*field)).unwrap_or_else(|| panic!("no property {field}"))
+            schema
+                .properties
+                .as_ref()
+                .and_then(|p| p.get(*field))
+                .unwrap_or_else(|| panic!("no property {field}"))
         })
     }
 
     fn root_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
-        crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).expect("schema")
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("schema")
     }
 
     #[test]
     fn image_rule_is_on_every_operand_with_an_image() {
         let crds = all();
         let spec = property(root_schema(&crds[0]), &["spec"]);
-        for section in ["driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "gfd", "migManager", "validator"] {
+        for section in [
+            "driver",
+            "toolkit",
+            "devicePlugin",
+            "dcgmExporter",
+            "dcgm",
+            "gfd",
+            "migManager",
+            "validator",
+        ] {
             let rules = property(spec, &[section]).x_kubernetes_validations.as_ref();
             assert!(
                 rules.is_some_and(|rules| rules.iter().any(|r| r.rule == IMAGE_RULE)),
@@ -98,9 +136,19 @@ mod tests {
     fn sections_keep_unknown_fields() {
         let crds = all();
         let spec = property(root_schema(&crds[0]), &["spec"]);
-        let nested = [&["driver"][..], &["devicePlugin", "config"], &["daemonsets", "rollingUpdate"], &["vgpuManager"]];
+        let nested = [
+            &["driver"][..],
+            &["devicePlugin", "config"],
+            &["daemonsets", "rollingUpdate"],
+            &["vgpuManager"],
+        ];
         for path in nested {
-            assert_eq!(property(spec, path).x_kubernetes_preserve_unknown_fields, Some(true), "spec.{}", path.join("."));
+            assert_eq!(
+                property(spec, path).x_kubernetes_preserve_unknown_fields,
+                Some(true),
+                "spec.{}",
+                path.join(".")
+            );
         }
     }
 
@@ -121,10 +169,17 @@ mod tests {
             for top in ["spec", "status"] {
                 if let Some(schema) = root.properties.as_ref().and_then(|p| p.get(top)) {
                     // Kubernetes' own types (tolerations, affinity, conditions) carry upstream descriptions.
-                    walk(schema, &format!("{}.{top}", crd.spec.names.kind), &mut missing);
+                    walk(
+                        schema,
+                        &format!("{}.{top}", crd.spec.names.kind),
+                        &mut missing,
+                    );
                 }
             }
         }
-        assert!(missing.is_empty(), "fields without a description: {missing:#?}");
+        assert!(
+            missing.is_empty(),
+            "fields without a description: {missing:#?}"
+        );
     }
 }

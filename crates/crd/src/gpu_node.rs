@@ -22,12 +22,41 @@ use serde::{Deserialize, Serialize};
     shortname = "gpun",
     status = "GpuNodeStatus",
     doc = "GPUNode reports the GPUs of one node, named after the Node: inventory, MIG geometry and its state, advertised resources, health and the last error.",
-    printcolumn(name = "Product", type_ = "string", json_path = ".status.product", description = "GPU product (mixed when a node has several)"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount", description = "Number of GPUs"),
-    printcolumn(name = "MIG Config", type_ = "string", json_path = ".status.mig.config", description = "Desired MIG geometry name"),
-    printcolumn(name = "MIG State", type_ = "string", json_path = ".status.mig.state", description = "pending, rebooting, success or failed"),
-    printcolumn(name = "Health", type_ = "string", json_path = ".status.health", description = "Healthy, Degraded or Unhealthy"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Product",
+        type_ = "string",
+        json_path = ".status.product",
+        description = "GPU product (mixed when a node has several)"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".status.gpuCount",
+        description = "Number of GPUs"
+    ),
+    printcolumn(
+        name = "MIG Config",
+        type_ = "string",
+        json_path = ".status.mig.config",
+        description = "Desired MIG geometry name"
+    ),
+    printcolumn(
+        name = "MIG State",
+        type_ = "string",
+        json_path = ".status.mig.state",
+        description = "pending, rebooting, success or failed"
+    ),
+    printcolumn(
+        name = "Health",
+        type_ = "string",
+        json_path = ".status.health",
+        description = "Healthy, Degraded or Unhealthy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 pub struct GpuNodeSpec {}
 

@@ -48,7 +48,10 @@ mod tests {
 
     #[test]
     fn deploy_labels_use_nvidia_names() {
-        assert_eq!(deploy_label("device-plugin"), "nvidia.com/gpu.deploy.device-plugin");
+        assert_eq!(
+            deploy_label("device-plugin"),
+            "nvidia.com/gpu.deploy.device-plugin"
+        );
         assert!(MIG_CONFIG.starts_with(NVIDIA_PREFIX));
     }
 }

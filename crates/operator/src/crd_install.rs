@@ -18,10 +18,15 @@ const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CrdInstallError {
-    #[error("applying CRD {name}: {source} (the operator's ClusterRole needs get, create and patch on customresourcedefinitions)")]
+    #[error(
+        "applying CRD {name}: {source} (the operator's ClusterRole needs get, create and patch on customresourcedefinitions)"
+    )]
     Apply { name: String, source: kube::Error },
     #[error("waiting for CRD {name} to be established: {source}")]
-    Wait { name: String, source: kube::runtime::wait::Error },
+    Wait {
+        name: String,
+        source: kube::runtime::wait::Error,
+    },
     #[error("CRD {name} was not established within {seconds} s; see `kubectl describe crd {name}`")]
     Timeout { name: String, seconds: u64 },
 }
@@ -37,11 +42,22 @@ pub async fn apply_crds(client: &Client) -> Result<Vec<String>, CrdInstallError>
         let name = crd.name_any();
         api.patch(&name, &params, &Patch::Apply(&crd))
             .await
-            .map_err(|source| CrdInstallError::Apply { name: name.clone(), source })?;
+            .map_err(|source| CrdInstallError::Apply {
+                name: name.clone(),
+                source,
+            })?;
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
-            Ok(result) => result.map_err(|source| CrdInstallError::Wait { name: name.clone(), source })?,
-            Err(_) => return Err(CrdInstallError::Timeout { name, seconds: ESTABLISH_TIMEOUT.as_secs() }),
+            Ok(result) => result.map_err(|source| CrdInstallError::Wait {
+                name: name.clone(),
+                source,
+            })?,
+            Err(_) => {
+                return Err(CrdInstallError::Timeout {
+                    name,
+                    seconds: ESTABLISH_TIMEOUT.as_secs(),
+                });
+            }
         };
         info!(crd = %name, "CRD applied and established");
         applied.push(name);

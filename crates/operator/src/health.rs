@@ -1,5 +1,5 @@
-//! The operator's HTTP endpoints for the kubelet's probes: `/healthz` answers while the process runs,
-//! `/readyz` once start-up (applying the CRDs) has finished.
+//! The operator's HTTP endpoints: `/healthz` answers while the process runs, `/readyz` once start-up (applying
+//! the CRDs, syncing the caches) has finished, `/metrics` in Prometheus' text format.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +9,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+
+use crate::metrics::Metrics;
 
 /// Shared readiness flag, set once the operator can do its work.
 #[derive(Clone, Debug, Default)]
@@ -24,15 +26,34 @@ impl Readiness {
     }
 }
 
-pub fn router(readiness: Readiness) -> Router {
+#[derive(Clone, Debug)]
+struct Endpoints {
+    readiness: Readiness,
+    metrics: Arc<Metrics>,
+}
+
+pub fn router(readiness: Readiness, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(readiness)
+        .route("/metrics", get(metrics_text))
+        .with_state(Endpoints { readiness, metrics })
 }
 
-async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
-    if readiness.is_ready() {
+async fn metrics_text(
+    State(endpoints): State<Endpoints>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        endpoints.metrics.encode(),
+    )
+}
+
+async fn readyz(State(endpoints): State<Endpoints>) -> (StatusCode, &'static str) {
+    if endpoints.readiness.is_ready() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting")
@@ -43,8 +64,11 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str
 pub async fn serve(
     address: SocketAddr,
     readiness: Readiness,
+    metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(address).await?;
-    axum::serve(listener, router(readiness)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(readiness, metrics))
+        .with_graceful_shutdown(shutdown)
+        .await
 }

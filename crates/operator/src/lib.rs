@@ -1,9 +1,18 @@
-//! The GPU operator's cluster controller. Today it owns its CustomResourceDefinitions: it applies them at
-//! start so that upgrading the operator (`helm upgrade`) upgrades their schemas, which Helm itself never does.
+//! The GPU operator's cluster controller: observe -> validate -> render -> apply -> status.
+//!
+//! - `model`: pure types: components, the validated policy, the observed cluster facts.
+//! - `plan`: pure planning: node labels, the ClusterPolicy status.
+//! - `render`: pure rendering of every operand.
+//! - `apply`, `controller`, `leader`, `crd_install`: cluster I/O at the edge.
 
+pub mod apply;
+pub mod controller;
 pub mod crd_install;
+pub mod health;
+pub mod leader;
+pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod render;
-pub mod health;
+pub mod render_command;
 pub mod telemetry;

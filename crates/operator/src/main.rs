@@ -1,14 +1,23 @@
 //! `gpu-operator`: the cluster controller's binary.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use operator::{crd_install, health, telemetry};
+use k8s_openapi::api::coordination::v1::Lease;
+use operator::leader::LeaderElector;
+use operator::metrics::Metrics;
+use operator::model::DefaultImages;
+use operator::{controller, crd_install, health, render_command, telemetry};
 use tracing::info;
 
 #[derive(Debug, Parser)]
-#[command(name = "gpu-operator", version, about = "GPU operator for Kubernetes: ClusterPolicy (nvidia.com/v1) controller")]
+#[command(
+    name = "gpu-operator",
+    version,
+    about = "GPU operator for Kubernetes: ClusterPolicy (nvidia.com/v1) controller"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t, global = true, env = "LOG_FORMAT")]
@@ -19,12 +28,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the operator: apply its CRDs (so that upgrading the operator upgrades them), then serve the
-    /// /healthz and /readyz probes. Reconciling ClusterPolicy into operands is not part of this version.
+    /// Run the operator: apply its CRDs (so that upgrading the operator upgrades them), take the leader lease,
+    /// and reconcile the ClusterPolicy into operand DaemonSets, node labels and status.
     Run {
-        /// Address of the probe endpoints.
+        /// Address of /healthz, /readyz and /metrics.
         #[arg(long, default_value = "0.0.0.0:8081", env = "HEALTH_ADDR")]
         health_addr: SocketAddr,
+        /// Namespace of the operator and its operands.
+        #[arg(long, default_value = "gpu-operator", env = "OPERATOR_NAMESPACE")]
+        namespace: String,
+        /// This replica's identity in the leader lease (the pod name).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+    },
+    /// Print, as YAML, every object the operator would apply for a ClusterPolicy and a set of Nodes.
+    Render {
+        /// A file holding the ClusterPolicy.
+        #[arg(long)]
+        policy: PathBuf,
+        /// A file holding the Nodes (several documents, or a List as `kubectl get nodes -o yaml` prints).
+        #[arg(long)]
+        nodes: PathBuf,
+        /// Namespace of the operands.
+        #[arg(long, default_value = "gpu-operator", env = "OPERATOR_NAMESPACE")]
+        namespace: String,
     },
     /// The operator's CustomResourceDefinitions.
     Crd {
@@ -46,29 +73,83 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
     match cli.command {
-        Command::Crd { action: CrdAction::Print } => {
-            print!("{}", crd_install::crds_yaml().context("serialising the CRDs")?);
+        Command::Crd {
+            action: CrdAction::Print,
+        } => {
+            print!(
+                "{}",
+                crd_install::crds_yaml().context("serialising the CRDs")?
+            );
         }
-        Command::Crd { action: CrdAction::Apply } => {
-            let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+        Command::Crd {
+            action: CrdAction::Apply,
+        } => {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API")?;
             for name in crd_install::apply_crds(&client).await? {
                 println!("customresourcedefinition.apiextensions.k8s.io/{name} applied");
             }
         }
-        Command::Run { health_addr } => run(health_addr).await?,
+        Command::Render {
+            policy,
+            nodes,
+            namespace,
+        } => {
+            print!(
+                "{}",
+                render_command::render_files(
+                    &policy,
+                    &nodes,
+                    &namespace,
+                    &DefaultImages::from_env()
+                )?
+            );
+        }
+        Command::Run {
+            health_addr,
+            namespace,
+            identity,
+        } => run(health_addr, namespace, identity).await?,
     }
     Ok(())
 }
 
-async fn run(health_addr: SocketAddr) -> anyhow::Result<()> {
+async fn run(
+    health_addr: SocketAddr,
+    namespace: String,
+    identity: Option<String>,
+) -> anyhow::Result<()> {
     let readiness = health::Readiness::default();
-    let server = tokio::spawn(health::serve(health_addr, readiness.clone(), shutdown_signal()));
-    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let metrics = Metrics::shared();
+    let server = tokio::spawn(health::serve(
+        health_addr,
+        readiness.clone(),
+        metrics.clone(),
+        shutdown_signal(),
+    ));
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
     crd_install::apply_crds(&client).await?;
-    readiness.set_ready();
-    info!(%health_addr, "CRDs are up to date; serving probes until terminated");
-    server.await.context("probe server task")?.context("probe server")?;
+
+    let identity = identity.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+    let leases = kube::Api::<Lease>::namespaced(client.clone(), &namespace);
+    let elector = LeaderElector::new(leases, "gpu-operator-leader", &identity);
+    elector.acquire().await?;
+    info!(%health_addr, %namespace, "reconciling");
+    let ready = move || readiness.set_ready();
+    tokio::select! {
+        () = controller::run(client, namespace, DefaultImages::from_env(), metrics, ready) => {}
+        lost = elector.keep() => return Err(lost).context("stopping: another replica leads now"),
+    }
+    server.abort();
     Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "gpu-operator".into(), |h| h.trim().to_string())
 }
 
 /// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.

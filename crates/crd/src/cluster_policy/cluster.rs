@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ImageSpec, UnknownFields};
+use super::common::{ImageSpec, UnknownFields, serde_defaults};
 use super::operands::MAX_UNAVAILABLE_RULE;
 
 /// Settings of the operator itself.
@@ -32,7 +32,11 @@ pub struct OperatorSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// OpenShift only: build drivers with the Driver Toolkit image (accepted for compatibility).
-    #[serde(default, rename = "use_ocp_driver_toolkit", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "use_ocp_driver_toolkit",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub use_ocp_driver_toolkit: Option<bool>,
 }
 
@@ -42,19 +46,6 @@ fn default_runtime() -> String {
 
 fn default_runtime_class() -> String {
     "nvidia".into()
-}
-
-impl Default for OperatorSpec {
-    fn default() -> Self {
-        Self {
-            default_runtime: default_runtime(),
-            runtime_class: default_runtime_class(),
-            init_container: None,
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
-            use_ocp_driver_toolkit: None,
-        }
-    }
 }
 
 /// Settings applied to every operand DaemonSet.
@@ -97,22 +88,6 @@ fn default_update_strategy() -> String {
     "RollingUpdate".into()
 }
 
-impl Default for DaemonsetsSpec {
-    fn default() -> Self {
-        Self {
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
-            tolerations: Vec::new(),
-            priority_class_name: None,
-            update_strategy: default_update_strategy(),
-            rolling_update: None,
-            pod_security_context: None,
-            node_selector: BTreeMap::new(),
-            affinity: None,
-        }
-    }
-}
-
 /// Rolling update settings of the operand DaemonSets.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -136,12 +111,6 @@ pub struct MigSpec {
 
 fn default_mig_strategy() -> String {
     "single".into()
-}
-
-impl Default for MigSpec {
-    fn default() -> Self {
-        Self { strategy: default_mig_strategy() }
-    }
 }
 
 /// How the Container Device Interface is used.
@@ -186,16 +155,6 @@ fn default_kubelet_root_dir() -> String {
     "/var/lib/kubelet".into()
 }
 
-impl Default for HostPathsSpec {
-    fn default() -> Self {
-        Self {
-            root_fs: default_root_fs(),
-            driver_install_dir: default_driver_install_dir(),
-            kubelet_root_dir: default_kubelet_root_dir(),
-        }
-    }
-}
-
 /// A section of NVIDIA's ClusterPolicy that this operator accepts and keeps but does not implement (vGPU,
 /// sandbox workloads, Kata, confidential computing, GPUDirect Storage, GDRCopy, PSA, PSP). Every field is kept
 /// as written; when `enabled` is true the status names the section as unsupported.
@@ -207,4 +166,28 @@ pub struct UnsupportedSection {
     /// Every other field of the section, kept as written.
     #[serde(flatten)]
     pub fields: UnknownFields,
+}
+
+impl Default for OperatorSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for DaemonsetsSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for MigSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for HostPathsSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
 }

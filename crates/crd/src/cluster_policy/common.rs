@@ -12,6 +12,16 @@ use serde_json::Value;
 /// The fields of a section this operator accepts but does not implement, kept exactly as the user wrote them.
 pub type UnknownFields = BTreeMap<String, Value>;
 
+/// A section's defaults are exactly what an empty object deserialises to, so the schema defaults, the serde
+/// defaults and `Default` cannot disagree.
+pub(crate) fn serde_defaults<T: serde::de::DeserializeOwned>() -> T {
+    match serde_json::from_value(Value::Object(serde_json::Map::new())) {
+        Ok(value) => value,
+        // Every field of these sections has a serde default; a missing one is a bug caught by the tests.
+        Err(error) => panic!("a ClusterPolicy section lacks a serde default: {error}"),
+    }
+}
+
 /// The container image and how it is pulled, as in NVIDIA's ClusterPolicy: `repository/image:version`,
 /// `repository/image@version` when version is a `sha256:` digest, or `image` alone as a full reference.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
@@ -119,7 +129,11 @@ impl ImageSpec {
                 let repository = repository.unwrap_or_default();
                 let image = image.unwrap_or_default();
                 let version = version.unwrap_or_default();
-                let separator = if version.starts_with("sha256:") { '@' } else { ':' };
+                let separator = if version.starts_with("sha256:") {
+                    '@'
+                } else {
+                    ':'
+                };
                 Some(format!("{repository}/{image}{separator}{version}"))
             }
         }
@@ -142,15 +156,21 @@ mod tests {
     #[test]
     fn image_reference_follows_nvidia_rules() {
         assert_eq!(
-            image(Some("nvcr.io/nvidia"), Some("driver"), Some("550.127.05")).reference().as_deref(),
+            image(Some("nvcr.io/nvidia"), Some("driver"), Some("550.127.05"))
+                .reference()
+                .as_deref(),
             Some("nvcr.io/nvidia/driver:550.127.05")
         );
         assert_eq!(
-            image(Some("nvcr.io/nvidia"), Some("driver"), Some("sha256:abc")).reference().as_deref(),
+            image(Some("nvcr.io/nvidia"), Some("driver"), Some("sha256:abc"))
+                .reference()
+                .as_deref(),
             Some("nvcr.io/nvidia/driver@sha256:abc")
         );
         assert_eq!(
-            image(None, Some("registry.local/driver@sha256:abc"), None).reference().as_deref(),
+            image(None, Some("registry.local/driver@sha256:abc"), None)
+                .reference()
+                .as_deref(),
             Some("registry.local/driver@sha256:abc")
         );
         assert_eq!(image(Some(""), None, Some("")).reference(), None);

@@ -11,16 +11,19 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use cluster::{
-    CdiSpec, DaemonsetsSpec, HostPathsSpec, MigSpec, OperatorSpec, RollingUpdateSpec, UnsupportedSection,
+    CdiSpec, DaemonsetsSpec, HostPathsSpec, MigSpec, OperatorSpec, RollingUpdateSpec,
+    UnsupportedSection,
 };
 pub use common::{
-    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, ResourceRequirements, UnknownFields,
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, ResourceRequirements,
+    UnknownFields,
 };
 pub use operands::{
-    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DrainSpec, DriverLicensingConfigSpec,
-    DriverRepoConfigSpec, DriverSpec, DriverUpgradePolicySpec, ExporterServiceSpec, GpuDirectRdmaSpec,
-    HpcJobMappingSpec, ImageAndEnvSpec, MigManagerSpec, MigPartedConfigRef, MpsSpec, PlainOperandSpec,
-    PodDeletionSpec, ServiceMonitorSpec, ToolkitSpec, ValidationStepSpec, ValidatorSpec, VirtualTopologyConfigSpec,
+    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DrainSpec,
+    DriverLicensingConfigSpec, DriverRepoConfigSpec, DriverSpec, DriverUpgradePolicySpec,
+    ExporterServiceSpec, GpuDirectRdmaSpec, HpcJobMappingSpec, ImageAndEnvSpec, MigManagerSpec,
+    MigPartedConfigRef, MpsSpec, PlainOperandSpec, PodDeletionSpec, ServiceMonitorSpec,
+    ToolkitSpec, ValidationStepSpec, ValidatorSpec, VirtualTopologyConfigSpec,
     WaitForCompletionSpec,
 };
 pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
@@ -39,10 +42,29 @@ pub const DEFAULT_NAME: &str = "cluster-policy";
     plural = "clusterpolicies",
     status = "ClusterPolicyStatus",
     doc = "ClusterPolicy configures the GPU operator for the whole cluster: which operands run on GPU nodes, their images and settings, MIG and sharing.",
-    printcolumn(name = "Status", type_ = "string", json_path = ".status.state", description = "ready, notReady or ignored"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready", description = "Ready components over enabled components"),
-    printcolumn(name = "GPU Nodes", type_ = "integer", json_path = ".status.gpuNodes", description = "Nodes with NVIDIA GPUs"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.state",
+        description = "ready, notReady or ignored"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.ready",
+        description = "Ready components over enabled components"
+    ),
+    printcolumn(
+        name = "GPU Nodes",
+        type_ = "integer",
+        json_path = ".status.gpuNodes",
+        description = "Nodes with NVIDIA GPUs"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPolicySpec {

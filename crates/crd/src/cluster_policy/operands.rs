@@ -9,10 +9,12 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::common::{ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec};
+use super::common::{
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, serde_defaults,
+};
 
 /// NVIDIA driver containers, one DaemonSet per operating-system pool.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DriverSpec {
     /// Deploy the driver container on GPU nodes (default true). Set false where the driver is pre-installed on
@@ -20,7 +22,11 @@ pub struct DriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Let NVIDIADriver resources manage drivers instead of this section (accepted for compatibility).
-    #[serde(default, rename = "useNvidiaDriverCRD", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "useNvidiaDriverCRD",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub use_nvidia_driver_crd: Option<bool>,
     /// Use driver images with precompiled kernel modules: one DaemonSet per kernel version (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +94,11 @@ pub struct GpuDirectRdmaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// Use the MOFED drivers installed on the host rather than a MOFED container.
-    #[serde(default, rename = "useHostMofed", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "useHostMofed",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub use_host_mofed: Option<bool>,
 }
 
@@ -235,17 +245,6 @@ pub struct ToolkitSpec {
 
 fn default_toolkit_install_dir() -> String {
     "/usr/local/nvidia".into()
-}
-
-impl Default for ToolkitSpec {
-    fn default() -> Self {
-        Self {
-            enabled: None,
-            image: ImageSpec::default(),
-            container: ContainerSpec::default(),
-            install_dir: default_toolkit_install_dir(),
-        }
-    }
 }
 
 /// The device plugin, which advertises GPUs, MIG devices and shared replicas to the kubelet.
@@ -495,4 +494,28 @@ pub struct ValidationStepSpec {
     /// Environment variables for this step, e.g. WITH_WORKLOAD=false.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+}
+
+impl Default for DriverSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for ToolkitSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for MpsSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for MigPartedConfigRef {
+    fn default() -> Self {
+        serde_defaults()
+    }
 }

@@ -70,7 +70,10 @@ impl Component {
     pub fn is_gpu_client(self) -> bool {
         matches!(
             self,
-            Component::DevicePlugin | Component::GpuFeatureDiscovery | Component::Dcgm | Component::DcgmExporter
+            Component::DevicePlugin
+                | Component::GpuFeatureDiscovery
+                | Component::Dcgm
+                | Component::DcgmExporter
         )
     }
 }
@@ -87,9 +90,17 @@ mod tests {
 
     #[test]
     fn names_are_nvidias() {
-        assert_eq!(Component::DevicePlugin.deploy_label(), "nvidia.com/gpu.deploy.device-plugin");
+        assert_eq!(
+            Component::DevicePlugin.deploy_label(),
+            "nvidia.com/gpu.deploy.device-plugin"
+        );
         assert_eq!(Component::DcgmExporter.app_name(), "nvidia-dcgm-exporter");
-        let labels: std::collections::BTreeSet<_> = Component::ALL.iter().map(|c| c.label_name()).collect();
-        assert_eq!(labels.len(), Component::ALL.len(), "label names are distinct");
+        let labels: std::collections::BTreeSet<_> =
+            Component::ALL.iter().map(|c| c.label_name()).collect();
+        assert_eq!(
+            labels.len(),
+            Component::ALL.len(),
+            "label names are distinct"
+        );
     }
 }

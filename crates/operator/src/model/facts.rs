@@ -128,9 +128,13 @@ pub const RUNTIME_LABEL: &str = "nvidia.com/gpu.container-runtime";
 
 /// Whether NFD (or an admin) marked the node as having an NVIDIA PCI device.
 pub fn has_nvidia_gpu(labels: &BTreeMap<String, String>) -> bool {
-    [labels::NFD_PCI_NVIDIA, labels::NFD_PCI_NVIDIA_3D, labels::NFD_PCI_NVIDIA_VGA]
-        .iter()
-        .any(|label| labels.get(*label).is_some_and(|value| value == "true"))
+    [
+        labels::NFD_PCI_NVIDIA,
+        labels::NFD_PCI_NVIDIA_3D,
+        labels::NFD_PCI_NVIDIA_VGA,
+    ]
+    .iter()
+    .any(|label| labels.get(*label).is_some_and(|value| value == "true"))
 }
 
 impl ClusterFacts {
@@ -145,12 +149,18 @@ impl ClusterFacts {
             .filter_map(|node| GpuNodeFacts::from_node(node, default_runtime))
             .collect();
         gpu_nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        Self { namespace: namespace.into(), gpu_nodes }
+        Self {
+            namespace: namespace.into(),
+            gpu_nodes,
+        }
     }
 
     /// The OS pools present among GPU nodes (one driver DaemonSet each).
     pub fn os_pools(&self) -> BTreeSet<OsPool> {
-        self.gpu_nodes.iter().filter_map(|node| node.os.clone()).collect()
+        self.gpu_nodes
+            .iter()
+            .filter_map(|node| node.os.clone())
+            .collect()
     }
 
     /// The OS pools with their kernels, for precompiled drivers (one DaemonSet per pool and kernel).
@@ -173,12 +183,23 @@ impl GpuNodeFacts {
         if !has_nvidia_gpu(&labels) {
             return None;
         }
-        let info = node.status.as_ref().and_then(|status| status.node_info.as_ref());
+        let info = node
+            .status
+            .as_ref()
+            .and_then(|status| status.node_info.as_ref());
         let runtime = info
-            .and_then(|info| ContainerRuntime::detect(&info.container_runtime_version, &info.kubelet_version))
+            .and_then(|info| {
+                ContainerRuntime::detect(&info.container_runtime_version, &info.kubelet_version)
+            })
             .unwrap_or(default_runtime);
-        let os = match (labels.get(labels::NFD_OS_ID), labels.get(labels::NFD_OS_VERSION_ID)) {
-            (Some(id), Some(version_id)) => Some(OsPool { id: id.clone(), version_id: version_id.clone() }),
+        let os = match (
+            labels.get(labels::NFD_OS_ID),
+            labels.get(labels::NFD_OS_VERSION_ID),
+        ) {
+            (Some(id), Some(version_id)) => Some(OsPool {
+                id: id.clone(),
+                version_id: version_id.clone(),
+            }),
             _ => None,
         };
         Some(Self {
@@ -201,7 +222,12 @@ mod tests {
         Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..ObjectMeta::default()
             },
             status: Some(NodeStatus {
@@ -218,22 +244,51 @@ mod tests {
 
     #[test]
     fn runtime_detection_covers_k3s_and_rke2() {
-        assert_eq!(ContainerRuntime::detect("containerd://2.1.4", "v1.37.1"), Some(ContainerRuntime::Containerd));
-        assert_eq!(ContainerRuntime::detect("containerd://1.7.23-k3s2", "v1.31.4+k3s1"), Some(ContainerRuntime::K3sContainerd));
-        assert_eq!(ContainerRuntime::detect("containerd://1.7.23-k3s2", "v1.31.4+rke2r1"), Some(ContainerRuntime::Rke2Containerd));
-        assert_eq!(ContainerRuntime::detect("cri-o://1.31.0", "v1.31.0"), Some(ContainerRuntime::CriO));
-        assert_eq!(ContainerRuntime::detect("docker://27.0.1", "v1.31.0"), Some(ContainerRuntime::Docker));
+        assert_eq!(
+            ContainerRuntime::detect("containerd://2.1.4", "v1.37.1"),
+            Some(ContainerRuntime::Containerd)
+        );
+        assert_eq!(
+            ContainerRuntime::detect("containerd://1.7.23-k3s2", "v1.31.4+k3s1"),
+            Some(ContainerRuntime::K3sContainerd)
+        );
+        assert_eq!(
+            ContainerRuntime::detect("containerd://1.7.23-k3s2", "v1.31.4+rke2r1"),
+            Some(ContainerRuntime::Rke2Containerd)
+        );
+        assert_eq!(
+            ContainerRuntime::detect("cri-o://1.31.0", "v1.31.0"),
+            Some(ContainerRuntime::CriO)
+        );
+        assert_eq!(
+            ContainerRuntime::detect("docker://27.0.1", "v1.31.0"),
+            Some(ContainerRuntime::Docker)
+        );
         assert_eq!(ContainerRuntime::detect("", "v1.31.0"), None);
     }
 
     #[test]
     fn facts_keep_only_gpu_nodes_and_group_pools() {
-        let gpu = [(labels::NFD_PCI_NVIDIA, "true"), (labels::NFD_OS_ID, "ubuntu"), (labels::NFD_OS_VERSION_ID, "22.04"), (labels::NFD_KERNEL_VERSION, "5.15.0-119-generic")];
-        let rhel = [(labels::NFD_PCI_NVIDIA_3D, "true"), (labels::NFD_OS_ID, "rhel"), (labels::NFD_OS_VERSION_ID, "9.4")];
+        let gpu = [
+            (labels::NFD_PCI_NVIDIA, "true"),
+            (labels::NFD_OS_ID, "ubuntu"),
+            (labels::NFD_OS_VERSION_ID, "22.04"),
+            (labels::NFD_KERNEL_VERSION, "5.15.0-119-generic"),
+        ];
+        let rhel = [
+            (labels::NFD_PCI_NVIDIA_3D, "true"),
+            (labels::NFD_OS_ID, "rhel"),
+            (labels::NFD_OS_VERSION_ID, "9.4"),
+        ];
         let nodes = [
             node("b", &gpu, "containerd://2.1.4", "v1.37.1"),
             node("a", &rhel, "cri-o://1.31.0", "v1.37.1"),
-            node("cpu", &[(labels::NFD_OS_ID, "ubuntu")], "containerd://2.1.4", "v1.37.1"),
+            node(
+                "cpu",
+                &[(labels::NFD_OS_ID, "ubuntu")],
+                "containerd://2.1.4",
+                "v1.37.1",
+            ),
             node("c", &gpu, "", "v1.37.1"),
         ];
         let facts = ClusterFacts::from_nodes("gpu-operator", &nodes, ContainerRuntime::Docker);
@@ -241,7 +296,15 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
         let pools: Vec<String> = facts.os_pools().iter().map(ToString::to_string).collect();
         assert_eq!(pools, ["rhel9.4", "ubuntu22.04"]);
-        assert_eq!(facts.gpu_nodes[2].runtime, ContainerRuntime::Docker, "default runtime where none is reported");
-        assert_eq!(facts.os_kernel_pools().len(), 1, "rhel node has no kernel label");
+        assert_eq!(
+            facts.gpu_nodes[2].runtime,
+            ContainerRuntime::Docker,
+            "default runtime where none is reported"
+        );
+        assert_eq!(
+            facts.os_kernel_pools().len(),
+            1,
+            "rhel node has no kernel label"
+        );
     }
 }

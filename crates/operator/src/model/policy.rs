@@ -32,7 +32,12 @@ impl DefaultImages {
         Self(
             Self::VARIABLES
                 .iter()
-                .filter_map(|name| Some((name.to_string(), std::env::var(name).ok().filter(|v| !v.is_empty())?)))
+                .filter_map(|name| {
+                    Some((
+                        name.to_string(),
+                        std::env::var(name).ok().filter(|v| !v.is_empty())?,
+                    ))
+                })
                 .collect(),
         )
     }
@@ -88,38 +93,134 @@ pub enum ValidateError {
     #[error(
         "spec.{section}: no image to run: set spec.{section}.repository, image and version (or image alone as a full reference), or set {variable} on the operator"
     )]
-    NoImage { section: &'static str, variable: &'static str },
+    NoImage {
+        section: &'static str,
+        variable: &'static str,
+    },
     #[error("spec.mig.strategy: {0:?} is not a MIG strategy: use none, single or mixed")]
     MigStrategy(String),
-    #[error("spec.daemonsets.updateStrategy: {0:?} is not an update strategy: use RollingUpdate or OnDelete")]
+    #[error(
+        "spec.daemonsets.updateStrategy: {0:?} is not an update strategy: use RollingUpdate or OnDelete"
+    )]
     UpdateStrategy(String),
 }
 
-/// Where each component's settings live in the spec: (section field name, image, image variable, default on).
-fn sections(spec: &ClusterPolicySpec) -> [(Component, &'static str, &ImageSpec, &'static str, bool, Option<bool>); 9] {
+/// Where one component's settings live in the spec.
+struct Section<'a> {
+    component: Component,
+    /// The section's field name, for error messages.
+    field: &'static str,
+    image: &'a ImageSpec,
+    /// The operator's environment variable holding the default image.
+    variable: &'static str,
+    /// Whether the component runs when `enabled` is unset (NVIDIA's defaults).
+    on_by_default: bool,
+    enabled: Option<bool>,
+}
+
+fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 9] {
+    let section = |component, field, image, variable, on_by_default, enabled| Section {
+        component,
+        field,
+        image,
+        variable,
+        on_by_default,
+        enabled,
+    };
     [
-        (Component::Driver, "driver", &spec.driver.image, "DRIVER_IMAGE", true, spec.driver.enabled),
-        (Component::ContainerToolkit, "toolkit", &spec.toolkit.image, "CONTAINER_TOOLKIT_IMAGE", true, spec.toolkit.enabled),
-        (Component::OperatorValidator, "validator", &spec.validator.image, "VALIDATOR_IMAGE", true, None),
-        (Component::DevicePlugin, "devicePlugin", &spec.device_plugin.image, "DEVICE_PLUGIN_IMAGE", true, spec.device_plugin.enabled),
-        (Component::GpuFeatureDiscovery, "gfd", &spec.gfd.image, "GFD_IMAGE", true, spec.gfd.enabled),
-        (Component::Dcgm, "dcgm", &spec.dcgm.image, "DCGM_IMAGE", true, spec.dcgm.enabled),
-        (Component::DcgmExporter, "dcgmExporter", &spec.dcgm_exporter.image, "DCGM_EXPORTER_IMAGE", true, spec.dcgm_exporter.enabled),
-        (Component::MigManager, "migManager", &spec.mig_manager.image, "MIG_MANAGER_IMAGE", true, spec.mig_manager.enabled),
-        (Component::NodeStatusExporter, "nodeStatusExporter", &spec.node_status_exporter.image, "VALIDATOR_IMAGE", false, spec.node_status_exporter.enabled),
+        section(
+            Component::Driver,
+            "driver",
+            &spec.driver.image,
+            "DRIVER_IMAGE",
+            true,
+            spec.driver.enabled,
+        ),
+        section(
+            Component::ContainerToolkit,
+            "toolkit",
+            &spec.toolkit.image,
+            "CONTAINER_TOOLKIT_IMAGE",
+            true,
+            spec.toolkit.enabled,
+        ),
+        section(
+            Component::OperatorValidator,
+            "validator",
+            &spec.validator.image,
+            "VALIDATOR_IMAGE",
+            true,
+            None,
+        ),
+        section(
+            Component::DevicePlugin,
+            "devicePlugin",
+            &spec.device_plugin.image,
+            "DEVICE_PLUGIN_IMAGE",
+            true,
+            spec.device_plugin.enabled,
+        ),
+        section(
+            Component::GpuFeatureDiscovery,
+            "gfd",
+            &spec.gfd.image,
+            "GFD_IMAGE",
+            true,
+            spec.gfd.enabled,
+        ),
+        section(
+            Component::Dcgm,
+            "dcgm",
+            &spec.dcgm.image,
+            "DCGM_IMAGE",
+            true,
+            spec.dcgm.enabled,
+        ),
+        section(
+            Component::DcgmExporter,
+            "dcgmExporter",
+            &spec.dcgm_exporter.image,
+            "DCGM_EXPORTER_IMAGE",
+            true,
+            spec.dcgm_exporter.enabled,
+        ),
+        section(
+            Component::MigManager,
+            "migManager",
+            &spec.mig_manager.image,
+            "MIG_MANAGER_IMAGE",
+            true,
+            spec.mig_manager.enabled,
+        ),
+        section(
+            Component::NodeStatusExporter,
+            "nodeStatusExporter",
+            &spec.node_status_exporter.image,
+            "VALIDATOR_IMAGE",
+            false,
+            spec.node_status_exporter.enabled,
+        ),
     ]
 }
 
 /// Checks a spec and resolves what rendering needs.
-pub fn validate(spec: &ClusterPolicySpec, defaults: &DefaultImages) -> Result<ValidatedPolicy, ValidateError> {
+pub fn validate(
+    spec: &ClusterPolicySpec,
+    defaults: &DefaultImages,
+) -> Result<ValidatedPolicy, ValidateError> {
     let mig_strategy = match spec.mig.strategy.as_str() {
         "none" => MigStrategy::None,
         "single" => MigStrategy::Single,
         "mixed" => MigStrategy::Mixed,
         other => return Err(ValidateError::MigStrategy(other.into())),
     };
-    if !matches!(spec.daemonsets.update_strategy.as_str(), "RollingUpdate" | "OnDelete") {
-        return Err(ValidateError::UpdateStrategy(spec.daemonsets.update_strategy.clone()));
+    if !matches!(
+        spec.daemonsets.update_strategy.as_str(),
+        "RollingUpdate" | "OnDelete"
+    ) {
+        return Err(ValidateError::UpdateStrategy(
+            spec.daemonsets.update_strategy.clone(),
+        ));
     }
     let resolve = |image: &ImageSpec, section: &'static str, variable: &'static str| {
         image
@@ -128,13 +229,22 @@ pub fn validate(spec: &ClusterPolicySpec, defaults: &DefaultImages) -> Result<Va
             .ok_or(ValidateError::NoImage { section, variable })
     };
     let mut images = BTreeMap::new();
-    for (component, section, image, variable, default_on, enabled) in sections(spec) {
-        if enabled.unwrap_or(default_on) {
-            images.insert(component, resolve(image, section, variable)?);
+    for section in sections(spec) {
+        if section.enabled.unwrap_or(section.on_by_default) {
+            images.insert(
+                section.component,
+                resolve(section.image, section.field, section.variable)?,
+            );
         }
     }
-    let driver_manager_image = match (&spec.driver.manager, images.contains_key(&Component::Driver)) {
-        (Some(manager), true) => manager.image.reference().or_else(|| defaults.0.get("DRIVER_MANAGER_IMAGE").cloned()),
+    let driver_manager_image = match (
+        &spec.driver.manager,
+        images.contains_key(&Component::Driver),
+    ) {
+        (Some(manager), true) => manager
+            .image
+            .reference()
+            .or_else(|| defaults.0.get("DRIVER_MANAGER_IMAGE").cloned()),
         (None, true) => defaults.0.get("DRIVER_MANAGER_IMAGE").cloned(),
         (_, false) => None,
     };
@@ -152,22 +262,46 @@ mod tests {
     use super::*;
 
     fn image(reference: &str) -> ImageSpec {
-        ImageSpec { image: Some(reference.into()), ..ImageSpec::default() }
+        ImageSpec {
+            image: Some(reference.into()),
+            ..ImageSpec::default()
+        }
     }
 
     fn all_images() -> DefaultImages {
-        DefaultImages(DefaultImages::VARIABLES.iter().map(|v| (v.to_string(), format!("example/{v}:1"))).collect())
+        DefaultImages(
+            DefaultImages::VARIABLES
+                .iter()
+                .map(|v| (v.to_string(), format!("example/{v}:1")))
+                .collect(),
+        )
     }
 
     #[test]
     fn defaults_enable_what_nvidia_enables() {
         let policy = validate(&ClusterPolicySpec::default(), &all_images()).unwrap();
-        let enabled: Vec<_> = policy.enabled().into_iter().map(Component::label_name).collect();
+        let enabled: Vec<_> = policy
+            .enabled()
+            .into_iter()
+            .map(Component::label_name)
+            .collect();
         assert_eq!(
             enabled,
-            ["driver", "container-toolkit", "operator-validator", "device-plugin", "gpu-feature-discovery", "dcgm", "dcgm-exporter", "mig-manager"]
+            [
+                "driver",
+                "container-toolkit",
+                "operator-validator",
+                "device-plugin",
+                "gpu-feature-discovery",
+                "dcgm",
+                "dcgm-exporter",
+                "mig-manager"
+            ]
         );
-        assert_eq!(policy.image(Component::DevicePlugin), "example/DEVICE_PLUGIN_IMAGE:1");
+        assert_eq!(
+            policy.image(Component::DevicePlugin),
+            "example/DEVICE_PLUGIN_IMAGE:1"
+        );
         assert_eq!(policy.mig_strategy, MigStrategy::Single);
     }
 
@@ -177,7 +311,10 @@ mod tests {
         spec.device_plugin.image = image("registry.local/plugin@sha256:abc");
         spec.driver.enabled = Some(false);
         let policy = validate(&spec, &all_images()).unwrap();
-        assert_eq!(policy.image(Component::DevicePlugin), "registry.local/plugin@sha256:abc");
+        assert_eq!(
+            policy.image(Component::DevicePlugin),
+            "registry.local/plugin@sha256:abc"
+        );
         assert!(!policy.is_enabled(Component::Driver));
         assert_eq!(policy.driver_manager_image, None);
     }
@@ -195,6 +332,9 @@ mod tests {
     fn bad_enumerations_are_rejected_even_without_cel() {
         let mut spec = ClusterPolicySpec::default();
         spec.mig.strategy = "both".into();
-        assert_eq!(validate(&spec, &all_images()).unwrap_err(), ValidateError::MigStrategy("both".into()));
+        assert_eq!(
+            validate(&spec, &all_images()).unwrap_err(),
+            ValidateError::MigStrategy("both".into())
+        );
     }
 }

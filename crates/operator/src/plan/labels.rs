@@ -29,10 +29,16 @@ const DEPLOY: &str = "true";
 pub type LabelChanges = BTreeMap<String, Option<String>>;
 
 /// The label changes for one node under an active policy.
-pub fn plan_node(policy: &ValidatedPolicy, current: &BTreeMap<String, String>, runtime: ContainerRuntime) -> LabelChanges {
+pub fn plan_node(
+    policy: &ValidatedPolicy,
+    current: &BTreeMap<String, String>,
+    runtime: ContainerRuntime,
+) -> LabelChanges {
     let mut desired: BTreeMap<String, Option<String>> = BTreeMap::new();
     let gpu = has_nvidia_gpu(current);
-    let was_ours = current.get(labels::GPU_PRESENT).is_some_and(|v| v == DEPLOY);
+    let was_ours = current
+        .get(labels::GPU_PRESENT)
+        .is_some_and(|v| v == DEPLOY);
     if !gpu {
         if was_ours {
             desired.insert(labels::GPU_PRESENT.into(), Some("false".into()));
@@ -43,7 +49,9 @@ pub fn plan_node(policy: &ValidatedPolicy, current: &BTreeMap<String, String>, r
     }
     desired.insert(labels::GPU_PRESENT.into(), Some(DEPLOY.into()));
     desired.insert(RUNTIME_LABEL.into(), Some(runtime.name().into()));
-    let operands_off = current.get(labels::DEPLOY_OPERANDS).is_some_and(|v| v == "false");
+    let operands_off = current
+        .get(labels::DEPLOY_OPERANDS)
+        .is_some_and(|v| v == "false");
     let mig_capable = current.get(MIG_CAPABLE).is_some_and(|v| v == DEPLOY);
     for component in Component::ALL {
         let wanted = !operands_off
@@ -62,9 +70,19 @@ pub fn plan_node(policy: &ValidatedPolicy, current: &BTreeMap<String, String>, r
             _ => {}
         }
     }
-    let mig_default = policy.spec.mig_manager.config.as_ref().map_or("all-disabled", |c| c.default.as_str());
-    let wants_default_mig = policy.is_enabled(Component::MigManager) && mig_capable && mig_default == "all-disabled";
-    if wants_default_mig && current.get(labels::MIG_CONFIG).is_none_or(|value| value.is_empty()) {
+    let mig_default = policy
+        .spec
+        .mig_manager
+        .config
+        .as_ref()
+        .map_or("all-disabled", |c| c.default.as_str());
+    let wants_default_mig =
+        policy.is_enabled(Component::MigManager) && mig_capable && mig_default == "all-disabled";
+    if wants_default_mig
+        && current
+            .get(labels::MIG_CONFIG)
+            .is_none_or(|value| value.is_empty())
+    {
         desired.insert(labels::MIG_CONFIG.into(), Some("all-disabled".into()));
     }
     changes(current, desired)
@@ -78,14 +96,20 @@ pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
     }
     desired.insert(RUNTIME_LABEL.to_string(), None);
     remove_deploy_labels(current, &mut desired);
-    if current.get(labels::MIG_CONFIG).is_some_and(|v| v == "all-disabled") {
+    if current
+        .get(labels::MIG_CONFIG)
+        .is_some_and(|v| v == "all-disabled")
+    {
         desired.insert(labels::MIG_CONFIG.into(), None);
     }
     changes(current, desired)
 }
 
 /// Removes the deploy labels that hold the operator's own value.
-fn remove_deploy_labels(current: &BTreeMap<String, String>, desired: &mut BTreeMap<String, Option<String>>) {
+fn remove_deploy_labels(
+    current: &BTreeMap<String, String>,
+    desired: &mut BTreeMap<String, Option<String>>,
+) {
     for component in Component::ALL {
         let label = component.deploy_label();
         if current.get(&label).is_some_and(|v| v == DEPLOY) {
@@ -95,8 +119,14 @@ fn remove_deploy_labels(current: &BTreeMap<String, String>, desired: &mut BTreeM
 }
 
 /// Keeps only the entries that differ from the node's current labels.
-fn changes(current: &BTreeMap<String, String>, desired: BTreeMap<String, Option<String>>) -> LabelChanges {
-    desired.into_iter().filter(|(key, value)| current.get(key) != value.as_ref()).collect()
+fn changes(
+    current: &BTreeMap<String, String>,
+    desired: BTreeMap<String, Option<String>>,
+) -> LabelChanges {
+    desired
+        .into_iter()
+        .filter(|(key, value)| current.get(key) != value.as_ref())
+        .collect()
 }
 
 #[cfg(test)]
@@ -108,12 +138,20 @@ mod tests {
     fn policy(edit: impl FnOnce(&mut ClusterPolicySpec)) -> ValidatedPolicy {
         let mut spec = ClusterPolicySpec::default();
         edit(&mut spec);
-        let images = DefaultImages(DefaultImages::VARIABLES.iter().map(|v| (v.to_string(), format!("x/{v}:1"))).collect());
+        let images = DefaultImages(
+            DefaultImages::VARIABLES
+                .iter()
+                .map(|v| (v.to_string(), format!("x/{v}:1")))
+                .collect(),
+        );
         validate(&spec, &images).expect("valid spec")
     }
 
     fn node(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
-        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn set<'a>(changes: &'a LabelChanges, key: &str) -> Option<Option<&'a str>> {
@@ -126,17 +164,38 @@ mod tests {
     fn gpu_node_gets_presence_and_deploy_labels_of_enabled_components() {
         let changes = plan_node(&policy(|_| {}), &node(&[GPU]), ContainerRuntime::Containerd);
         assert_eq!(set(&changes, labels::GPU_PRESENT), Some(Some("true")));
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), Some(Some("true")));
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), Some(Some("true")));
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.device-plugin"),
+            Some(Some("true"))
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"),
+            Some(Some("true"))
+        );
         assert_eq!(set(&changes, RUNTIME_LABEL), Some(Some("containerd")));
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.node-status-exporter"), None, "off by default");
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.mig-manager"), None, "not MIG-capable (yet)");
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.node-status-exporter"),
+            None,
+            "off by default"
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.mig-manager"),
+            None,
+            "not MIG-capable (yet)"
+        );
         assert_eq!(set(&changes, labels::MIG_CONFIG), None);
     }
 
     #[test]
     fn admin_values_are_never_overwritten_and_unchanged_nodes_get_no_patch() {
-        let current = node(&[GPU, ("nvidia.com/gpu.deploy.device-plugin", "false"), ("nvidia.com/gpu.deploy.dcgm-exporter", "paused-for-mig-change")]);
+        let current = node(&[
+            GPU,
+            ("nvidia.com/gpu.deploy.device-plugin", "false"),
+            (
+                "nvidia.com/gpu.deploy.dcgm-exporter",
+                "paused-for-mig-change",
+            ),
+        ]);
         let changes = plan_node(&policy(|_| {}), &current, ContainerRuntime::Containerd);
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), None);
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), None);
@@ -147,33 +206,78 @@ mod tests {
                 None => applied.remove(&key),
             };
         }
-        assert!(plan_node(&policy(|_| {}), &applied, ContainerRuntime::Containerd).is_empty(), "second pass is a no-op");
+        assert!(
+            plan_node(&policy(|_| {}), &applied, ContainerRuntime::Containerd).is_empty(),
+            "second pass is a no-op"
+        );
     }
 
     #[test]
     fn operands_false_and_disabled_components_remove_only_our_labels() {
-        let current = node(&[GPU, (labels::DEPLOY_OPERANDS, "false"), ("nvidia.com/gpu.deploy.device-plugin", "true"), ("nvidia.com/gpu.deploy.driver", "false")]);
+        let current = node(&[
+            GPU,
+            (labels::DEPLOY_OPERANDS, "false"),
+            ("nvidia.com/gpu.deploy.device-plugin", "true"),
+            ("nvidia.com/gpu.deploy.driver", "false"),
+        ]);
         let changes = plan_node(&policy(|_| {}), &current, ContainerRuntime::Containerd);
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), Some(None));
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), None, "admin's false stays");
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.device-plugin"),
+            Some(None)
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.driver"),
+            None,
+            "admin's false stays"
+        );
         let current = node(&[GPU, ("nvidia.com/gpu.deploy.dcgm-exporter", "true")]);
-        let changes = plan_node(&policy(|s| s.dcgm_exporter.enabled = Some(false)), &current, ContainerRuntime::Containerd);
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), Some(None));
+        let changes = plan_node(
+            &policy(|s| s.dcgm_exporter.enabled = Some(false)),
+            &current,
+            ContainerRuntime::Containerd,
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"),
+            Some(None)
+        );
     }
 
     #[test]
     fn mig_capable_nodes_get_the_mig_manager_and_the_default_geometry() {
-        let changes = plan_node(&policy(|_| {}), &node(&[GPU, (MIG_CAPABLE, "true")]), ContainerRuntime::Containerd);
-        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.mig-manager"), Some(Some("true")));
-        assert_eq!(set(&changes, labels::MIG_CONFIG), Some(Some("all-disabled")));
-        let chosen = node(&[GPU, (MIG_CAPABLE, "true"), (labels::MIG_CONFIG, "all-1g.10gb")]);
-        assert_eq!(set(&plan_node(&policy(|_| {}), &chosen, ContainerRuntime::Containerd), labels::MIG_CONFIG), None);
+        let changes = plan_node(
+            &policy(|_| {}),
+            &node(&[GPU, (MIG_CAPABLE, "true")]),
+            ContainerRuntime::Containerd,
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.mig-manager"),
+            Some(Some("true"))
+        );
+        assert_eq!(
+            set(&changes, labels::MIG_CONFIG),
+            Some(Some("all-disabled"))
+        );
+        let chosen = node(&[
+            GPU,
+            (MIG_CAPABLE, "true"),
+            (labels::MIG_CONFIG, "all-1g.10gb"),
+        ]);
+        assert_eq!(
+            set(
+                &plan_node(&policy(|_| {}), &chosen, ContainerRuntime::Containerd),
+                labels::MIG_CONFIG
+            ),
+            None
+        );
     }
 
     #[test]
     fn nodes_without_gpus_are_left_alone_unless_they_had_ours() {
         assert!(plan_node(&policy(|_| {}), &node(&[]), ContainerRuntime::Containerd).is_empty());
-        let former = node(&[(labels::GPU_PRESENT, "true"), ("nvidia.com/gpu.deploy.driver", "true")]);
+        let former = node(&[
+            (labels::GPU_PRESENT, "true"),
+            ("nvidia.com/gpu.deploy.driver", "true"),
+        ]);
         let changes = plan_node(&policy(|_| {}), &former, ContainerRuntime::Containerd);
         assert_eq!(set(&changes, labels::GPU_PRESENT), Some(Some("false")));
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));
@@ -181,7 +285,14 @@ mod tests {
 
     #[test]
     fn cleanup_removes_what_the_operator_wrote() {
-        let current = node(&[GPU, (labels::GPU_PRESENT, "true"), ("nvidia.com/gpu.deploy.driver", "true"), ("nvidia.com/gpu.deploy.device-plugin", "false"), (labels::MIG_CONFIG, "all-disabled"), (RUNTIME_LABEL, "containerd")]);
+        let current = node(&[
+            GPU,
+            (labels::GPU_PRESENT, "true"),
+            ("nvidia.com/gpu.deploy.driver", "true"),
+            ("nvidia.com/gpu.deploy.device-plugin", "false"),
+            (labels::MIG_CONFIG, "all-disabled"),
+            (RUNTIME_LABEL, "containerd"),
+        ]);
         let changes = plan_cleanup(&current);
         assert_eq!(set(&changes, labels::GPU_PRESENT), Some(None));
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crd::cluster_policy::{ClusterPolicyStatus, ComponentStatus, PolicyState};
 use crd::GPUNode;
+use crd::cluster_policy::{ClusterPolicyStatus, ComponentStatus, PolicyState};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -43,7 +43,10 @@ pub mod reason {
 
 /// The status of the active policy after a successful apply.
 pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> ClusterPolicyStatus {
-    let components: Vec<ComponentStatus> = Component::ALL.iter().map(|c| component_status(*c, observed)).collect();
+    let components: Vec<ComponentStatus> = Component::ALL
+        .iter()
+        .map(|c| component_status(*c, observed))
+        .collect();
     let enabled: Vec<&ComponentStatus> = components.iter().filter(|c| c.enabled).collect();
     let ready_count = enabled.iter().filter(|c| c.state == "ready").count();
     let (ready, reason, message) = if observed.gpu_node_count == 0 {
@@ -52,19 +55,58 @@ pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> C
         let waiting: Vec<String> = enabled
             .iter()
             .filter(|c| c.state != "ready")
-            .map(|c| format!("{}: {}", c.name, c.message.as_deref().unwrap_or("not ready")))
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.name,
+                    c.message.as_deref().unwrap_or("not ready")
+                )
+            })
             .collect();
         (false, reason::OPERAND_NOT_READY, waiting.join("; "))
     } else {
-        (true, reason::RECONCILED, format!("all {} enabled components are ready on {} GPU nodes", enabled.len(), observed.gpu_node_count))
+        (
+            true,
+            reason::RECONCILED,
+            format!(
+                "all {} enabled components are ready on {} GPU nodes",
+                enabled.len(),
+                observed.gpu_node_count
+            ),
+        )
     };
     let mut conditions = vec![
-        condition(previous, reason::READY, ready, reason, &message, observed.generation, now),
-        condition(previous, reason::ERROR, false, reason::RECONCILED, "", observed.generation, now),
+        condition(
+            previous,
+            reason::READY,
+            ready,
+            reason,
+            &message,
+            observed.generation,
+            now,
+        ),
+        condition(
+            previous,
+            reason::ERROR,
+            false,
+            reason::RECONCILED,
+            "",
+            observed.generation,
+            now,
+        ),
     ];
-    conditions.extend(unsupported_condition(observed.policy, previous, observed.generation, now));
+    conditions.extend(unsupported_condition(
+        observed.policy,
+        previous,
+        observed.generation,
+        now,
+    ));
     ClusterPolicyStatus {
-        state: Some(if ready { PolicyState::Ready } else { PolicyState::NotReady }),
+        state: Some(if ready {
+            PolicyState::Ready
+        } else {
+            PolicyState::NotReady
+        }),
         namespace: Some(observed.namespace.into()),
         conditions,
         ready: Some(format!("{ready_count}/{}", enabled.len())),
@@ -75,25 +117,66 @@ pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> C
 }
 
 /// The status when the policy could not be reconciled: what was known before stays, the error is named.
-pub fn failed(previous: &ClusterPolicyStatus, error: &str, generation: Option<i64>, now: &Time) -> ClusterPolicyStatus {
+pub fn failed(
+    previous: &ClusterPolicyStatus,
+    error: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> ClusterPolicyStatus {
     let mut status = previous.clone();
     status.state = Some(PolicyState::NotReady);
     status.observed_generation = generation;
-    let kept: Vec<Condition> = previous.conditions.iter().filter(|c| c.type_ == reason::UNSUPPORTED).cloned().collect();
+    let kept: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == reason::UNSUPPORTED)
+        .cloned()
+        .collect();
     status.conditions = vec![
-        condition(&previous.conditions, reason::READY, false, reason::RECONCILE_FAILED, error, generation, now),
-        condition(&previous.conditions, reason::ERROR, true, reason::RECONCILE_FAILED, error, generation, now),
+        condition(
+            &previous.conditions,
+            reason::READY,
+            false,
+            reason::RECONCILE_FAILED,
+            error,
+            generation,
+            now,
+        ),
+        condition(
+            &previous.conditions,
+            reason::ERROR,
+            true,
+            reason::RECONCILE_FAILED,
+            error,
+            generation,
+            now,
+        ),
     ];
     status.conditions.extend(kept);
     status
 }
 
 /// The status of a policy that is not the active one.
-pub fn ignored(active: &str, previous: &[Condition], generation: Option<i64>, now: &Time) -> ClusterPolicyStatus {
-    let message = format!("ClusterPolicy {active} is the active one (the oldest); this one is ignored. Delete it, or delete {active} to make this one active");
+pub fn ignored(
+    active: &str,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) -> ClusterPolicyStatus {
+    let message = format!(
+        "ClusterPolicy {active} is the active one (the oldest); this one is ignored. Delete it, or delete {active} to make this one active"
+    );
     ClusterPolicyStatus {
         state: Some(PolicyState::Ignored),
-        conditions: vec![condition(previous, reason::READY, false, reason::ACTIVE_POLICY, &message, generation, now)],
+        conditions: vec![condition(
+            previous,
+            reason::READY,
+            false,
+            reason::ACTIVE_POLICY,
+            &message,
+            generation,
+            now,
+        )],
         observed_generation: generation,
         ..ClusterPolicyStatus::default()
     }
@@ -102,9 +185,18 @@ pub fn ignored(active: &str, previous: &[Condition], generation: Option<i64>, no
 fn component_status(component: Component, observed: &Observed<'_>) -> ComponentStatus {
     let name = component.label_name().to_string();
     if !observed.policy.is_enabled(component) {
-        return ComponentStatus { name, enabled: false, state: "disabled".into(), ..ComponentStatus::default() };
+        return ComponentStatus {
+            name,
+            enabled: false,
+            state: "disabled".into(),
+            ..ComponentStatus::default()
+        };
     }
-    let expected = observed.expected_nodes.get(&component).copied().unwrap_or(0);
+    let expected = observed
+        .expected_nodes
+        .get(&component)
+        .copied()
+        .unwrap_or(0);
     let mut desired = 0;
     let mut ready = 0;
     let mut problems = Vec::new();
@@ -115,13 +207,18 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         };
         let status = ds.status.clone().unwrap_or_default();
         desired += status.desired_number_scheduled;
-        let current_generation = status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
+        let current_generation =
+            status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
         let updated = status.updated_number_scheduled.unwrap_or(0);
         let available = status.number_available.unwrap_or(0);
         ready += available.min(updated);
         if !current_generation {
-            problems.push(format!("{ds_name}: the DaemonSet controller has not seen the latest template yet"));
-        } else if updated < status.desired_number_scheduled || available < status.desired_number_scheduled {
+            problems.push(format!(
+                "{ds_name}: the DaemonSet controller has not seen the latest template yet"
+            ));
+        } else if updated < status.desired_number_scheduled
+            || available < status.desired_number_scheduled
+        {
             problems.push(format!(
                 "{ds_name}: {available} of {} nodes available, {updated} updated",
                 status.desired_number_scheduled
@@ -129,7 +226,9 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         }
     }
     if problems.is_empty() && desired as usize != expected {
-        problems.push(format!("scheduled on {desired} nodes, {expected} labelled for it"));
+        problems.push(format!(
+            "scheduled on {desired} nodes, {expected} labelled for it"
+        ));
     }
     if component == Component::MigManager {
         problems.extend(mig_problems(observed.gpu_nodes));
@@ -139,21 +238,39 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         enabled: true,
         desired_nodes: expected as i32,
         ready_nodes: ready,
-        state: if problems.is_empty() { "ready" } else { "notReady" }.into(),
+        state: if problems.is_empty() {
+            "ready"
+        } else {
+            "notReady"
+        }
+        .into(),
         message: (!problems.is_empty()).then(|| problems.join("; ")),
     }
 }
 
 /// MIG changes in progress or failed, from the nodes' GPUNode status.
 fn mig_problems(gpu_nodes: &[GPUNode]) -> Vec<String> {
-    let state_of = |node: &GPUNode| node.status.as_ref().and_then(|s| s.mig.as_ref()).and_then(|m| m.state.clone());
+    let state_of = |node: &GPUNode| {
+        node.status
+            .as_ref()
+            .and_then(|s| s.mig.as_ref())
+            .and_then(|m| m.state.clone())
+    };
     let names_in = |state: &str| -> Vec<String> {
         gpu_nodes
             .iter()
             .filter(|node| state_of(node).as_deref() == Some(state))
             .map(|node| {
-                let error = node.status.as_ref().and_then(|s| s.last_error.as_ref()).map(|e| format!(" ({})", e.message));
-                format!("{}{}", node.metadata.name.clone().unwrap_or_default(), error.unwrap_or_default())
+                let error = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_error.as_ref())
+                    .map(|e| format!(" ({})", e.message));
+                format!(
+                    "{}{}",
+                    node.metadata.name.clone().unwrap_or_default(),
+                    error.unwrap_or_default()
+                )
             })
             .collect()
     };
@@ -161,26 +278,59 @@ fn mig_problems(gpu_nodes: &[GPUNode]) -> Vec<String> {
     for state in ["pending", "rebooting", "failed"] {
         let names = names_in(state);
         if !names.is_empty() {
-            problems.push(format!("MIG config {state} on {} node(s): {}", names.len(), names.join(", ")));
+            problems.push(format!(
+                "MIG config {state} on {} node(s): {}",
+                names.len(),
+                names.join(", ")
+            ));
         }
     }
     problems
 }
 
-fn unsupported_condition(policy: &ValidatedPolicy, previous: &[Condition], generation: Option<i64>, now: &Time) -> Option<Condition> {
+fn unsupported_condition(
+    policy: &ValidatedPolicy,
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
     (!policy.unsupported.is_empty()).then(|| {
         let message = format!(
             "spec.{} enabled, but this operator does not implement {}; nothing is deployed for {}",
             policy.unsupported.join(", spec."),
-            if policy.unsupported.len() == 1 { "it" } else { "them" },
-            if policy.unsupported.len() == 1 { "it" } else { "them" },
+            if policy.unsupported.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+            if policy.unsupported.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
         );
-        condition(previous, reason::UNSUPPORTED, true, reason::SECTIONS_NOT_IMPLEMENTED, &message, generation, now)
+        condition(
+            previous,
+            reason::UNSUPPORTED,
+            true,
+            reason::SECTIONS_NOT_IMPLEMENTED,
+            &message,
+            generation,
+            now,
+        )
     })
 }
 
 /// A condition that keeps its previous transition time when its status did not change.
-fn condition(previous: &[Condition], type_: &str, status: bool, reason: &str, message: &str, generation: Option<i64>, now: &Time) -> Condition {
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     let status = if status { "True" } else { "False" }.to_string();
     let last_transition_time = previous
         .iter()
@@ -207,15 +357,29 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     fn policy() -> ValidatedPolicy {
-        let mut spec = ClusterPolicySpec::default();
-        spec.vgpu_manager = Some(crd::cluster_policy::UnsupportedSection { enabled: Some(true), ..Default::default() });
-        let images = DefaultImages(DefaultImages::VARIABLES.iter().map(|v| (v.to_string(), format!("x/{v}:1"))).collect());
+        let spec = ClusterPolicySpec {
+            vgpu_manager: Some(crd::cluster_policy::UnsupportedSection {
+                enabled: Some(true),
+                ..Default::default()
+            }),
+            ..ClusterPolicySpec::default()
+        };
+        let images = DefaultImages(
+            DefaultImages::VARIABLES
+                .iter()
+                .map(|v| (v.to_string(), format!("x/{v}:1")))
+                .collect(),
+        );
         validate(&spec, &images).unwrap()
     }
 
     fn ds(name: &str, desired: i32, updated: i32, available: i32) -> DaemonSet {
         DaemonSet {
-            metadata: ObjectMeta { name: Some(name.into()), generation: Some(2), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                generation: Some(2),
+                ..ObjectMeta::default()
+            },
             status: Some(DaemonSetStatus {
                 desired_number_scheduled: desired,
                 updated_number_scheduled: Some(updated),
@@ -231,12 +395,24 @@ mod tests {
         Time(Timestamp::from_second(1_800_000_000).unwrap())
     }
 
-    fn observe<'a>(policy: &'a ValidatedPolicy, sets: &'a [DaemonSet], gpu_nodes: &'a [GPUNode], nodes: usize) -> Observed<'a> {
+    fn observe<'a>(
+        policy: &'a ValidatedPolicy,
+        sets: &'a [DaemonSet],
+        gpu_nodes: &'a [GPUNode],
+        nodes: usize,
+    ) -> Observed<'a> {
         let mut rendered = BTreeMap::new();
         let mut expected = BTreeMap::new();
         for component in policy.enabled() {
             rendered.insert(component, vec![component.app_name().to_string()]);
-            expected.insert(component, if component == Component::MigManager { 0 } else { nodes });
+            expected.insert(
+                component,
+                if component == Component::MigManager {
+                    0
+                } else {
+                    nodes
+                },
+            );
         }
         Observed {
             policy,
@@ -245,7 +421,10 @@ mod tests {
             gpu_node_count: nodes,
             rendered,
             expected_nodes: expected,
-            daemonsets: sets.iter().map(|d| (d.metadata.name.clone().unwrap(), d)).collect(),
+            daemonsets: sets
+                .iter()
+                .map(|d| (d.metadata.name.clone().unwrap(), d))
+                .collect(),
             gpu_nodes,
         }
     }
@@ -254,7 +433,13 @@ mod tests {
         policy()
             .enabled()
             .into_iter()
-            .map(|c| if c == Component::MigManager { ds(c.app_name(), 0, 0, 0) } else { ds(c.app_name(), nodes, nodes, nodes) })
+            .map(|c| {
+                if c == Component::MigManager {
+                    ds(c.app_name(), 0, 0, 0)
+                } else {
+                    ds(c.app_name(), nodes, nodes, nodes)
+                }
+            })
             .collect()
     }
 
@@ -267,8 +452,16 @@ mod tests {
         assert_eq!(status.ready.as_deref(), Some("8/8"));
         assert_eq!(status.gpu_nodes, Some(2));
         assert_eq!(status.conditions[0].reason, reason::RECONCILED);
-        let unsupported = status.conditions.iter().find(|c| c.type_ == reason::UNSUPPORTED).expect("unsupported condition");
-        assert!(unsupported.message.contains("spec.vgpuManager enabled"), "{}", unsupported.message);
+        let unsupported = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == reason::UNSUPPORTED)
+            .expect("unsupported condition");
+        assert!(
+            unsupported.message.contains("spec.vgpuManager enabled"),
+            "{}",
+            unsupported.message
+        );
     }
 
     #[test]
@@ -276,14 +469,24 @@ mod tests {
         let policy = policy();
         let mut sets = all_ready(2);
         sets.retain(|d| d.metadata.name.as_deref() != Some("nvidia-dcgm-exporter"));
-        sets.iter_mut().find(|d| d.metadata.name.as_deref() == Some("nvidia-device-plugin-daemonset")).unwrap().status =
-            ds("x", 2, 1, 1).status;
+        sets.iter_mut()
+            .find(|d| d.metadata.name.as_deref() == Some("nvidia-device-plugin-daemonset"))
+            .unwrap()
+            .status = ds("x", 2, 1, 1).status;
         let status = compute(&observe(&policy, &sets, &[], 2), &[], &now());
         assert_eq!(status.state, Some(PolicyState::NotReady));
         assert_eq!(status.ready.as_deref(), Some("6/8"));
         let message = &status.conditions[0].message;
-        assert!(message.contains("device-plugin: nvidia-device-plugin-daemonset: 1 of 2 nodes available, 1 updated"), "{message}");
-        assert!(message.contains("dcgm-exporter: DaemonSet nvidia-dcgm-exporter does not exist yet"), "{message}");
+        assert!(
+            message.contains(
+                "device-plugin: nvidia-device-plugin-daemonset: 1 of 2 nodes available, 1 updated"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("dcgm-exporter: DaemonSet nvidia-dcgm-exporter does not exist yet"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -291,9 +494,16 @@ mod tests {
         let policy = policy();
         let sets = all_ready(1);
         let status = compute(&observe(&policy, &sets, &[], 2), &[], &now());
-        let plugin = status.components.iter().find(|c| c.name == "device-plugin").unwrap();
+        let plugin = status
+            .components
+            .iter()
+            .find(|c| c.name == "device-plugin")
+            .unwrap();
         assert_eq!(plugin.state, "notReady");
-        assert_eq!(plugin.message.as_deref(), Some("scheduled on 1 nodes, 2 labelled for it"));
+        assert_eq!(
+            plugin.message.as_deref(),
+            Some("scheduled on 1 nodes, 2 labelled for it")
+        );
     }
 
     #[test]
@@ -302,18 +512,35 @@ mod tests {
         let status = compute(&observe(&policy, &all_ready(0), &[], 0), &[], &now());
         assert_eq!(status.conditions[0].reason, reason::NO_GPU_NODES);
         let failed = GPUNode {
-            metadata: ObjectMeta { name: Some("gpu-1".into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some("gpu-1".into()),
+                ..ObjectMeta::default()
+            },
             spec: GpuNodeSpec {},
             status: Some(GpuNodeStatus {
-                mig: Some(MigStatus { state: Some("failed".into()), ..MigStatus::default() }),
-                last_error: Some(NodeError { component: "mig-manager".into(), message: "3g.20gb x3 does not fit".into(), time: None }),
+                mig: Some(MigStatus {
+                    state: Some("failed".into()),
+                    ..MigStatus::default()
+                }),
+                last_error: Some(NodeError {
+                    component: "mig-manager".into(),
+                    message: "3g.20gb x3 does not fit".into(),
+                    time: None,
+                }),
                 ..GpuNodeStatus::default()
             }),
         };
         let nodes = [failed];
         let status = compute(&observe(&policy, &all_ready(1), &nodes, 1), &[], &now());
-        let mig = status.components.iter().find(|c| c.name == "mig-manager").unwrap();
-        assert_eq!(mig.message.as_deref(), Some("MIG config failed on 1 node(s): gpu-1 (3g.20gb x3 does not fit)"));
+        let mig = status
+            .components
+            .iter()
+            .find(|c| c.name == "mig-manager")
+            .unwrap();
+        assert_eq!(
+            mig.message.as_deref(),
+            Some("MIG config failed on 1 node(s): gpu-1 (3g.20gb x3 does not fit)")
+        );
     }
 
     #[test]
@@ -323,7 +550,10 @@ mod tests {
         let first = compute(&observe(&policy, &sets, &[], 1), &[], &now());
         let later = Time(Timestamp::from_second(1_900_000_000).unwrap());
         let second = compute(&observe(&policy, &sets, &[], 1), &first.conditions, &later);
-        assert_eq!(first.conditions[0].last_transition_time, second.conditions[0].last_transition_time);
+        assert_eq!(
+            first.conditions[0].last_transition_time,
+            second.conditions[0].last_transition_time
+        );
         let failed = failed(&second, "boom", Some(4), &later);
         assert_eq!(failed.conditions[0].last_transition_time, later);
         assert_eq!(failed.conditions[1].status, "True");
@@ -333,6 +563,10 @@ mod tests {
     fn ignored_policies_name_the_active_one() {
         let status = ignored("cluster-policy", &[], Some(1), &now());
         assert_eq!(status.state, Some(PolicyState::Ignored));
-        assert!(status.conditions[0].message.contains("ClusterPolicy cluster-policy is the active one"));
+        assert!(
+            status.conditions[0]
+                .message
+                .contains("ClusterPolicy cluster-policy is the active one")
+        );
     }
 }

@@ -169,12 +169,11 @@ fn driver_update_strategy(
     }
 }
 
-/// `kernelModuleType`, `auto` when empty (a spec without a `driver` section gets no schema default), except
-/// that the deprecated `useOpenKernelModules: true` still means `open` where the type was left at `auto`.
+/// `kernelModuleType`, except that the deprecated `useOpenKernelModules: true` still means `open` where the
+/// type was left at `auto`.
 fn kernel_module_type(driver: &DriverSpec) -> String {
     match driver.kernel_module_type.as_str() {
-        "" | "auto" if driver.use_open_kernel_modules == Some(true) => "open".into(),
-        "" => "auto".into(),
+        "auto" if driver.use_open_kernel_modules == Some(true) => "open".into(),
         other => other.into(),
     }
 }

@@ -9,18 +9,11 @@ use super::common::{
 };
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
-/// `migManager.config` when the section is absent; the same defaults as the ClusterPolicy schema's.
-const DEFAULT_CONFIG_MAP: &str = "default-mig-parted-config";
-const DEFAULT_CONFIG: &str = "all-disabled";
-
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec.mig_manager;
-    let (config_map, default) = spec
-        .config
-        .as_ref()
-        .map_or((DEFAULT_CONFIG_MAP, DEFAULT_CONFIG), |c| {
-            (c.name.as_str(), c.default.as_str())
-        });
+    // Without a `config` section, the schema's defaults (default-mig-parted-config, all-disabled).
+    let config = spec.config.clone().unwrap_or_default();
+    let (config_map, default) = (config.name.as_str(), config.default.as_str());
     let mut command = vec![NODE_AGENT, "mig", "--config-map", config_map];
     // An empty default leaves unlabelled nodes alone: no flag.
     if !default.is_empty() {

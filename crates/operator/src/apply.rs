@@ -1,0 +1,258 @@
+//! apply: server-side apply of the rendered objects under one field manager, owned by the ClusterPolicy, and
+//! pruning of what is no longer rendered (a disabled component's objects disappear). An object whose rendered
+//! form has not changed since this process last applied it, and that still exists, is not written again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+
+use crd::ClusterPolicy;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{debug, info};
+
+use crate::crd_install::FIELD_MANAGER;
+use crate::render::RenderedObject;
+
+/// Label every rendered object carries; pruning only ever considers objects with it.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=gpu-operator";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("applying {kind} {namespace}/{name}: {source}")]
+    Apply {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("deleting {kind} {namespace}/{name} that is no longer rendered: {source}")]
+    Prune {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("listing {kind} objects to prune: {source}")]
+    List {
+        kind: &'static str,
+        source: kube::Error,
+    },
+    #[error("the ClusterPolicy has no uid yet")]
+    NoOwner,
+}
+
+/// What one apply pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ApplySummary {
+    pub applied: usize,
+    pub unchanged: usize,
+    pub pruned: usize,
+    /// Objects whose API the cluster does not serve (e.g. ServiceMonitor without the Prometheus operator).
+    pub skipped: Vec<String>,
+}
+
+/// Applies and prunes the operator's objects in one namespace. Remembers what it applied, so that a watch
+/// event that changes nothing costs no write.
+pub struct Applier {
+    client: Client,
+    namespace: String,
+    daemonsets: Store<DaemonSet>,
+    services: Store<Service>,
+    last_applied: Mutex<HashMap<(&'static str, String), u64>>,
+}
+
+impl std::fmt::Debug for Applier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applier")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Applier {
+    pub fn new(
+        client: Client,
+        namespace: String,
+        daemonsets: Store<DaemonSet>,
+        services: Store<Service>,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            daemonsets,
+            services,
+            last_applied: Mutex::default(),
+        }
+    }
+
+    pub async fn apply(
+        &self,
+        owner: &ClusterPolicy,
+        objects: &[RenderedObject],
+    ) -> Result<ApplySummary, ApplyError> {
+        let owner_ref = owner.controller_owner_ref(&()).ok_or(ApplyError::NoOwner)?;
+        let mut summary = ApplySummary::default();
+        for object in objects {
+            let kind = object.kind();
+            let name = object.name();
+            let mut body = object.to_json();
+            body["metadata"]["ownerReferences"] = serde_json::json!([owner_ref]);
+            let fingerprint = fingerprint(&body);
+            let key = (kind, name.clone());
+            if self.exists(kind, &name) && self.remembered(&key) == Some(fingerprint) {
+                summary.unchanged += 1;
+                continue;
+            }
+            let api = self.api_for(object);
+            match api
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {
+                    debug!(kind, %name, "applied");
+                    self.remember(key, fingerprint);
+                    summary.applied += 1;
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 && kind == "ServiceMonitor" => {
+                    summary.skipped.push(format!(
+                        "ServiceMonitor {name}: the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator, or set dcgmExporter.serviceMonitor.enabled=false)"
+                    ));
+                }
+                Err(source) => {
+                    return Err(ApplyError::Apply {
+                        kind,
+                        namespace: self.namespace.clone(),
+                        name,
+                        source,
+                    });
+                }
+            }
+        }
+        summary.pruned = self.prune(owner, objects).await?;
+        Ok(summary)
+    }
+
+    fn exists(&self, kind: &str, name: &str) -> bool {
+        match kind {
+            "DaemonSet" => self
+                .daemonsets
+                .get(&ObjectRef::new(name).within(&self.namespace))
+                .is_some(),
+            "Service" => self
+                .services
+                .get(&ObjectRef::new(name).within(&self.namespace))
+                .is_some(),
+            // Kinds without a local cache are always applied; the API server answers a no-op apply cheaply.
+            _ => false,
+        }
+    }
+
+    fn remembered(&self, key: &(&'static str, String)) -> Option<u64> {
+        self.last_applied
+            .lock()
+            .ok()
+            .and_then(|map| map.get(key).copied())
+    }
+
+    fn remember(&self, key: (&'static str, String), fingerprint: u64) {
+        if let Ok(mut map) = self.last_applied.lock() {
+            map.insert(key, fingerprint);
+        }
+    }
+
+    fn api_for(&self, object: &RenderedObject) -> Api<DynamicObject> {
+        let resource = api_resource(object.kind());
+        Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+    }
+
+    /// Deletes the operator's objects of this policy that were not rendered this time.
+    async fn prune(
+        &self,
+        owner: &ClusterPolicy,
+        objects: &[RenderedObject],
+    ) -> Result<usize, ApplyError> {
+        let wanted: BTreeSet<(&str, String)> =
+            objects.iter().map(|o| (o.kind(), o.name())).collect();
+        let owner_uid = owner.uid().unwrap_or_default();
+        let mut pruned = 0;
+        for kind in ["DaemonSet", "Service", "ServiceMonitor"] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &self.namespace, &api_resource(kind));
+            let existing = match api
+                .list_metadata(&ListParams::default().labels(MANAGED_BY_SELECTOR))
+                .await
+            {
+                Ok(list) => list.items,
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
+                Err(source) => return Err(ApplyError::List { kind, source }),
+            };
+            for object in existing {
+                let name = object.name_any();
+                let owned = object.owner_references().iter().any(|r| r.uid == owner_uid);
+                if owned && !wanted.contains(&(kind, name.clone())) {
+                    api.delete(&name, &DeleteParams::background())
+                        .await
+                        .map_err(|source| ApplyError::Prune {
+                            kind,
+                            namespace: self.namespace.clone(),
+                            name: name.clone(),
+                            source,
+                        })?;
+                    if let Ok(mut map) = self.last_applied.lock() {
+                        map.remove(&(kind, name.clone()));
+                    }
+                    info!(kind, %name, "pruned: no longer rendered");
+                    pruned += 1;
+                }
+            }
+        }
+        Ok(pruned)
+    }
+}
+
+fn api_resource(kind: &str) -> ApiResource {
+    let gvk = match kind {
+        "DaemonSet" => GroupVersionKind::gvk("apps", "v1", "DaemonSet"),
+        "Service" => GroupVersionKind::gvk("", "v1", "Service"),
+        _ => GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+    };
+    ApiResource::from_gvk(&gvk)
+}
+
+/// A stable hash of an object's rendered JSON (serde_json maps are ordered, so equal objects hash equal).
+fn fingerprint(body: &serde_json::Value) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    body.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_resources_have_the_right_plurals() {
+        assert_eq!(api_resource("DaemonSet").plural, "daemonsets");
+        assert_eq!(api_resource("Service").api_version, "v1");
+        assert_eq!(api_resource("ServiceMonitor").plural, "servicemonitors");
+    }
+
+    #[test]
+    fn fingerprints_change_with_content_only() {
+        let a = serde_json::json!({"a": 1, "b": [1, 2]});
+        assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
+        assert_ne!(
+            fingerprint(&a),
+            fingerprint(&serde_json::json!({"a": 2, "b": [1, 2]}))
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! The operator against the local cluster (3 simulated GPU nodes on two OS versions), running as a local
+//! process with the chart's ServiceAccount token, so that the chart's RBAC is what is tested. One scenario,
+//! in the order a user meets it: install, ready, patch, pause on a node, crash and restart, a second policy,
+//! deletion.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e::*;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn step(name: &str) {
+    eprintln!("--- {name}");
+}
+
+/// The operand DaemonSets that exist, by name.
+fn daemonsets() -> BTreeSet<String> {
+    let list = kubectl_json(&[
+        "get",
+        "daemonsets",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "app.kubernetes.io/managed-by=gpu-operator",
+    ]);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn policy() -> Value {
+    kubectl_json(&["get", "clusterpolicy", "cluster-policy"])
+}
+
+fn patch_policy(patch: Value) {
+    kubectl(&[
+        "patch",
+        "clusterpolicy",
+        "cluster-policy",
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+fn wait_for_state(state: &str) -> Value {
+    eventually(WAIT, || {
+        let policy = policy();
+        Ok((policy["status"]["state"] == state
+            && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+            .then_some(policy))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "ClusterPolicy never became {state}: {error:#}\n{:#}",
+            policy()["status"]
+        )
+    })
+}
+
+fn wait_for_daemonsets(expected: &[&str]) {
+    let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
+    eventually(WAIT, || Ok((daemonsets() == expected).then_some(()))).unwrap_or_else(|error| {
+        panic!(
+            "DaemonSets {:?}, expected {expected:?}: {error:#}",
+            daemonsets()
+        )
+    });
+}
+
+/// Nodes where pods with this app label run.
+fn pod_nodes(app: &str) -> BTreeSet<String> {
+    let pods = kubectl_json(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app={app}")]);
+    pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+        .collect()
+}
+
+fn gpu_node_names() -> Vec<String> {
+    let nodes = kubectl_json(&[
+        "get",
+        "nodes",
+        "-l",
+        "feature.node.kubernetes.io/pci-10de.present=true",
+    ]);
+    nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+const BASE: [&str; 5] = [
+    "gpu-feature-discovery",
+    "nvidia-container-toolkit-daemonset",
+    "nvidia-dcgm-exporter",
+    "nvidia-device-plugin-daemonset",
+    "nvidia-mig-manager",
+];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    BASE.iter()
+        .chain(std::iter::once(&"nvidia-operator-validator"))
+        .chain(extra)
+        .copied()
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn operator_reconciles_the_cluster_policy() {
+    chart_installed();
+    let nodes = gpu_node_names();
+    assert_eq!(nodes.len(), 3, "the e2e cluster has 3 GPU nodes: {nodes:?}");
+    let operator = Operator::start("e2e-operator");
+
+    step(
+        "helm install: every enabled operand's DaemonSet exists, kwok runs their pods, the policy is ready",
+    );
+    wait_for_daemonsets(&with(&[]));
+    let ready = wait_for_state("ready");
+    assert_eq!(ready["status"]["gpuNodes"], json!(3));
+    assert_eq!(ready["status"]["ready"], "7/7", "{:#}", ready["status"]);
+    let table = kubectl(&["get", "clusterpolicy", "cluster-policy"]);
+    assert!(table.contains("ready") && table.contains("7/7"), "{table}");
+    for node in &nodes {
+        let labels = kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
+        assert_eq!(labels["nvidia.com/gpu.present"], "true", "{node}");
+        assert_eq!(
+            labels["nvidia.com/gpu.deploy.device-plugin"], "true",
+            "{node}"
+        );
+        assert!(
+            labels["nvidia.com/gpu.deploy.driver"].is_null(),
+            "driver disabled: no deploy label on {node}"
+        );
+    }
+    assert_eq!(pod_nodes("nvidia-device-plugin-daemonset").len(), 3);
+
+    step("devicePlugin.enabled=false: its DaemonSet is deleted and the status follows");
+    patch_policy(json!({"spec": {"devicePlugin": {"enabled": false}}}));
+    let mut expected = with(&[]);
+    expected.retain(|name| *name != "nvidia-device-plugin-daemonset");
+    wait_for_daemonsets(&expected);
+    let status = wait_for_state("ready");
+    assert_eq!(status["status"]["ready"], "6/6");
+    let plugin = status["status"]["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "device-plugin")
+        .cloned()
+        .unwrap();
+    assert_eq!(plugin["enabled"], json!(false));
+    assert_eq!(plugin["state"], "disabled");
+
+    step("a new image version changes that DaemonSet only");
+    let before = kubectl_json(&["get", "daemonset", "gpu-feature-discovery", "-n", NAMESPACE])["metadata"]["generation"].clone();
+    patch_policy(json!({"spec": {"dcgmExporter": {"version": "9.9.9"}}}));
+    eventually(WAIT, || {
+        let ds = kubectl_json(&["get", "daemonset", "nvidia-dcgm-exporter", "-n", NAMESPACE]);
+        let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok(image.ends_with(":9.9.9").then_some(()))
+    })
+    .expect("exporter image updated");
+    let after = kubectl_json(&["get", "daemonset", "gpu-feature-discovery", "-n", NAMESPACE])["metadata"]["generation"].clone();
+    assert_eq!(before, after, "an unrelated DaemonSet was rewritten");
+
+    step(
+        "nvidia.com/gpu.deploy.dcgm-exporter=false on one node: the exporter leaves that node only",
+    );
+    let paused = &nodes[0];
+    kubectl(&[
+        "label",
+        "node",
+        paused,
+        "nvidia.com/gpu.deploy.dcgm-exporter=false",
+        "--overwrite",
+    ]);
+    eventually(WAIT, || {
+        let on = pod_nodes("nvidia-dcgm-exporter");
+        Ok((on.len() == 2 && !on.contains(paused)).then_some(()))
+    })
+    .expect("exporter pods only on the other two nodes");
+    wait_for_state("ready");
+    let label = kubectl_json(&["get", "node", paused])["metadata"]["labels"]["nvidia.com/gpu.deploy.dcgm-exporter"].clone();
+    assert_eq!(label, "false", "the operator kept the admin's value");
+
+    step("two OS pools: enabling the driver yields one driver DaemonSet per pool");
+    patch_policy(json!({"spec": {"driver": {"enabled": true}}}));
+    wait_for_daemonsets(&with(&[
+        "nvidia-driver-daemonset-rhel9.4",
+        "nvidia-driver-daemonset-ubuntu22.04",
+    ]));
+    let ubuntu = kubectl_json(&[
+        "get",
+        "daemonset",
+        "nvidia-driver-daemonset-ubuntu22.04",
+        "-n",
+        NAMESPACE,
+    ]);
+    let image = ubuntu["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "nvidia-driver-ctr")
+        .unwrap()["image"]
+        .clone();
+    assert!(image.as_str().unwrap().ends_with("-ubuntu22.04"), "{image}");
+    assert_eq!(ubuntu["spec"]["updateStrategy"]["type"], "OnDelete");
+
+    step(
+        "the operator is killed mid-reconcile and restarted: it converges, nothing duplicated or orphaned",
+    );
+    patch_policy(
+        json!({"spec": {"devicePlugin": {"enabled": true}, "driver": {"enabled": false}}}),
+    );
+    operator.kill();
+    let operator = Operator::start("e2e-operator");
+    let expected = with(&[]);
+    wait_for_daemonsets(&expected);
+    wait_for_state("ready");
+    let uid = policy()["metadata"]["uid"].clone();
+    let all = kubectl_json(&[
+        "get",
+        "daemonsets,services",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "app.kubernetes.io/managed-by=gpu-operator",
+    ]);
+    for object in all["items"].as_array().unwrap() {
+        let owners = object["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            owners.iter().any(|o| o["uid"] == uid),
+            "orphan: {}",
+            object["metadata"]["name"]
+        );
+    }
+
+    step("at rest the operator writes nothing to the API server for 60 s (audit log)");
+    let user = format!("system:serviceaccount:{NAMESPACE}:gpu-operator");
+    let (start, _) = audited_writes(&user, 0);
+    std::thread::sleep(Duration::from_secs(60));
+    let (_, writes) = audited_writes(&user, start);
+    let lease_renewals: usize = writes
+        .iter()
+        .filter(|(k, _)| k.ends_with(" leases"))
+        .map(|(_, n)| n)
+        .sum();
+    let other: Vec<_> = writes
+        .iter()
+        .filter(|(k, _)| !k.ends_with(" leases"))
+        .collect();
+    eprintln!("writes at rest over 60 s: {other:?}; leader-lease renewals: {lease_renewals}");
+    assert!(other.is_empty(), "the operator wrote at rest: {other:?}");
+
+    step("a second ClusterPolicy is ignored, with the reason");
+    let second = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "second-policy"}, "spec": {}});
+    assert!(kubectl_apply(&second.to_string(), &[]).success);
+    let ignored = eventually(WAIT, || {
+        let policy = kubectl_json(&["get", "clusterpolicy", "second-policy"]);
+        Ok((policy["status"]["state"] == "ignored").then_some(policy))
+    })
+    .expect("second policy ignored");
+    let condition = &ignored["status"]["conditions"][0];
+    assert_eq!(condition["reason"], "AnotherPolicyIsActive");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster-policy is the active one"),
+        "{condition}"
+    );
+    kubectl(&["delete", "clusterpolicy", "second-policy", "--wait=true"]);
+    assert_eq!(
+        daemonsets().len(),
+        expected.len(),
+        "deleting the ignored policy touched nothing"
+    );
+
+    step("deleting the ClusterPolicy: children garbage-collected, operator-written labels gone");
+    kubectl(&[
+        "delete",
+        "clusterpolicy",
+        "cluster-policy",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    eventually(WAIT, || Ok(daemonsets().is_empty().then_some(())))
+        .expect("operand DaemonSets garbage-collected");
+    for node in &nodes {
+        let labels = kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
+        assert!(
+            labels["nvidia.com/gpu.present"].is_null(),
+            "{node}: {labels}"
+        );
+        assert!(
+            labels["nvidia.com/gpu.deploy.device-plugin"].is_null(),
+            "{node}: {labels}"
+        );
+        assert!(
+            labels["nvidia.com/gpu.container-runtime"].is_null(),
+            "{node}: {labels}"
+        );
+    }
+    let admin = kubectl_json(&["get", "node", paused])["metadata"]["labels"]["nvidia.com/gpu.deploy.dcgm-exporter"].clone();
+    assert_eq!(admin, "false", "the admin's label stays");
+    drop(operator);
+}
