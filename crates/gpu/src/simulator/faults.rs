@@ -1,0 +1,194 @@
+//! Faults a test injects into a simulated node: XID events, processes holding GPU memory, a failing reset, slow
+//! operations. They live in the state file, so the agent, device plugin and exporter of the node all see a fault
+//! that the test injected from its own process.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Simulator;
+use super::state::{GpuState, KEPT_EVENTS, StoredEvent};
+use crate::error::{GpuError, Result};
+use crate::types::{GpuProcess, HealthEvent};
+
+/// The faults of one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Faults {
+    /// Processes that hold the GPU (and memory on it).
+    pub processes: Vec<GpuProcess>,
+    /// How a reset fails, if it should.
+    pub reset_failure: Option<ResetFailure>,
+    /// Added to every operation on the GPU, in milliseconds.
+    pub delay_ms: u64,
+}
+
+impl Faults {
+    /// The injected delay.
+    pub fn delay(&self) -> Duration {
+        Duration::from_millis(self.delay_ms)
+    }
+}
+
+/// How an injected reset failure shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ResetFailure {
+    /// The platform cannot reset GPUs (as in many VMs): `NotSupported`, the node must be rebooted instead.
+    Unsupported,
+    /// The reset is attempted and fails: `Other`.
+    Fails,
+}
+
+impl ResetFailure {
+    pub(crate) fn error(self, index: u32) -> GpuError {
+        match self {
+            Self::Unsupported => GpuError::NotSupported(format!(
+                "GPU {index} cannot be reset on this platform; reboot the node to apply a pending MIG mode"
+            )),
+            Self::Fails => GpuError::Other(format!("GPU {index} reset failed (injected fault)")),
+        }
+    }
+}
+
+/// Checks that a process's place exists: on a MIG GPU it runs in an existing MIG device, otherwise on the GPU.
+fn check_place(index: u32, gpu: &GpuState, process: &GpuProcess) -> Result<()> {
+    match (
+        gpu.mig_mode.current,
+        process.gpu_instance_id,
+        process.compute_instance_id,
+    ) {
+        (false, None, None) => Ok(()),
+        (true, Some(gpu_instance), Some(compute)) => {
+            let exists = gpu.gpu_instances.iter().any(|instance| {
+                instance.id == gpu_instance
+                    && instance.compute_instances.iter().any(|ci| ci.id == compute)
+            });
+            if exists {
+                Ok(())
+            } else {
+                Err(GpuError::NotFound(format!(
+                    "MIG device {gpu_instance}/{compute} on GPU {index}"
+                )))
+            }
+        }
+        (true, _, _) => Err(GpuError::InvalidArgument(format!(
+            "GPU {index} has MIG on: a process runs in a MIG device (give GPU- and compute-instance ids)"
+        ))),
+        (false, _, _) => Err(GpuError::InvalidArgument(format!(
+            "GPU {index} has MIG off: a process cannot name GPU or compute instances"
+        ))),
+    }
+}
+
+/// Fault injection. Each call changes the shared state file, so every process of the node sees it.
+impl Simulator {
+    /// Queues a critical XID error on a GPU, as the driver reports one.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown GPU; `Other` when the state file cannot be written.
+    pub fn inject_xid(&self, gpu: u32, xid: u64) -> Result<()> {
+        self.file.update(|state| {
+            state.gpu(gpu)?;
+            state.events.push(StoredEvent {
+                sequence: state.next_event,
+                event: HealthEvent {
+                    gpu_index: gpu,
+                    xid: Some(xid),
+                },
+            });
+            state.next_event += 1;
+            let excess = state.events.len().saturating_sub(KEPT_EVENTS);
+            state.events.drain(..excess);
+            Ok(())
+        })
+    }
+
+    /// Starts a simulated process on a GPU (or, with MIG on, in one of its MIG devices) using GPU memory. While it
+    /// runs, the GPU cannot be reset and its MIG device cannot be destroyed.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the process's place does not match the MIG mode, or the pid is already running there;
+    /// `NotFound` for an unknown GPU or MIG device.
+    pub fn start_process(&self, gpu: u32, process: GpuProcess) -> Result<()> {
+        self.file.update(|state| {
+            let now = super::now_ms();
+            let state_gpu = state.gpu_mut(gpu)?;
+            check_place(gpu, state_gpu, &process)?;
+            if state_gpu
+                .faults
+                .processes
+                .iter()
+                .any(|running| running.pid == process.pid)
+            {
+                return Err(GpuError::InvalidArgument(format!(
+                    "process {} already runs on GPU {gpu}",
+                    process.pid
+                )));
+            }
+            state_gpu.settle_energy(now);
+            state_gpu.faults.processes.push(process);
+            Ok(())
+        })
+    }
+
+    /// Ends a simulated process.
+    ///
+    /// # Errors
+    /// `NotFound` when no such process runs on the GPU.
+    pub fn stop_process(&self, gpu: u32, pid: u32) -> Result<()> {
+        self.file.update(|state| {
+            let now = super::now_ms();
+            let state_gpu = state.gpu_mut(gpu)?;
+            if !state_gpu
+                .faults
+                .processes
+                .iter()
+                .any(|process| process.pid == pid)
+            {
+                return Err(GpuError::NotFound(format!("process {pid} on GPU {gpu}")));
+            }
+            state_gpu.settle_energy(now);
+            state_gpu
+                .faults
+                .processes
+                .retain(|process| process.pid != pid);
+            Ok(())
+        })
+    }
+
+    /// Makes resets of a GPU fail (`Some`) or succeed again (`None`).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown GPU.
+    pub fn set_reset_failure(&self, gpu: u32, failure: Option<ResetFailure>) -> Result<()> {
+        self.file.update(|state| {
+            state.gpu_mut(gpu)?.faults.reset_failure = failure;
+            Ok(())
+        })
+    }
+
+    /// Makes every operation on a GPU take at least `delay` longer (zero to stop).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown GPU.
+    pub fn set_delay(&self, gpu: u32, delay: Duration) -> Result<()> {
+        self.file.update(|state| {
+            state.gpu_mut(gpu)?.faults.delay_ms =
+                u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+            Ok(())
+        })
+    }
+
+    /// Removes every fault of a GPU: processes end, resets succeed, no delay. Queued XID events stay queued.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown GPU.
+    pub fn clear_faults(&self, gpu: u32) -> Result<()> {
+        self.file.update(|state| {
+            let now = super::now_ms();
+            let state_gpu = state.gpu_mut(gpu)?;
+            state_gpu.settle_energy(now);
+            state_gpu.faults = Faults::default();
+            Ok(())
+        })
+    }
+}
