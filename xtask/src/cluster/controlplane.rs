@@ -1,0 +1,571 @@
+//! Starting and stopping the control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
+//! all on 127.0.0.1, as processes that outlive xtask. What runs is recorded in `<state>/state.json`.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use serde::{Deserialize, Serialize};
+
+use super::certs::{self, Identity};
+use super::paths::Layout;
+use super::process::{self, Record};
+use super::tools::Toolset;
+use super::{api, kubeconfig, progress};
+
+/// The service network. It is virtual (there is no kube-proxy), so any private range works.
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The first address of [`SERVICE_CIDR`]: the `kubernetes` Service's cluster IP, in the serving certificate.
+pub const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+/// Where kwok takes pod IPs from. They are only written into pod status; nothing routes to them.
+pub const POD_CIDR: &str = "10.244.0.1/16";
+/// kwok manages only the nodes carrying this annotation.
+pub const KWOK_NODE_SELECTOR: &str = "kwok.x-k8s.io/node=fake";
+/// How long `cluster down` waits after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The processes of a complete cluster, in start order.
+pub const COMPONENTS: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// The identities that get a certificate and a kubeconfig. kwok uses the admin's.
+pub const IDENTITIES: [Identity; 3] = [certs::ADMIN, certs::CONTROLLER_MANAGER, certs::SCHEDULER];
+
+/// The loopback ports of one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ports {
+    pub etcd_client: u16,
+    pub etcd_peer: u16,
+    pub apiserver: u16,
+    /// kwok's server, which is also what nodes advertise as their kubelet port.
+    pub kwok: u16,
+}
+
+/// What `<state>/state.json` records about the running cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    pub apiserver_url: String,
+    /// The binaries it runs: a cluster started with other versions is restarted by `cluster up`.
+    pub bin_dir: PathBuf,
+    pub ports: Ports,
+    /// In start order.
+    pub processes: Vec<Record>,
+}
+
+impl State {
+    fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("state.json")
+    }
+
+    /// The recorded state, or None when no cluster was started.
+    pub fn load(state_dir: &Path) -> anyhow::Result<Option<Self>> {
+        let path = Self::path(state_dir);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => {
+                return Err(error).with_context(|| format!("cannot read {}", path.display()));
+            }
+        };
+        serde_json::from_str(&text).map(Some).with_context(|| {
+            format!(
+                "{} is not a cluster state; stop its processes by hand and remove {}",
+                path.display(),
+                state_dir.display()
+            )
+        })
+    }
+
+    fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+        let path = Self::path(state_dir);
+        std::fs::write(&path, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// The files of one cluster, all in the state directory.
+#[derive(Debug, Clone)]
+pub struct Files {
+    pub dir: PathBuf,
+}
+
+impl Files {
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The admin's kubeconfig is `kubeconfig`; the components' are `<name>.kubeconfig`.
+    pub fn kubeconfig(&self, identity: Identity) -> PathBuf {
+        if identity == certs::ADMIN {
+            self.file("kubeconfig")
+        } else {
+            self.file(&format!("{}.kubeconfig", identity.name))
+        }
+    }
+
+    pub fn log(&self, component: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{component}.log"))
+    }
+}
+
+/// Picks `count` distinct free loopback ports: binds each to port 0 (all at once, so the kernel cannot hand out one
+/// twice) and releases them.
+pub fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .context("cannot bind a free port on 127.0.0.1")
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|listener| Ok(listener.local_addr()?.port()))
+        .collect()
+}
+
+fn path_arg(flag: &str, path: &Path) -> String {
+    format!("--{flag}={}", path.display())
+}
+
+pub fn etcd_args(files: &Files, ports: Ports) -> Vec<String> {
+    let client = format!("http://127.0.0.1:{}", ports.etcd_client);
+    let peer = format!("http://127.0.0.1:{}", ports.etcd_peer);
+    vec![
+        "--name=local".into(),
+        path_arg("data-dir", &files.file("etcd")),
+        format!("--listen-client-urls={client}"),
+        format!("--advertise-client-urls={client}"),
+        format!("--listen-peer-urls={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster=local={peer}"),
+        // A throwaway test cluster: speed over durability.
+        "--unsafe-no-fsync=true".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+pub fn apiserver_args(files: &Files, ports: Ports) -> Vec<String> {
+    vec![
+        format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={}", ports.apiserver),
+        // Nothing in the cluster needs the `kubernetes` Service's endpoints, and loopback ones would be invalid.
+        "--endpoint-reconciler-type=none".into(),
+        path_arg("tls-cert-file", &files.file("apiserver.crt")),
+        path_arg("tls-private-key-file", &files.file("apiserver.key")),
+        path_arg("client-ca-file", &files.file("ca.crt")),
+        path_arg("cert-dir", &files.file("apiserver-certs")),
+        "--authorization-mode=Node,RBAC".into(),
+        // Operands (driver, toolkit, device plugin) are privileged DaemonSets.
+        "--allow-privileged=true".into(),
+        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        path_arg("service-account-key-file", &files.file("sa.pub")),
+        path_arg("service-account-signing-key-file", &files.file("sa.key")),
+        "--profiling=false".into(),
+    ]
+}
+
+pub fn controller_manager_args(files: &Files) -> Vec<String> {
+    let kubeconfig = files.kubeconfig(certs::CONTROLLER_MANAGER);
+    vec![
+        path_arg("kubeconfig", &kubeconfig),
+        path_arg("authentication-kubeconfig", &kubeconfig),
+        path_arg("authorization-kubeconfig", &kubeconfig),
+        "--bind-address=127.0.0.1".into(),
+        // No metrics or health endpoint is needed; 0 serves none (and takes no port).
+        "--secure-port=0".into(),
+        "--leader-elect=false".into(),
+        "--use-service-account-credentials=true".into(),
+        path_arg("service-account-private-key-file", &files.file("sa.key")),
+        path_arg("root-ca-file", &files.file("ca.crt")),
+        path_arg("cluster-signing-cert-file", &files.file("ca.crt")),
+        path_arg("cluster-signing-key-file", &files.file("ca.key")),
+        // Its default is under /usr/libexec, which it would create.
+        path_arg("flex-volume-plugin-dir", &files.file("flexvolume")),
+        format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        "--profiling=false".into(),
+    ]
+}
+
+pub fn scheduler_args(files: &Files) -> Vec<String> {
+    let kubeconfig = files.kubeconfig(certs::SCHEDULER);
+    vec![
+        path_arg("kubeconfig", &kubeconfig),
+        path_arg("authentication-kubeconfig", &kubeconfig),
+        path_arg("authorization-kubeconfig", &kubeconfig),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=0".into(),
+        "--leader-elect=false".into(),
+        "--profiling=false".into(),
+    ]
+}
+
+pub fn kwok_args(files: &Files, ports: Ports) -> Vec<String> {
+    vec![
+        path_arg("kubeconfig", &files.kubeconfig(certs::ADMIN)),
+        path_arg("config", &files.file("kwok.yaml")),
+        "--manage-all-nodes=false".into(),
+        format!("--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}"),
+        // Nodes' kubelet address: kwok's own server, so an API-server proxy call (logs, exec) stays on loopback.
+        "--node-ip=127.0.0.1".into(),
+        format!("--node-port={}", ports.kwok),
+        format!("--server-address=127.0.0.1:{}", ports.kwok),
+        path_arg("tls-cert-file", &files.file("apiserver.crt")),
+        path_arg("tls-private-key-file", &files.file("apiserver.key")),
+        format!("--cidr={POD_CIDR}"),
+        // Keep a Lease per node, as a kubelet does, so the node lifecycle controller sees them alive.
+        "--node-lease-duration-seconds=40".into(),
+    ]
+}
+
+/// Several YAML files as one multi-document stream.
+pub fn yaml_stream(documents: &[String]) -> String {
+    documents
+        .iter()
+        .map(|document| document.trim())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+        + "\n"
+}
+
+/// Whether the recorded cluster still works; Err says why not.
+pub fn check_health(state: &State, kubeconfig: &Path, bin_dir: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        state.bin_dir == bin_dir,
+        "it runs binaries from {}",
+        state.bin_dir.display()
+    );
+    let started: Vec<&str> = state
+        .processes
+        .iter()
+        .map(|record| record.name.as_str())
+        .collect();
+    anyhow::ensure!(
+        started == COMPONENTS,
+        "its start did not finish (only {} started)",
+        started.join(", ")
+    );
+    if let Some(dead) = state
+        .processes
+        .iter()
+        .find(|record| !process::is_running(record))
+    {
+        anyhow::bail!(
+            "{} (pid {}) is not running; its log: {}",
+            dead.name,
+            dead.pid,
+            dead.log.display()
+        );
+    }
+    api::Connection::open(kubeconfig)?.ready()
+}
+
+/// Stops the recorded processes and removes the state directory.
+pub fn tear_down(state_dir: &Path) -> anyhow::Result<bool> {
+    let Some(state) = State::load(state_dir)? else {
+        if state_dir.exists() {
+            remove(state_dir)?;
+        }
+        return Ok(false);
+    };
+    process::stop_all(&state.processes, STOP_GRACE)?;
+    remove(state_dir)?;
+    Ok(true)
+}
+
+fn remove(dir: &Path) -> anyhow::Result<()> {
+    std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))
+}
+
+/// Starts a fresh cluster in the (absent) state directory and waits until it is ready. On failure, the processes it
+/// started are stopped and the directory is kept for its logs.
+pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
+    let files = Files {
+        dir: layout.state_dir(),
+    };
+    std::fs::create_dir_all(files.dir.join("logs"))
+        .with_context(|| format!("cannot create {}", files.dir.display()))?;
+    std::fs::set_permissions(&files.dir, std::fs::Permissions::from_mode(0o700))?;
+    let [etcd_client, etcd_peer, apiserver, kwok] = free_ports(4)?[..] else {
+        anyhow::bail!("free_ports returned the wrong number of ports");
+    };
+    let ports = Ports {
+        etcd_client,
+        etcd_peer,
+        apiserver,
+        kwok,
+    };
+    let mut state = State {
+        apiserver_url: format!("https://127.0.0.1:{apiserver}"),
+        bin_dir: toolset.bin_dir.clone(),
+        ports,
+        processes: Vec::new(),
+    };
+    progress::step("write certificates and kubeconfigs", |_| {
+        write_files(&files, &state, toolset)
+    })?;
+    let mut children = Vec::new();
+    let result = launch(&files, toolset, &mut state, &mut children);
+    if let Err(error) = result {
+        // The error already says what failed; stopping what did start is best effort.
+        if let Err(stop_error) = process::stop_all(&state.processes, STOP_GRACE) {
+            progress::say(format!(
+                "also failed to stop the started processes: {stop_error:#}"
+            ));
+        }
+        return Err(error.context(format!(
+            "cluster up failed; logs are in {}",
+            files.dir.join("logs").display()
+        )));
+    }
+    Ok(state)
+}
+
+fn write_files(files: &Files, state: &State, toolset: &Toolset) -> anyhow::Result<()> {
+    let pki = certs::generate(IpAddr::V4(SERVICE_IP), &IDENTITIES)?;
+    let secret = |name: &str, contents: &str| write_file(&files.file(name), contents, 0o600);
+    let public = |name: &str, contents: &str| write_file(&files.file(name), contents, 0o644);
+    public("ca.crt", &pki.ca.cert_pem)?;
+    secret("ca.key", &pki.ca.key_pem)?;
+    public("apiserver.crt", &pki.apiserver.cert_pem)?;
+    secret("apiserver.key", &pki.apiserver.key_pem)?;
+    secret("sa.key", &pki.service_account_key_pem)?;
+    public("sa.pub", &pki.service_account_public_pem)?;
+    for (identity, client) in &pki.clients {
+        let text = kubeconfig::render(
+            &state.apiserver_url,
+            &pki.ca.cert_pem,
+            identity.user,
+            client,
+        )?;
+        write_file(&files.kubeconfig(*identity), &text, 0o600)?;
+    }
+    let stages = toolset
+        .kwok_stages
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    public("kwok.yaml", &yaml_stream(&stages))?;
+    state.save(&files.dir)
+}
+
+fn write_file(path: &Path, contents: &str, mode: u32) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))
+}
+
+fn launch(
+    files: &Files,
+    toolset: &Toolset,
+    state: &mut State,
+    children: &mut Vec<(Child, Record)>,
+) -> anyhow::Result<()> {
+    let ports = state.ports;
+    let mut start = |name: &str,
+                     args: Vec<String>,
+                     children: &mut Vec<(Child, Record)>|
+     -> anyhow::Result<()> {
+        let (child, record) = process::spawn(name, &toolset.binary(name), &args, &files.log(name))?;
+        state.processes.push(record.clone());
+        state.save(&files.dir)?;
+        children.push((child, record));
+        Ok(())
+    };
+
+    start("etcd", etcd_args(files, ports), children)?;
+    let etcd_health = format!("http://127.0.0.1:{}/health", ports.etcd_client);
+    wait_for("etcd", Duration::from_secs(60), children, || {
+        let body = super::fetch::get_text(&etcd_health)?;
+        anyhow::ensure!(body.contains(r#""health":"true""#), "etcd says {body}");
+        Ok(())
+    })?;
+
+    start("kube-apiserver", apiserver_args(files, ports), children)?;
+    let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;
+    wait_for(
+        "kube-apiserver /readyz",
+        Duration::from_secs(180),
+        children,
+        || connection.ready(),
+    )?;
+
+    start(
+        "kube-controller-manager",
+        controller_manager_args(files),
+        children,
+    )?;
+    start("kube-scheduler", scheduler_args(files), children)?;
+    start("kwok", kwok_args(files, ports), children)?;
+    let accounts = kube::Api::<ServiceAccount>::namespaced(connection.client.clone(), "default");
+    wait_for(
+        "the default ServiceAccount",
+        Duration::from_secs(180),
+        children,
+        || {
+            let found = connection.request(accounts.get_opt("default"))?;
+            anyhow::ensure!(found.is_some(), "not created yet");
+            Ok(())
+        },
+    )
+}
+
+/// Polls `probe` until it succeeds, failing early (with the tail of its log) when one of `children` exits.
+fn wait_for(
+    what: &str,
+    timeout: Duration,
+    children: &mut [(Child, Record)],
+    mut probe: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    progress::step(&format!("wait for {what}"), |step| {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for (child, record) in children.iter_mut() {
+                if let Some(status) = child
+                    .try_wait()
+                    .with_context(|| format!("cannot check on {}", record.name))?
+                {
+                    anyhow::bail!(
+                        "{} exited ({status}) while waiting for {what}; last lines of {}:\n{}",
+                        record.name,
+                        record.log.display(),
+                        progress::log_tail(&record.log, 30)
+                    );
+                }
+            }
+            match probe() {
+                Ok(()) => return Ok(()),
+                Err(error) if Instant::now() >= deadline => {
+                    anyhow::bail!(
+                        "timed out after {timeout:?} waiting for {what}; last error: {error:#}"
+                    )
+                }
+                Err(error) => step.update(&format!("{error:#}")),
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Files, Ports) {
+        (
+            Files {
+                dir: PathBuf::from("/s"),
+            },
+            Ports {
+                etcd_client: 1,
+                etcd_peer: 2,
+                apiserver: 3,
+                kwok: 4,
+            },
+        )
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports = free_ports(4).unwrap();
+        assert_eq!(ports.len(), 4);
+        assert!(ports.iter().all(|port| *port != 0));
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 4, "{ports:?}");
+    }
+
+    #[test]
+    fn everything_listens_on_loopback_only() {
+        let (files, ports) = sample();
+        let all = [
+            etcd_args(&files, ports),
+            apiserver_args(&files, ports),
+            controller_manager_args(&files),
+            scheduler_args(&files),
+            kwok_args(&files, ports),
+        ]
+        .concat();
+        for arg in &all {
+            if arg.contains("://") && !arg.contains("kubernetes.default.svc") {
+                assert!(arg.contains("://127.0.0.1:"), "{arg}");
+            }
+            if arg.starts_with("--bind-address")
+                || arg.starts_with("--server-address")
+                || arg.starts_with("--node-ip")
+            {
+                assert!(arg.contains("=127.0.0.1"), "{arg}");
+            }
+        }
+        assert!(all.contains(&"--authorization-mode=Node,RBAC".to_owned()));
+        assert!(all.contains(&"--use-service-account-credentials=true".to_owned()));
+        assert!(all.contains(&"--secure-port=3".to_owned()));
+        assert!(all.contains(
+            &"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".to_owned()
+        ));
+    }
+
+    #[test]
+    fn components_use_their_own_kubeconfigs() {
+        let (files, ports) = sample();
+        assert!(
+            controller_manager_args(&files)
+                .contains(&"--kubeconfig=/s/controller-manager.kubeconfig".to_owned())
+        );
+        assert!(
+            scheduler_args(&files).contains(&"--kubeconfig=/s/scheduler.kubeconfig".to_owned())
+        );
+        assert!(kwok_args(&files, ports).contains(&"--kubeconfig=/s/kubeconfig".to_owned()));
+        assert_eq!(files.log("etcd"), PathBuf::from("/s/logs/etcd.log"));
+    }
+
+    #[test]
+    fn joins_yaml_documents() {
+        assert_eq!(
+            yaml_stream(&["a: 1\n".into(), "\nb: 2".into()]),
+            "a: 1\n---\nb: 2\n"
+        );
+    }
+
+    #[test]
+    fn state_round_trips_and_absence_is_none() {
+        let dir = std::env::temp_dir().join(format!("xtask-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(State::load(&dir).unwrap().is_none());
+        let (_, ports) = sample();
+        let state = State {
+            apiserver_url: "https://127.0.0.1:3".into(),
+            bin_dir: PathBuf::from("/b"),
+            ports,
+            processes: vec![Record {
+                name: "etcd".into(),
+                pid: 7,
+                binary: "/b/etcd".into(),
+                log: "/s/logs/etcd.log".into(),
+            }],
+        };
+        state.save(&dir).unwrap();
+        let loaded = State::load(&dir).unwrap().unwrap();
+        assert_eq!(
+            (loaded.ports, loaded.processes),
+            (state.ports, state.processes)
+        );
+        std::fs::write(dir.join("state.json"), "not json").unwrap();
+        assert!(State::load(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

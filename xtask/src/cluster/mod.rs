@@ -1,0 +1,224 @@
+//! The local Kubernetes cluster that the demo and the end-to-end tests run against.
+//!
+//! The real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and kwok for simulated
+//! nodes and pods, plus kubectl and helm, are built once from their Go modules (versions in [`versions`]) into a
+//! cache outside the repository (see [`paths`]), and run as local processes on 127.0.0.1.
+//!
+//! The e2e runner uses [`ensure_up`], [`add_nodes`], [`env_vars`] and [`down`]. They block; call them from
+//! synchronous code (or `tokio::task::spawn_blocking`).
+
+mod api;
+mod certs;
+mod controlplane;
+mod fetch;
+mod gomod;
+mod kubeconfig;
+mod nodes;
+mod paths;
+mod process;
+mod progress;
+mod toolchain;
+mod tools;
+mod versions;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+
+use anyhow::Context as _;
+
+pub use nodes::AddNodes;
+
+/// `cargo xtask cluster <command>`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Build the tools if needed, then start the cluster (a no-op when it already runs).
+    Up,
+    /// Stop the cluster's processes and remove its state.
+    Down,
+    /// Print `export` lines for KUBECONFIG and PATH: `eval "$(cargo xtask cluster env)"`.
+    Env,
+    /// Add simulated GPU nodes (managed by kwok).
+    AddNodes(AddNodes),
+}
+
+/// Runs one `cargo xtask cluster` command.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Up => {
+            let info = ensure_up()?;
+            println!("cluster is up at {}", info.apiserver_url);
+            println!("  kubeconfig: {}", info.kubeconfig.display());
+            println!("  binaries:   {}", info.bin_dir.display());
+            println!("  logs:       {}", info.state_dir.join("logs").display());
+            println!("use it with: eval \"$(cargo xtask cluster env)\"");
+            Ok(())
+        }
+        Command::Down => down(),
+        Command::Env => {
+            let layout = paths::Layout::from_env()?;
+            let kubeconfig = layout.state_dir().join("kubeconfig");
+            if !kubeconfig.exists() {
+                progress::say("note: the cluster is not up; run `cargo xtask cluster up`");
+            }
+            print!(
+                "{}",
+                shell_exports(&kubeconfig, &layout.bin_dir(&versions::all_tools()))
+            );
+            Ok(())
+        }
+        Command::AddNodes(request) => {
+            let names = add_nodes(&request)?;
+            println!("added {} node(s): {}", names.len(), names.join(", "));
+            Ok(())
+        }
+    }
+}
+
+/// Where a running cluster is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// The admin kubeconfig (user `admin`, group `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// kubectl, helm, kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok.
+    pub bin_dir: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub apiserver_url: String,
+    /// Certificates, kubeconfigs, `state.json`, etcd's data and the components' logs (`logs/<component>.log`).
+    pub state_dir: PathBuf,
+}
+
+/// Builds the tools if they are not cached, and starts the cluster unless a healthy one runs already (a cluster
+/// whose processes died, or that runs other versions, is replaced). Returns once the API server is ready and the
+/// controllers run (the `default` ServiceAccount exists).
+pub fn ensure_up() -> anyhow::Result<ClusterInfo> {
+    let layout = paths::Layout::from_env()?;
+    let toolset = tools::ensure_built(&layout)?;
+    let state_dir = layout.state_dir();
+    let kubeconfig = state_dir.join("kubeconfig");
+    let info = |state: &controlplane::State| ClusterInfo {
+        kubeconfig: kubeconfig.clone(),
+        bin_dir: toolset.bin_dir.clone(),
+        apiserver_url: state.apiserver_url.clone(),
+        state_dir: state_dir.clone(),
+    };
+    match controlplane::State::load(&state_dir)? {
+        Some(state) => match controlplane::check_health(&state, &kubeconfig, &toolset.bin_dir) {
+            Ok(()) => {
+                progress::say(format!(
+                    "the cluster is already up and healthy ({})",
+                    state_dir.display()
+                ));
+                return Ok(info(&state));
+            }
+            Err(reason) => {
+                progress::say(format!(
+                    "the recorded cluster is not healthy ({reason:#}); starting a fresh one"
+                ));
+                controlplane::tear_down(&state_dir)?;
+            }
+        },
+        None if state_dir.exists() => controlplane::tear_down(&state_dir).map(drop)?,
+        None => {}
+    }
+    let state = controlplane::start(&layout, &toolset)?;
+    let info = info(&state);
+    print_versions(&info)?;
+    Ok(info)
+}
+
+/// Stops exactly the processes `cluster up` recorded (SIGTERM, then SIGKILL after 10 s) and removes the state
+/// directory. Succeeds when no cluster is up.
+pub fn down() -> anyhow::Result<()> {
+    let state_dir = paths::Layout::from_env()?.state_dir();
+    if controlplane::tear_down(&state_dir)? {
+        progress::say("the cluster is down");
+    } else {
+        progress::say("no cluster was up");
+    }
+    Ok(())
+}
+
+/// Adds simulated GPU nodes to the running cluster and waits until they are Ready; returns their names.
+pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
+    let kubeconfig = paths::Layout::from_env()?.state_dir().join("kubeconfig");
+    anyhow::ensure!(
+        kubeconfig.exists(),
+        "the cluster is not up; run `cargo xtask cluster up` first"
+    );
+    nodes::add(&kubeconfig, request)
+}
+
+/// The environment for commands that use the cluster: `KUBECONFIG`, and `PATH` with [`ClusterInfo::bin_dir`] first
+/// (followed by this process's PATH), so that `kubectl` and `helm` are ours.
+pub fn env_vars(info: &ClusterInfo) -> Vec<(String, String)> {
+    let mut path = info.bin_dir.display().to_string();
+    if let Some(current) = std::env::var_os("PATH").filter(|current| !current.is_empty()) {
+        path = format!("{path}:{}", current.to_string_lossy());
+    }
+    vec![
+        ("KUBECONFIG".into(), info.kubeconfig.display().to_string()),
+        ("PATH".into(), path),
+    ]
+}
+
+/// Shell lines that set KUBECONFIG and put `bin_dir` first on the caller's PATH.
+fn shell_exports(kubeconfig: &Path, bin_dir: &Path) -> String {
+    format!(
+        "export KUBECONFIG={}\nexport PATH={}:\"$PATH\"\n",
+        shell_quote(&kubeconfig.display().to_string()),
+        shell_quote(&bin_dir.display().to_string())
+    )
+}
+
+/// `text` in single quotes, safe for any POSIX shell.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Runs our kubectl with [`env_vars`] to show that the whole chain (binaries, kubeconfig, API server) works, and
+/// prints the client and server versions.
+fn print_versions(info: &ClusterInfo) -> anyhow::Result<()> {
+    let output = Process::new("kubectl")
+        .arg("version")
+        .envs(env_vars(info))
+        .output()
+        .context("cannot run kubectl version")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl version failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    progress::say(String::from_utf8_lossy(&output.stdout).trim_end());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_quote_paths_and_keep_the_callers_path() {
+        let text = shell_exports(Path::new("/c/cluster/kubeconfig"), Path::new("/c/bin/it's"));
+        assert_eq!(
+            text,
+            "export KUBECONFIG='/c/cluster/kubeconfig'\nexport PATH='/c/bin/it'\\''s':\"$PATH\"\n"
+        );
+    }
+
+    #[test]
+    fn env_vars_put_our_binaries_first() {
+        let info = ClusterInfo {
+            kubeconfig: PathBuf::from("/c/cluster/kubeconfig"),
+            bin_dir: PathBuf::from("/c/bin/set"),
+            apiserver_url: "https://127.0.0.1:1".into(),
+            state_dir: PathBuf::from("/c/cluster"),
+        };
+        let vars = env_vars(&info);
+        assert_eq!(
+            vars[0],
+            ("KUBECONFIG".into(), "/c/cluster/kubeconfig".into())
+        );
+        assert_eq!(vars[1].0, "PATH");
+        assert!(vars[1].1.starts_with("/c/bin/set"));
+    }
+}

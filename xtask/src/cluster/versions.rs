@@ -1,0 +1,290 @@
+//! Every pinned version of the local cluster's tools, in one place.
+//!
+//! Bumping a version here changes the name of that tool's build directory in the cache, so the next `cluster up`
+//! rebuilds exactly that tool.
+
+/// `k8s.io/kubernetes`, the control plane and kubectl. v1.37.2 is not usable: the Go module proxy refuses its zip.
+pub const KUBERNETES: &str = "v1.37.1";
+/// The version of the `k8s.io/*` staging modules that belong to [`KUBERNETES`].
+pub const KUBERNETES_STAGING: &str = "v0.37.1";
+/// `go.etcd.io/etcd/server/v3`; its module root is the etcd server's main package.
+pub const ETCD: &str = "v3.6.12";
+/// `sigs.k8s.io/kwok`; we run the `kwok` controller directly (no kwokctl).
+pub const KWOK: &str = "v0.8.0";
+/// `helm.sh/helm/v4`.
+pub const HELM: &str = "v4.3.1";
+
+/// The oldest Go toolchain that builds all of the above (`go` directive of their go.mod files).
+pub const GO_MINIMUM: GoVersion = GoVersion {
+    major: 1,
+    minor: 26,
+    patch: 0,
+};
+/// The toolchain installed into the cache when `go` is missing or older than [`GO_MINIMUM`].
+pub const GO_TOOLCHAIN: GoVersion = GoVersion {
+    major: 1,
+    minor: 26,
+    patch: 8,
+};
+
+/// A Go release number such as `1.26.8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GoVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl GoVersion {
+    /// Parses what `go env GOVERSION` prints: `go1.26.8`, `go1.26`, `go1.27rc1`, `go1.26.8 X:nocoverageredesign`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let rest = text.trim().strip_prefix("go")?;
+        let rest = rest.split_whitespace().next()?;
+        let mut parts = rest.split('.');
+        let major = leading_number(parts.next()?)?;
+        let minor = leading_number(parts.next()?)?;
+        let patch = parts.next().and_then(leading_number).unwrap_or(0);
+        Some(Self {
+            major,
+            minor,
+            patch,
+        })
+    }
+}
+
+impl std::fmt::Display for GoVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+fn leading_number(text: &str) -> Option<u32> {
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    text[..end].parse().ok()
+}
+
+/// How the binaries of one tool are named when `go build` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// `go build -o <dir>/ pkgs...`: each binary is named after the last element of its package path.
+    Directory,
+    /// `go build -o <dir>/<name> pkg`: one package, whose default name would be wrong (etcd's is `server`).
+    Single(&'static str),
+}
+
+/// One Go program (or several from one module) that the cluster needs, built from the Go module proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoTool {
+    /// Short name, used for directories and progress messages.
+    pub name: &'static str,
+    /// The module to require.
+    pub module: &'static str,
+    pub version: &'static str,
+    /// Main packages, built in one `go build`.
+    pub packages: &'static [&'static str],
+    /// The binaries that the build leaves in the tool's directory.
+    pub binaries: &'static [&'static str],
+    pub output: Output,
+    /// `-X` settings, without the `-X`.
+    pub version_ldflags: Vec<String>,
+    /// Whether the module's go.mod replaces the `k8s.io/*` staging modules with local paths, which a consumer must
+    /// replace with their published versions.
+    pub kubernetes_staging: bool,
+    /// Files copied from the module's source tree into the tool's directory (e.g. kwok's default stages).
+    pub module_files: &'static [&'static str],
+}
+
+impl GoTool {
+    /// The directory name that identifies this build: a version bump gives a new directory, hence a rebuild.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.name, self.version)
+    }
+
+    /// The `-ldflags` argument for `go build`, if any.
+    pub fn ldflags(&self) -> Option<String> {
+        (!self.version_ldflags.is_empty()).then(|| {
+            self.version_ldflags
+                .iter()
+                .map(|setting| format!("-X {setting}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+    }
+}
+
+/// kwok's default stages, as kwokctl would load them: nodes become Ready and keep a lease, pods become Ready,
+/// complete and go away on deletion.
+pub const KWOK_STAGE_FILES: &[&str] = &[
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+];
+
+pub fn kubernetes() -> GoTool {
+    let minor = KUBERNETES
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or_default();
+    let mut ldflags = Vec::new();
+    for package in [
+        "k8s.io/component-base/version",
+        "k8s.io/client-go/pkg/version",
+    ] {
+        ldflags.push(format!("{package}.gitVersion={KUBERNETES}"));
+        ldflags.push(format!("{package}.gitMajor=1"));
+        ldflags.push(format!("{package}.gitMinor={minor}"));
+    }
+    GoTool {
+        name: "kubernetes",
+        module: "k8s.io/kubernetes",
+        version: KUBERNETES,
+        packages: &[
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes/cmd/kubectl",
+        ],
+        binaries: &[
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+        ],
+        output: Output::Directory,
+        version_ldflags: ldflags,
+        kubernetes_staging: true,
+        module_files: &[],
+    }
+}
+
+pub fn etcd() -> GoTool {
+    GoTool {
+        name: "etcd",
+        module: "go.etcd.io/etcd/server/v3",
+        version: ETCD,
+        packages: &["go.etcd.io/etcd/server/v3"],
+        binaries: &["etcd"],
+        output: Output::Single("etcd"),
+        version_ldflags: Vec::new(),
+        kubernetes_staging: false,
+        module_files: &[],
+    }
+}
+
+pub fn kwok() -> GoTool {
+    GoTool {
+        name: "kwok",
+        module: "sigs.k8s.io/kwok",
+        version: KWOK,
+        packages: &["sigs.k8s.io/kwok/cmd/kwok"],
+        binaries: &["kwok"],
+        output: Output::Directory,
+        version_ldflags: vec![format!(
+            "sigs.k8s.io/kwok/pkg/consts.Version={}",
+            KWOK.trim_start_matches('v')
+        )],
+        kubernetes_staging: false,
+        module_files: KWOK_STAGE_FILES,
+    }
+}
+
+pub fn helm() -> GoTool {
+    GoTool {
+        name: "helm",
+        module: "helm.sh/helm/v4",
+        version: HELM,
+        packages: &["helm.sh/helm/v4/cmd/helm"],
+        binaries: &["helm"],
+        output: Output::Directory,
+        version_ldflags: vec![format!("helm.sh/helm/v4/internal/version.version={HELM}")],
+        kubernetes_staging: false,
+        module_files: &[],
+    }
+}
+
+/// All tools, in build order (the small ones first, so a failure shows early).
+pub fn all_tools() -> Vec<GoTool> {
+    vec![etcd(), kwok(), helm(), kubernetes()]
+}
+
+/// The name of the directory of links to every tool's binaries: changes whenever any version does.
+pub fn toolset_name(tools: &[GoTool]) -> String {
+    tools
+        .iter()
+        .map(GoTool::dir_name)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_versions() {
+        assert_eq!(
+            GoVersion::parse("go1.26.8"),
+            Some(GoVersion {
+                major: 1,
+                minor: 26,
+                patch: 8
+            })
+        );
+        assert_eq!(
+            GoVersion::parse("go1.26\n"),
+            Some(GoVersion {
+                major: 1,
+                minor: 26,
+                patch: 0
+            })
+        );
+        assert_eq!(
+            GoVersion::parse("go1.27rc1"),
+            Some(GoVersion {
+                major: 1,
+                minor: 27,
+                patch: 0
+            })
+        );
+        assert_eq!(
+            GoVersion::parse("go1.26.8 X:nocoverageredesign"),
+            Some(GoVersion {
+                major: 1,
+                minor: 26,
+                patch: 8
+            })
+        );
+        assert_eq!(GoVersion::parse("devel"), None);
+        assert!(GoVersion::parse("go1.25.9").unwrap() < GO_MINIMUM);
+        assert!(GO_TOOLCHAIN >= GO_MINIMUM);
+    }
+
+    #[test]
+    fn kubernetes_ldflags_set_both_version_packages() {
+        let flags = kubernetes().ldflags().unwrap();
+        assert_eq!(
+            flags,
+            "-X k8s.io/component-base/version.gitVersion=v1.37.1 -X k8s.io/component-base/version.gitMajor=1 \
+             -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/client-go/pkg/version.gitVersion=v1.37.1 \
+             -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37"
+        );
+        assert_eq!(etcd().ldflags(), None);
+    }
+
+    #[test]
+    fn a_version_bump_renames_the_toolset() {
+        let mut tools = all_tools();
+        let before = toolset_name(&tools);
+        assert_eq!(
+            before,
+            "etcd-v3.6.12_kwok-v0.8.0_helm-v4.3.1_kubernetes-v1.37.1"
+        );
+        tools[2].version = "v4.3.2";
+        assert_ne!(toolset_name(&tools), before);
+    }
+}
