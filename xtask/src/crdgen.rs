@@ -1,5 +1,6 @@
-//! `cargo xtask crdgen [--check]`: the chart's CRD files are generated from the Rust types in `crates/crd`
-//! and never edited by hand. `--check` (run by the test command) fails when they drift.
+//! `cargo xtask crdgen [--check]`: the chart's generated files — the CRDs from the Rust types in `crates/crd`,
+//! and the default MIG geometries from `crd::mig::DEFAULT_MIG_CONFIG` — are never edited by hand. `--check`
+//! (run by the test command) fails when they drift.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -12,19 +13,37 @@ const HEADER: &str =
 
 /// Where the chart keeps its CRDs, relative to the workspace root.
 const CRD_DIR: &str = "charts/gpu-operator/crds";
+/// Where the chart keeps the files its templates embed.
+const FILES_DIR: &str = "charts/gpu-operator/files";
 
 pub fn run(check: bool) -> anyhow::Result<()> {
-    let dir = workspace_root().join(CRD_DIR);
-    let wanted = render()?;
+    sync(CRD_DIR, render()?, check)?;
+    let mig = BTreeMap::from([(
+        "default-mig-parted-config.yaml".to_string(),
+        format!(
+            "{}{}",
+            HEADER.replace("the types in crates/crd", "crd::mig::DEFAULT_MIG_CONFIG"),
+            crd::mig::DEFAULT_MIG_CONFIG
+        ),
+    )]);
+    sync(FILES_DIR, mig, check)
+}
+
+/// Writes `wanted` into `relative_dir` (removing other YAML files there), or with `check` fails on any drift.
+fn sync(relative_dir: &str, wanted: BTreeMap<String, String>, check: bool) -> anyhow::Result<()> {
+    let dir = workspace_root().join(relative_dir);
     if check {
         let drift = drift(&dir, &wanted)?;
         if !drift.is_empty() {
             bail!(
-                "the CRDs in {CRD_DIR} differ from the Rust types ({}); run `cargo xtask crdgen` and commit the result",
+                "the generated files in {relative_dir} differ from their Rust sources ({}); run `cargo xtask crdgen` and commit the result",
                 drift.join(", ")
             );
         }
-        println!("{CRD_DIR}: {} CRDs match the Rust types", wanted.len());
+        println!(
+            "{relative_dir}: {} generated files match their Rust sources",
+            wanted.len()
+        );
         return Ok(());
     }
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -36,7 +55,7 @@ pub fn run(check: bool) -> anyhow::Result<()> {
     }
     for (name, text) in &wanted {
         fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
-        println!("wrote {CRD_DIR}/{name}");
+        println!("wrote {relative_dir}/{name}");
     }
     Ok(())
 }
