@@ -1,0 +1,324 @@
+//! The command line. The role command lines are the ones the operator renders into its DaemonSets
+//! (`crates/operator/src/render/`), so every flag here that a DaemonSet passes must keep its name.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use crd::config::device_plugin::MigStrategy;
+
+use crate::backend::GpuSource;
+
+/// `gpu-node-agent`: one binary per node, several roles.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-node-agent",
+    version,
+    about = "GPU node agent: MIG manager, GPU feature discovery, validation; reports the node's GPUNode status"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t, global = true, env = "LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Where the GPUs come from.
+    #[command(flatten)]
+    pub gpus: GpuSource,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// The roles and tools.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The MIG manager: applies the geometry the node's `nvidia.com/mig.config` label names. With a subcommand,
+    /// an admin tool that works on this machine's GPUs without Kubernetes.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
+    Mig(MigArgs),
+    /// GPU feature discovery: publishes the `nvidia.com/gpu.*`, `cuda.*` and `mig-*` node labels.
+    Discovery(DiscoveryArgs),
+    /// Validation for init containers: marks the driver and toolkit ready, or waits for the marks.
+    Validate(ValidateArgs),
+    /// Test tool for the simulator: inject faults into a simulated node's GPUs.
+    Simulator(SimulatorArgs),
+}
+
+/// The node this agent runs for and the operator's namespace, as the DaemonSets pass them.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Name of this node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Namespace of the operator, its operands and their ConfigMaps.
+    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "gpu-operator")]
+    pub namespace: String,
+}
+
+/// `gpu-node-agent mig`.
+#[derive(Debug, Args)]
+pub struct MigArgs {
+    /// ConfigMap (in the operator's namespace) whose `config.yaml` holds the mig-parted config.
+    #[arg(long, required = true)]
+    pub config_map: Option<String>,
+    /// Config applied when the node has no `nvidia.com/mig.config` label; without it, such nodes are left alone.
+    #[arg(long)]
+    pub default_config: Option<String>,
+    /// ConfigMap naming host services that use the GPUs (accepted for compatibility; see the crate docs).
+    #[arg(long)]
+    pub gpu_clients_config_map: Option<String>,
+    /// Reboot the node when a MIG mode change needs a GPU reset the platform cannot do.
+    #[arg(long, env = "WITH_REBOOT")]
+    pub with_reboot: bool,
+    /// The command that reboots the node (not used on the simulator, where a reboot resets the simulated GPUs).
+    #[arg(
+        long,
+        env = "REBOOT_COMMAND",
+        default_value = "chroot /host systemctl reboot"
+    )]
+    pub reboot_command: String,
+    /// How long to wait for the node's GPU clients (device plugin, feature discovery, DCGM) to leave.
+    #[arg(long, value_parser = seconds, default_value = "300")]
+    pub clients_timeout: Duration,
+    /// How long to keep evicting the pods that use the GPUs being changed (PodDisruptionBudgets may hold them).
+    #[arg(long, value_parser = seconds, default_value = "300")]
+    pub eviction_timeout: Duration,
+    /// The node (required for the role).
+    #[command(flatten)]
+    pub node: Option<NodeArgs>,
+    /// An admin tool instead of the role.
+    #[command(subcommand)]
+    pub action: Option<MigAction>,
+}
+
+/// `gpu-node-agent mig plan|apply|assert`.
+#[derive(Debug, Subcommand)]
+pub enum MigAction {
+    /// Print the geometry each GPU would get, or why the config cannot be applied.
+    Plan(MigFileArgs),
+    /// Apply the config to this machine's GPUs (no Kubernetes involved).
+    Apply(MigFileArgs),
+    /// Exit non-zero, with the differences, when the GPUs do not have the config's geometry.
+    Assert(MigFileArgs),
+}
+
+/// The config file and name the admin tools take.
+#[derive(Debug, Args)]
+pub struct MigFileArgs {
+    /// The mig-parted config file (YAML or JSON, version v1).
+    #[arg(short = 'f', long = "config-file")]
+    pub file: PathBuf,
+    /// The config name in the file.
+    #[arg(short = 'c', long = "selected-config")]
+    pub config: String,
+    /// Node name, for `--simulate node` and the simulator's GPU identities.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+/// `gpu-node-agent discovery`.
+#[derive(Debug, Args)]
+pub struct DiscoveryArgs {
+    /// How MIG devices are advertised: none, single or mixed.
+    #[arg(long, value_parser = mig_strategy)]
+    pub mig_strategy: MigStrategy,
+    /// ConfigMap of named device-plugin configs (for the sharing labels).
+    #[arg(long)]
+    pub device_plugin_config_map: Option<String>,
+    /// Key of that ConfigMap used on nodes without the `nvidia.com/device-plugin.config` label.
+    #[arg(long)]
+    pub default_config: Option<String>,
+    /// How often to read the GPUs again (MIG geometry has no change events).
+    #[arg(long, value_parser = seconds, default_value = "10")]
+    pub interval: Duration,
+    /// File holding the machine type (DMI product name) for `nvidia.com/gpu.machine`.
+    #[arg(long, default_value = "/sys/class/dmi/id/product_name")]
+    pub machine_type_file: PathBuf,
+    /// The node.
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// `gpu-node-agent validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Folder of the ready files that operands' init containers wait for.
+    #[arg(
+        long,
+        env = "VALIDATIONS_DIR",
+        default_value = "/run/nvidia/validations",
+        global = true
+    )]
+    pub validations_dir: PathBuf,
+    /// The container runtime binary the toolkit installs.
+    #[arg(
+        long,
+        env = "TOOLKIT_RUNTIME",
+        default_value = "/host/usr/local/nvidia/toolkit/nvidia-container-runtime",
+        global = true
+    )]
+    pub toolkit_runtime: PathBuf,
+    /// Node name (for `--simulate node`).
+    #[arg(long, env = "NODE_NAME", global = true)]
+    pub node_name: Option<String>,
+    /// What to validate.
+    #[command(subcommand)]
+    pub step: ValidateStep,
+}
+
+/// One validation step.
+#[derive(Debug, Subcommand)]
+pub enum ValidateStep {
+    /// The driver answers (NVML initialises and sees at least one GPU): writes `driver-ready`.
+    Driver,
+    /// The container toolkit's runtime is installed: writes `toolkit-ready`.
+    Toolkit,
+    /// Re-checks periodically, writing the ready files that hold and removing those that no longer do.
+    Watch {
+        /// Time between checks.
+        #[arg(long, value_parser = seconds, default_value = "30")]
+        interval: Duration,
+    },
+    /// Blocks until the named parts are marked ready.
+    Wait {
+        /// A part to wait for: driver or toolkit (repeatable).
+        #[arg(long = "for", value_enum, required = true)]
+        parts: Vec<crate::validate::Part>,
+        /// Time between looks at the folder.
+        #[arg(long, value_parser = seconds, default_value = "1")]
+        interval: Duration,
+    },
+}
+
+/// `gpu-node-agent simulator`.
+#[derive(Debug, Args)]
+pub struct SimulatorArgs {
+    /// Node name the simulated GPUs belong to.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The fault to inject.
+    #[command(subcommand)]
+    pub fault: SimulatorFault,
+}
+
+/// Faults the simulator tool injects.
+#[derive(Debug, Subcommand)]
+pub enum SimulatorFault {
+    /// Make every operation on every GPU of the node take this many milliseconds longer (0 to stop).
+    Delay {
+        /// Milliseconds added to each operation.
+        milliseconds: u64,
+    },
+}
+
+/// A duration given in whole seconds.
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("expected a number of seconds, got {text:?}"))
+}
+
+/// The strategy as the operator writes it.
+fn mig_strategy(text: &str) -> Result<MigStrategy, String> {
+    match text {
+        "none" => Ok(MigStrategy::None),
+        "single" => Ok(MigStrategy::Single),
+        "mixed" => Ok(MigStrategy::Mixed),
+        other => Err(format!("expected none, single or mixed, got {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpu-node-agent").chain(line.iter().copied()))
+    }
+
+    /// The command lines the operator renders (see the render snapshots) parse.
+    #[test]
+    fn rendered_command_lines_parse() {
+        let cli = parse(&[
+            "mig",
+            "--config-map",
+            "custom-mig-parted-config",
+            "--default-config",
+            "all-disabled",
+            "--gpu-clients-config-map",
+            "gpu-clients",
+            "--node-name",
+            "n1",
+        ])
+        .unwrap();
+        let Command::Mig(mig) = cli.command else {
+            panic!("mig")
+        };
+        assert_eq!(mig.config_map.as_deref(), Some("custom-mig-parted-config"));
+        assert!(mig.action.is_none());
+
+        let cli = parse(&[
+            "discovery",
+            "--mig-strategy",
+            "mixed",
+            "--device-plugin-config-map",
+            "time-slicing-config-all",
+            "--default-config",
+            "any",
+            "--node-name",
+            "n1",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed)
+        );
+
+        for line in [
+            &["validate", "driver"][..],
+            &["validate", "toolkit"],
+            &["validate", "watch"],
+            &["validate", "wait", "--for", "driver", "--for", "toolkit"],
+        ] {
+            parse(line).unwrap_or_else(|error| panic!("{line:?}: {error}"));
+        }
+    }
+
+    #[test]
+    fn mig_admin_tools_need_no_node_or_config_map() {
+        let cli = parse(&[
+            "mig",
+            "plan",
+            "-f",
+            "config.yaml",
+            "-c",
+            "all-1g.10gb",
+            "--simulate",
+            "a100-80gb:2",
+            "--sim-state",
+            "/tmp/x.json",
+        ])
+        .unwrap();
+        let Command::Mig(mig) = cli.command else {
+            panic!("mig")
+        };
+        assert!(
+            matches!(mig.action, Some(MigAction::Plan(ref file)) if file.config == "all-1g.10gb")
+        );
+        assert!(cli.gpus.simulate.is_some());
+    }
+
+    #[test]
+    fn the_role_needs_its_config_map() {
+        let error = parse(&["mig", "--node-name", "n1"]).unwrap_err();
+        assert!(error.to_string().contains("--config-map"), "{error}");
+        assert!(parse(&["discovery", "--mig-strategy", "dual", "--node-name", "n"]).is_err());
+    }
+}

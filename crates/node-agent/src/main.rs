@@ -1,0 +1,37 @@
+//! `gpu-node-agent`: parses the command line, sets up logging, runs the role.
+
+use clap::Parser;
+use node_agent::cli::{Cli, Command, LogFormat};
+use node_agent::{discovery, mig, simulator_tool, validate};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Mig(args) => mig::run(args, &cli.gpus).await,
+        Command::Discovery(args) => discovery::run(args, &cli.gpus).await,
+        Command::Validate(args) => validate::run(args, &cli.gpus).await,
+        Command::Simulator(args) => simulator_tool::run(&args, &cli.gpus).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr (stdout is for the admin tools' output), filtered by `RUST_LOG` (default `info`).
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,267 @@
+//! Getting pods off the GPUs before they change: waiting for the paused GPU clients to leave, and evicting the
+//! workloads that use the GPUs being disturbed, through the Eviction API so that PodDisruptionBudgets hold. A
+//! budget that refuses (HTTP 429) means wait and retry until the timeout; a pod is never deleted directly.
+//!
+//! Which pods use which GPU: the kubelet's pod-resources API would tell, but the agent does not query it yet, and
+//! on the simulator no pod holds a particular GPU. So every pod on the node that requests a GPU resource
+//! (`nvidia.com/gpu*` or `nvidia.com/mig-*`) counts as using every disturbed GPU; a change that disturbs no GPU
+//! (it only adds instances) evicts nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{Api, EvictParams, ListParams};
+use kube::{Client, ResourceExt};
+use tokio::time::{Instant, sleep};
+use tracing::info;
+
+use super::clients::GPU_CLIENTS;
+use crate::kube_io::KubeError;
+
+/// Time between looks while waiting for pods to go, and between eviction retries.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Why pods did not leave.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// A call failed.
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+    /// The GPU clients were still there at the timeout.
+    #[error("the GPU clients' pods did not leave within {timeout:?}: {pods}")]
+    ClientsStayed {
+        /// The timeout.
+        timeout: Duration,
+        /// The pods.
+        pods: String,
+    },
+    /// Pods that use the GPUs were still there at the timeout.
+    #[error("pods using the GPUs were not evicted within {timeout:?}: {pods}{why}")]
+    EvictionTimedOut {
+        /// The timeout.
+        timeout: Duration,
+        /// The pods.
+        pods: String,
+        /// The last refusal, if any.
+        why: String,
+    },
+}
+
+/// Whether a pod requests a GPU resource: whole or shared GPUs (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, ...)
+/// or MIG devices (`nvidia.com/mig-1g.10gb`, ...).
+#[must_use]
+pub fn uses_gpus(pod: &Pod) -> bool {
+    let Some(spec) = &pod.spec else {
+        return false;
+    };
+    let is_gpu =
+        |name: &String| name.starts_with("nvidia.com/gpu") || name.starts_with("nvidia.com/mig-");
+    let requests = |container: &Container| {
+        container.resources.as_ref().is_some_and(|resources| {
+            [&resources.requests, &resources.limits]
+                .into_iter()
+                .flatten()
+                .any(|amounts| amounts.keys().any(is_gpu))
+        })
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(requests)
+}
+
+/// Whether a pod no longer runs (finished), so it neither holds a GPU nor needs evicting.
+#[must_use]
+pub fn finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.phase.as_deref())
+        .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
+}
+
+/// `namespace/name`.
+fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// The pods of one node.
+#[derive(Clone)]
+pub struct NodePods {
+    client: Client,
+    node: String,
+    namespace: String,
+}
+
+impl std::fmt::Debug for NodePods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodePods")
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl NodePods {
+    /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's).
+    #[must_use]
+    pub fn new(client: Client, node: &str, namespace: &str) -> Self {
+        Self {
+            client,
+            node: node.to_owned(),
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    async fn list(&self, api: &Api<Pod>, labels: Option<&str>) -> Result<Vec<Pod>, KubeError> {
+        let mut params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
+        if let Some(labels) = labels {
+            params = params.labels(labels);
+        }
+        Ok(api
+            .list(&params)
+            .await
+            .map_err(KubeError::during(format!("listing pods on {}", self.node)))?
+            .items)
+    }
+
+    /// Waits until no pod of the GPU clients (by their `app` label) is left on the node.
+    ///
+    /// # Errors
+    /// `ClientsStayed` at the timeout.
+    pub async fn wait_for_clients(&self, timeout: Duration) -> Result<(), DrainError> {
+        let api = Api::namespaced(self.client.clone(), &self.namespace);
+        let apps: Vec<&str> = GPU_CLIENTS.iter().map(|(_, app)| *app).collect();
+        let selector = format!("app in ({})", apps.join(","));
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = self.list(&api, Some(&selector)).await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DrainError::ClientsStayed {
+                    timeout,
+                    pods: left.iter().map(pod_name).collect::<Vec<_>>().join(", "),
+                });
+            }
+            sleep(RETRY).await;
+        }
+    }
+
+    /// Evicts every running pod on the node that uses GPUs, retrying refused evictions until `timeout`, and waits
+    /// until they are gone. `on_refused` hears each refusal (a PodDisruptionBudget), to report it while waiting.
+    ///
+    /// # Errors
+    /// `EvictionTimedOut` when pods remain at the timeout; other API failures.
+    pub async fn evict_gpu_pods(
+        &self,
+        timeout: Duration,
+        mut on_refused: impl AsyncFnMut(&str),
+    ) -> Result<(), DrainError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let deadline = Instant::now() + timeout;
+        let mut refusal = String::new();
+        let mut evicted = BTreeSet::new();
+        loop {
+            let remaining: Vec<Pod> = self
+                .list(&all, None)
+                .await?
+                .into_iter()
+                .filter(|pod| uses_gpus(pod) && !finished(pod))
+                .collect();
+            if remaining.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DrainError::EvictionTimedOut {
+                    timeout,
+                    pods: remaining
+                        .iter()
+                        .map(pod_name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    why: if refusal.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({refusal})")
+                    },
+                });
+            }
+            for pod in remaining
+                .iter()
+                .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            {
+                let name = pod_name(pod);
+                let api: Api<Pod> =
+                    Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+                match api.evict(&pod.name_any(), &EvictParams::default()).await {
+                    Ok(_) => {
+                        if evicted.insert(name.clone()) {
+                            info!(pod = %name, "evicted");
+                        }
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 429 => {
+                        refusal =
+                            format!("eviction of {name} refused, waiting: {}", status.message);
+                        on_refused(&refusal).await;
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => {
+                        return Err(KubeError::during(format!("evicting pod {name}"))(error).into());
+                    }
+                }
+            }
+            sleep(RETRY).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(resources: serde_json::Value, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": resources}]},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn gpu_pods_are_found_by_their_resources() {
+        assert!(uses_gpus(&pod(
+            json!({"limits": {"nvidia.com/gpu": "1"}}),
+            "Running"
+        )));
+        assert!(uses_gpus(&pod(
+            json!({"requests": {"nvidia.com/gpu.shared": "1"}}),
+            "Running"
+        )));
+        assert!(uses_gpus(&pod(
+            json!({"limits": {"nvidia.com/mig-1g.10gb": "1"}}),
+            "Running"
+        )));
+        assert!(!uses_gpus(&pod(json!({"limits": {"cpu": "1"}}), "Running")));
+        assert!(!uses_gpus(&pod(json!({}), "Running")));
+        let init: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        }))
+        .unwrap();
+        assert!(uses_gpus(&init));
+    }
+
+    #[test]
+    fn finished_pods_hold_nothing() {
+        assert!(finished(&pod(json!({}), "Succeeded")));
+        assert!(finished(&pod(json!({}), "Failed")));
+        assert!(!finished(&pod(json!({}), "Running")));
+        assert_eq!(pod_name(&pod(json!({}), "Running")), "default/p");
+    }
+}

@@ -1,0 +1,317 @@
+//! The MIG manager's decisions, pure: what to do about one observation of the node ([`decide`]), and which step
+//! follows another ([`next`]). The runner carries the steps out; keeping the order here makes the rules (pause
+//! before evicting, evict only when a GPU is disturbed, roll back only once GPUs were touched, reboot at most
+//! once) testable without a cluster or GPUs.
+
+/// The value of `nvidia.com/mig.config.state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MigState {
+    /// A change is being applied.
+    Pending,
+    /// The node reboots so that a MIG mode change takes effect.
+    Rebooting,
+    /// The GPUs have the configured geometry.
+    Success,
+    /// The configured geometry could not be applied; the reason is in GPUNode status.
+    Failed,
+}
+
+impl MigState {
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Rebooting => "rebooting",
+            Self::Success => "success",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// What was asked: the config name and the config file's contents, so that a failed request is not retried until
+/// one of them changes (and is retried as soon as one does).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// The config name.
+    pub config: String,
+    /// A fingerprint of the config file's text.
+    pub file: u64,
+}
+
+/// What to do about one observation of the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// No config is asked for (no label, no default): leave the GPUs alone.
+    Idle,
+    /// This request failed before and nothing has changed since: wait.
+    AlreadyFailed,
+    /// The request cannot be applied (bad config, unknown name, geometry that cannot exist): fail without
+    /// touching anything.
+    Reject(String),
+    /// The GPUs already have the geometry.
+    Converged,
+    /// Change the GPUs, starting (or resuming) with [`Step::Pause`].
+    Change,
+}
+
+/// What one observation says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation<'a> {
+    /// The request, when a config is asked for.
+    pub request: Option<&'a Request>,
+    /// Whether the GPUs already match, or why the request cannot be applied.
+    pub assessment: Result<bool, &'a str>,
+    /// Whether a change was underway (its record is on the Node).
+    pub in_progress: bool,
+    /// The request that failed last, if any.
+    pub failed: Option<&'a Request>,
+}
+
+/// Decides what to do about an observation.
+#[must_use]
+pub fn decide(observation: Observation<'_>) -> Decision {
+    let Some(request) = observation.request else {
+        return Decision::Idle;
+    };
+    // A change left underway (a crash) is always finished, even for a request that failed before.
+    if !observation.in_progress && observation.failed == Some(request) {
+        return Decision::AlreadyFailed;
+    }
+    match observation.assessment {
+        Err(reason) => Decision::Reject(reason.to_owned()),
+        Ok(true) => Decision::Converged,
+        Ok(false) => Decision::Change,
+    }
+}
+
+/// The steps of a change, in order. Each is idempotent, so a restarted agent runs them again from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Set the state to pending, pause the GPU clients, record what to restore.
+    Pause,
+    /// Wait for the GPU clients' pods to leave the node.
+    WaitForClients,
+    /// Evict the pods that use the GPUs being disturbed.
+    Evict,
+    /// Change MIG modes, reset what must be reset, create and destroy instances.
+    ChangeGpus,
+    /// Read the GPUs back and compare with the config.
+    Verify,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did its work.
+    Done,
+    /// A MIG mode change needs a reset the platform cannot do.
+    NeedsReboot,
+    /// It failed, for this reason.
+    Failed(String),
+}
+
+/// What follows a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Run this step.
+    Run(Step),
+    /// Record the state `rebooting` and reboot; the restarted agent resumes the change.
+    Reboot,
+    /// Restore the clients and set the state to success.
+    Succeed,
+    /// Restore the clients and set the state to failed; put the GPUs back first when `roll_back`.
+    Fail {
+        /// Why.
+        reason: String,
+        /// Whether the GPUs may have been touched, so their previous geometry must be restored.
+        roll_back: bool,
+    },
+}
+
+/// Facts the transitions depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Context {
+    /// Whether some GPU is disturbed (reset, or instances destroyed), so its workloads must leave.
+    pub disrupts: bool,
+    /// Whether `WITH_REBOOT` allows rebooting the node.
+    pub with_reboot: bool,
+    /// Reboots this change has already done.
+    pub reboots: u32,
+}
+
+/// The step after `step` ended with `outcome`.
+#[must_use]
+pub fn next(step: Step, outcome: Outcome, context: Context) -> Next {
+    let touched = matches!(step, Step::ChangeGpus | Step::Verify);
+    match outcome {
+        Outcome::Failed(reason) => Next::Fail {
+            reason,
+            roll_back: touched,
+        },
+        Outcome::NeedsReboot if context.reboots > 0 => Next::Fail {
+            reason: "a MIG mode change is still pending after the node rebooted".into(),
+            roll_back: true,
+        },
+        Outcome::NeedsReboot if context.with_reboot => Next::Reboot,
+        Outcome::NeedsReboot => Next::Fail {
+            reason: "a MIG mode change needs a GPU reset, which this platform cannot do; \
+                     set WITH_REBOOT=true (migManager.env) to let the MIG manager reboot the node"
+                .into(),
+            roll_back: true,
+        },
+        Outcome::Done => match step {
+            Step::Pause => Next::Run(Step::WaitForClients),
+            Step::WaitForClients if context.disrupts => Next::Run(Step::Evict),
+            Step::WaitForClients | Step::Evict => Next::Run(Step::ChangeGpus),
+            Step::ChangeGpus => Next::Run(Step::Verify),
+            Step::Verify => Next::Succeed,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTEXT: Context = Context {
+        disrupts: true,
+        with_reboot: false,
+        reboots: 0,
+    };
+
+    fn request(config: &str) -> Request {
+        Request {
+            config: config.into(),
+            file: 1,
+        }
+    }
+
+    #[test]
+    fn decisions_follow_the_observation() {
+        let asked = request("all-1g.10gb");
+        let observe = |assessment, in_progress, failed| Observation {
+            request: Some(&asked),
+            assessment,
+            in_progress,
+            failed,
+        };
+        assert_eq!(
+            decide(Observation {
+                request: None,
+                ..observe(Ok(false), false, None)
+            }),
+            Decision::Idle
+        );
+        assert_eq!(decide(observe(Ok(true), false, None)), Decision::Converged);
+        assert_eq!(decide(observe(Ok(false), false, None)), Decision::Change);
+        assert_eq!(
+            decide(observe(Err("no MIG config named x"), false, None)),
+            Decision::Reject("no MIG config named x".into())
+        );
+        assert_eq!(
+            decide(observe(Ok(false), false, Some(&asked))),
+            Decision::AlreadyFailed
+        );
+        let other = request("all-balanced");
+        assert_eq!(
+            decide(observe(Ok(false), false, Some(&other))),
+            Decision::Change,
+            "a new request is tried even after a failure"
+        );
+        assert_eq!(
+            decide(observe(Ok(false), true, Some(&asked))),
+            Decision::Change,
+            "a change left underway is finished"
+        );
+    }
+
+    #[test]
+    fn a_change_runs_every_step_in_order() {
+        let mut step = Step::Pause;
+        let mut seen = vec![step];
+        loop {
+            match next(step, Outcome::Done, CONTEXT) {
+                Next::Run(following) => {
+                    step = following;
+                    seen.push(step);
+                }
+                other => {
+                    assert_eq!(other, Next::Succeed);
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                Step::Pause,
+                Step::WaitForClients,
+                Step::Evict,
+                Step::ChangeGpus,
+                Step::Verify
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_is_evicted_when_no_gpu_is_disturbed() {
+        let context = Context {
+            disrupts: false,
+            ..CONTEXT
+        };
+        assert_eq!(
+            next(Step::WaitForClients, Outcome::Done, context),
+            Next::Run(Step::ChangeGpus)
+        );
+    }
+
+    #[test]
+    fn rollback_only_once_gpus_were_touched() {
+        for (step, roll_back) in [
+            (Step::Pause, false),
+            (Step::WaitForClients, false),
+            (Step::Evict, false),
+            (Step::ChangeGpus, true),
+            (Step::Verify, true),
+        ] {
+            assert_eq!(
+                next(step, Outcome::Failed("x".into()), CONTEXT),
+                Next::Fail {
+                    reason: "x".into(),
+                    roll_back
+                },
+                "{step:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reboot_only_when_allowed_and_only_once() {
+        let Next::Fail { reason, roll_back } =
+            next(Step::ChangeGpus, Outcome::NeedsReboot, CONTEXT)
+        else {
+            panic!("fails without WITH_REBOOT");
+        };
+        assert!(reason.contains("WITH_REBOOT=true") && roll_back, "{reason}");
+        let allowed = Context {
+            with_reboot: true,
+            ..CONTEXT
+        };
+        assert_eq!(
+            next(Step::ChangeGpus, Outcome::NeedsReboot, allowed),
+            Next::Reboot
+        );
+        let rebooted = Context {
+            reboots: 1,
+            ..allowed
+        };
+        assert!(matches!(
+            next(Step::ChangeGpus, Outcome::NeedsReboot, rebooted),
+            Next::Fail {
+                roll_back: true,
+                ..
+            }
+        ));
+    }
+}
