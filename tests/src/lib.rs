@@ -6,6 +6,8 @@
 //! - `E2E_OPERATOR_BIN`: the `gpu-operator` binary built from this checkout;
 //! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
 
+pub mod agents;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};

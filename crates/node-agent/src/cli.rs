@@ -48,7 +48,7 @@ pub enum Command {
     Discovery(DiscoveryArgs),
     /// Validation for init containers: marks the driver and toolkit ready, or waits for the marks.
     Validate(ValidateArgs),
-    /// Test tool for the simulator: inject faults into a simulated node's GPUs.
+    /// Test tool for the simulator: inject faults into a simulated node's GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
 }
 
@@ -204,19 +204,22 @@ pub struct SimulatorArgs {
     /// Node name the simulated GPUs belong to.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// The fault to inject.
+    /// What to do.
     #[command(subcommand)]
-    pub fault: SimulatorFault,
+    pub action: SimulatorAction,
 }
 
-/// Faults the simulator tool injects.
+/// What the simulator tool does.
 #[derive(Debug, Subcommand)]
-pub enum SimulatorFault {
+pub enum SimulatorAction {
     /// Make every operation on every GPU of the node take this many milliseconds longer (0 to stop).
     Delay {
         /// Milliseconds added to each operation.
         milliseconds: u64,
     },
+    /// Print every MIG device as `<GPU index> <MIG device UUID>`, one per line (to check which devices survive
+    /// a change).
+    Devices,
 }
 
 /// A duration given in whole seconds.

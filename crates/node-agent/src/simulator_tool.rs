@@ -1,5 +1,6 @@
-//! `gpu-node-agent simulator`: injects faults into a simulated node from outside the agent, for end-to-end tests
-//! (a slow MIG change that a test can kill the agent in the middle of).
+//! `gpu-node-agent simulator`: for end-to-end tests, injects faults into a simulated node from outside the agent
+//! (a slow MIG change that a test can kill the agent in the middle of) and lists its MIG devices (to show that a
+//! change keeps the devices of the GPUs it does not touch).
 
 use std::time::Duration;
 
@@ -7,9 +8,9 @@ use anyhow::Context;
 use gpu::GpuBackend;
 
 use crate::backend::{GpuSource, Gpus};
-use crate::cli::{SimulatorArgs, SimulatorFault};
+use crate::cli::{SimulatorAction, SimulatorArgs};
 
-/// Injects the fault into every GPU of the node.
+/// Injects the fault into every GPU of the node, or lists the MIG devices.
 ///
 /// # Errors
 /// Without `--simulate`, or when the state file cannot be changed.
@@ -18,10 +19,17 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
     let simulator = gpus
         .simulator()
         .context("the simulator tool needs --simulate and --sim-state")?;
-    match args.fault {
-        SimulatorFault::Delay { milliseconds } => {
+    match args.action {
+        SimulatorAction::Delay { milliseconds } => {
             for gpu in 0..simulator.gpu_count()? {
                 simulator.set_delay(gpu, Duration::from_millis(milliseconds))?;
+            }
+        }
+        SimulatorAction::Devices => {
+            for gpu in 0..simulator.gpu_count()? {
+                for device in simulator.mig_devices(gpu)? {
+                    println!("{gpu} {}", device.uuid);
+                }
             }
         }
     }

@@ -1,0 +1,150 @@
+//! Node agents (`gpu-node-agent`) as local processes, one set per simulated node, each with the token of the
+//! chart's ServiceAccount for its role, so that the chart's RBAC is what is tested. They run on the GPU simulator
+//! (`--simulate node`: the spec comes from the Node's `nvidia.com/gpu.simulator` annotation) with one state file
+//! per node, shared by the node's agents as the processes of a real node share its GPUs.
+//!
+//! The binary is `E2E_NODE_AGENT_BIN`, else `gpu-node-agent` in `$CARGO_TARGET_DIR/debug` (or the workspace's
+//! `target/debug`): `cargo xtask e2e` must build it (`cargo build -p node-agent`) before the tests run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::{NAMESPACE, kubectl, kubectl_json, repo_root};
+
+/// The `gpu-node-agent` binary under test.
+pub fn node_agent_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("E2E_NODE_AGENT_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let path = target.join("debug/gpu-node-agent");
+    assert!(
+        path.is_file(),
+        "{} does not exist: build it with `cargo build -p node-agent` (or set E2E_NODE_AGENT_BIN)",
+        path.display()
+    );
+    path
+}
+
+/// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a one-hour token), against
+/// the cluster of the admin kubeconfig in use.
+pub fn service_account_kubeconfig(name: &str) -> PathBuf {
+    let token = kubectl(&["create", "token", name, "-n", NAMESPACE, "--duration", "1h"]);
+    let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
+    });
+    let path = std::env::temp_dir().join(format!("e2e-{name}-{}.kubeconfig", std::process::id()));
+    std::fs::write(&path, config.to_string()).expect("write the ServiceAccount kubeconfig");
+    path
+}
+
+/// One agent role running for one node; killed (SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct NodeAgent {
+    child: Child,
+    /// Its output, for the test log when something fails.
+    pub log: PathBuf,
+}
+
+impl NodeAgent {
+    /// Starts `gpu-node-agent <args> --simulate node --sim-state <state>` for `node` as ServiceAccount
+    /// `service_account`, with the environment the operator's DaemonSets give it.
+    pub fn start(node: &str, service_account: &str, state: &Path, args: &[&str]) -> Self {
+        let log = state.with_file_name(format!(
+            "{node}-{}.log",
+            args.first().copied().unwrap_or("agent")
+        ));
+        let output = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the agent log");
+        let child = Command::new(node_agent_bin())
+            .args(args)
+            .args(["--simulate", "node", "--sim-state"])
+            .arg(state)
+            .env("KUBECONFIG", service_account_kubeconfig(service_account))
+            .env("NODE_NAME", node)
+            .env("OPERATOR_NAMESPACE", NAMESPACE)
+            .env("RUST_LOG", "info,node_agent=debug")
+            .stdout(Stdio::from(output.try_clone().expect("log handle")))
+            .stderr(Stdio::from(output))
+            .spawn()
+            .expect("start gpu-node-agent");
+        Self { child, log }
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The agent's output so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a `gpu-node-agent simulator` tool command for `node` (admin credentials: it only reads the annotation).
+pub fn simulator_tool(node: &str, state: &Path, args: &[&str]) -> String {
+    let output = Command::new(node_agent_bin())
+        .arg("simulator")
+        .args(args)
+        .args(["--simulate", "node", "--sim-state"])
+        .arg(state)
+        .env("NODE_NAME", node)
+        .output()
+        .expect("run gpu-node-agent simulator");
+    assert!(
+        output.status.success(),
+        "gpu-node-agent simulator {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Creates a simulated GPU node named `name` with GPUs `spec` (e.g. `a100-80gb:1`), as a copy of the kwok node
+/// `template` (its labels, annotations and status), plus the extra `labels`.
+pub fn add_simulated_node(template: &str, name: &str, spec: &str, labels: &[(&str, &str)]) {
+    let mut node: Value = kubectl_json(&["get", "node", template]);
+    let metadata = node["metadata"].as_object_mut().expect("node metadata");
+    for generated in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+    ] {
+        metadata.remove(generated);
+    }
+    metadata.insert("name".into(), name.into());
+    node["metadata"]["annotations"]["nvidia.com/gpu.simulator"] = spec.into();
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = name.into();
+    for (key, value) in labels {
+        node["metadata"]["labels"][*key] = (*value).into();
+    }
+    if let Some(status) = node["status"].as_object_mut() {
+        status.remove("conditions");
+    }
+    let created = crate::kubectl_apply(&node.to_string(), &[]);
+    assert!(
+        created.success,
+        "creating node {name}: {}{}",
+        created.stdout, created.stderr
+    );
+}

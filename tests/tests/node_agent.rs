@@ -1,0 +1,453 @@
+//! The node agent (`gpu-node-agent`) against the local cluster: MIG manager and feature discovery as local
+//! processes per simulated node, with the chart's ServiceAccounts (so its RBAC is tested). The test adds its own
+//! two nodes (copies of the harness's kwok nodes, with one A100-80GB and with eight H100s) and deletes them at the
+//! end, so the other tests find the cluster as they expect. One scenario, in the order an admin meets it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
+use e2e::*;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// The test's MIG ConfigMap: the chart's default geometries plus the test's own.
+const MIG_CONFIG_MAP: &str = "e2e-mig-parted-config";
+/// Label on the test's nodes, so that its stand-in GPU client runs on them only.
+const TEST_NODE_LABEL: &str = "e2e.gpu-operator/node-agent";
+const PLUGIN_LABEL: &str = "nvidia.com/gpu.deploy.device-plugin";
+const STATE_LABEL: &str = "nvidia.com/mig.config.state";
+
+fn step(name: &str) {
+    eprintln!("--- {name}");
+}
+
+fn node_labels(node: &str) -> Value {
+    kubectl_json(&["get", "node", node])["metadata"]["labels"].clone()
+}
+
+fn gpunode(node: &str) -> Value {
+    kubectl_json(&["get", "gpunode", node])
+}
+
+fn set_mig_config(node: &str, config: &str) -> Instant {
+    kubectl(&[
+        "label",
+        "node",
+        node,
+        &format!("nvidia.com/mig.config={config}"),
+        "--overwrite",
+    ]);
+    Instant::now()
+}
+
+/// Waits for the state label; returns the time it took from `since`.
+fn wait_for_state(node: &str, state: &str, since: Instant) -> Duration {
+    eventually(WAIT, || {
+        Ok((node_labels(node)[STATE_LABEL] == state).then(|| since.elapsed()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "{node} never reached MIG state {state}: {error:#}\nlabels: {:#}\nGPUNode status: {:#}",
+            node_labels(node),
+            gpunode(node)["status"]
+        )
+    })
+}
+
+/// Watches the node closely until the state leaves pending; returns the states seen and whether the device
+/// plugin's deploy label was paused at some point.
+fn watch_change(node: &str) -> (Vec<String>, bool) {
+    let start = Instant::now();
+    let mut states: Vec<String> = Vec::new();
+    let mut paused = false;
+    while start.elapsed() < WAIT {
+        let labels = node_labels(node);
+        let state = labels[STATE_LABEL].as_str().unwrap_or_default().to_owned();
+        paused |= labels[PLUGIN_LABEL] == "paused-for-mig-change";
+        if states.last() != Some(&state) {
+            states.push(state.clone());
+        }
+        if states.iter().any(|s| s == "pending") && state != "pending" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (states, paused)
+}
+
+/// The MIG geometry GPUNode status reports for every GPU: devices by profile.
+fn current_geometry(node: &str) -> Vec<Value> {
+    gpunode(node)["status"]["mig"]["current"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn assert_every_gpu_has(node: &str, devices: &Value) {
+    let current = current_geometry(node);
+    assert!(!current.is_empty(), "{node}: no geometry reported");
+    for gpu in &current {
+        assert_eq!(gpu["migEnabled"], true, "{node}: {gpu}");
+        assert_eq!(&gpu["devices"], devices, "{node}: {gpu}");
+    }
+}
+
+/// The stand-in GPU client: a DaemonSet whose pods carry the device plugin's `app` label and select the device
+/// plugin's deploy label, so that pausing the label takes them off the node as it would the real plugin's.
+fn gpu_client_daemonset() -> String {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "e2e-gpu-client", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": "nvidia-device-plugin-daemonset", "e2e": "gpu-client"}},
+            "template": {
+                "metadata": {"labels": {"app": "nvidia-device-plugin-daemonset", "e2e": "gpu-client"}},
+                "spec": {
+                    "nodeSelector": {PLUGIN_LABEL: "true", TEST_NODE_LABEL: "true"},
+                    "containers": [{"name": "plugin", "image": "e2e/fake-device-plugin"}]
+                }
+            }
+        }
+    })
+    .to_string()
+}
+
+fn client_pods_on(node: &str) -> usize {
+    let pods = kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "e2e=gpu-client",
+        "--field-selector",
+        &format!("spec.nodeName={node}"),
+    ]);
+    pods["items"].as_array().map_or(0, Vec::len)
+}
+
+/// The test's MIG config: the chart's defaults plus a geometry that cannot exist on one GPU (9 memory slices)
+/// and one that changes GPU 0 of the H100 node only.
+fn mig_config_map() -> String {
+    let defaults = kubectl_json(&[
+        "get",
+        "configmap",
+        "default-mig-parted-config",
+        "-n",
+        NAMESPACE,
+    ]);
+    let mut text = defaults["data"]["config.yaml"]
+        .as_str()
+        .expect("the chart's MIG config")
+        .to_owned();
+    text.push_str(
+        r#"  e2e-too-big:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
+  e2e-first-gpu:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"3g.40gb": 2}
+    - devices: [1, 2, 3, 4, 5, 6, 7]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+"#,
+    );
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": MIG_CONFIG_MAP, "namespace": NAMESPACE},
+        "data": {"config.yaml": text}
+    })
+    .to_string()
+}
+
+/// The MIG manager of `node`, as the operator's DaemonSet runs it, with short timeouts.
+fn mig_manager(node: &str, state: &Path) -> NodeAgent {
+    NodeAgent::start(
+        node,
+        "nvidia-mig-manager",
+        state,
+        &[
+            "mig",
+            "--config-map",
+            MIG_CONFIG_MAP,
+            "--default-config",
+            "all-disabled",
+            "--clients-timeout",
+            "30",
+            "--eviction-timeout",
+            "45",
+        ],
+    )
+}
+
+fn discovery(node: &str, state: &Path) -> NodeAgent {
+    NodeAgent::start(
+        node,
+        "gpu-feature-discovery",
+        state,
+        &["discovery", "--mig-strategy", "mixed", "--interval", "1"],
+    )
+}
+
+/// `GPU index -> MIG device UUIDs` of a simulated node.
+fn mig_devices(node: &str, state: &Path) -> Vec<(u32, String)> {
+    simulator_tool(node, state, &["devices"])
+        .lines()
+        .filter_map(|line| {
+            let (gpu, uuid) = line.split_once(' ')?;
+            Some((gpu.parse().ok()?, uuid.to_owned()))
+        })
+        .collect()
+}
+
+fn warning_events(node: &str, reason: &str) -> Vec<String> {
+    let events = kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.name={node},reason={reason}"),
+    ]);
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|event| event["type"] == "Warning")
+        .filter_map(|event| event["message"].as_str().map(String::from))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn mig_manager_and_feature_discovery_on_simulated_nodes() {
+    chart_installed();
+    let dir = std::env::temp_dir().join(format!("e2e-node-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("state folder");
+    let a100 = "e2e-a100-80gb";
+    let h100 = "e2e-h100";
+    let marker = [(TEST_NODE_LABEL, "true"), (PLUGIN_LABEL, "true")];
+    add_simulated_node("gpu-a100-0", a100, "a100-80gb:1", &marker);
+    add_simulated_node("gpu-h100-0", h100, "h100-80gb:8", &marker);
+    assert!(kubectl_apply(&mig_config_map(), &[]).success);
+    assert!(kubectl_apply(&gpu_client_daemonset(), &[]).success);
+    let a100_state = dir.join(format!("{a100}.json"));
+    let h100_state = dir.join(format!("{h100}.json"));
+
+    step(
+        "the agents start: GPUNode created and owned by the Node, feature labels, state success (all-disabled)",
+    );
+    let a100_mig = mig_manager(a100, &a100_state);
+    let a100_discovery = discovery(a100, &a100_state);
+    let started = Instant::now();
+    wait_for_state(a100, "success", started);
+    let status = eventually(WAIT, || {
+        let node = gpunode(a100);
+        Ok(
+            (node["status"]["gpuCount"] == 1 && node["status"]["health"] == "Healthy")
+                .then_some(node),
+        )
+    })
+    .unwrap_or_else(|error| panic!("GPUNode {a100}: {error:#}\n{}", a100_mig.output()));
+    assert_eq!(status["status"]["product"], "NVIDIA A100-SXM4-80GB");
+    assert_eq!(status["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let labels = eventually(WAIT, || {
+        let labels = node_labels(a100);
+        Ok((labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB").then_some(labels))
+    })
+    .expect("feature labels");
+    assert_eq!(labels["nvidia.com/mig.capable"], "true");
+    assert_eq!(labels["nvidia.com/gpu.family"], "ampere");
+    assert_eq!(labels["nvidia.com/mig.strategy"], "mixed");
+    eventually(WAIT, || Ok((client_pods_on(a100) == 1).then_some(())))
+        .expect("the GPU client runs");
+
+    step("nvidia.com/mig.config=all-1g.10gb: pending (clients paused), then success; 7x1g.10gb");
+    let since = set_mig_config(a100, "all-1g.10gb");
+    let (states, paused) = watch_change(a100);
+    let took = wait_for_state(a100, "success", since);
+    eprintln!("label -> success: {took:?} (states seen: {states:?})");
+    assert!(states.iter().any(|s| s == "pending"), "{states:?}");
+    assert!(
+        paused,
+        "the device plugin's deploy label was paused during the change"
+    );
+    assert_eq!(node_labels(a100)[PLUGIN_LABEL], "true", "restored");
+    assert_every_gpu_has(a100, &json!({"1g.10gb": 7}));
+    eventually(WAIT, || Ok((client_pods_on(a100) == 1).then_some(())))
+        .expect("the GPU client is back");
+    eventually(WAIT, || {
+        Ok((node_labels(a100)["nvidia.com/mig-1g.10gb.count"] == "7").then_some(()))
+    })
+    .expect("mixed-strategy labels follow the geometry");
+    assert!(node_labels(a100)["nvidia.com/mig.config.progress"].is_null());
+
+    step("all-balanced (mixed profiles)");
+    let since = set_mig_config(a100, "all-balanced");
+    let took = wait_for_state(a100, "success", since);
+    eprintln!("label -> success (all-balanced): {took:?}");
+    assert_every_gpu_has(a100, &json!({"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}));
+
+    step(
+        "a geometry that cannot exist: failed, GPUs unchanged, labels restored, reason in status, Warning event",
+    );
+    let before = current_geometry(a100);
+    let since = set_mig_config(a100, "e2e-too-big");
+    wait_for_state(a100, "failed", since);
+    assert_eq!(current_geometry(a100), before, "GPUs unchanged");
+    assert_eq!(node_labels(a100)[PLUGIN_LABEL], "true");
+    let error = gpunode(a100)["status"]["lastError"].clone();
+    assert_eq!(error["component"], "mig-manager");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("needs 9 memory slices"),
+        "{error}"
+    );
+    eventually(WAIT, || {
+        Ok((!warning_events(a100, "MigConfigFailed").is_empty()).then_some(()))
+    })
+    .expect("a Warning event on the Node");
+
+    step(
+        "a GPU pod under a PodDisruptionBudget (maxUnavailable 0): the change waits and reports, nothing is killed",
+    );
+    kubectl(&[
+        "patch",
+        "node",
+        a100,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"capacity": {"nvidia.com/gpu": "1"}, "allocatable": {"nvidia.com/gpu": "1"}}}"#,
+    ]);
+    let workload = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "e2e-gpu-workload", "namespace": "default", "labels": {"app": "e2e-gpu-workload"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": a100},
+            "containers": [{"name": "cuda", "image": "e2e/cuda",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    });
+    assert!(kubectl_apply(&workload.to_string(), &[]).success);
+    let budget = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "e2e-gpu-workload", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "e2e-gpu-workload"}}}
+    });
+    assert!(kubectl_apply(&budget.to_string(), &[]).success);
+    eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", "e2e-gpu-workload", "-n", "default"]);
+        Ok((pod["status"]["phase"] == "Running").then_some(()))
+    })
+    .expect("the GPU pod runs");
+    let since = set_mig_config(a100, "all-3g.40gb");
+    let refused = eventually(WAIT, || {
+        let status = gpunode(a100)["status"].clone();
+        let message = status["lastError"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Ok((status["mig"]["state"] == "pending" && message.contains("refused")).then_some(message))
+    })
+    .unwrap_or_else(|error| panic!("no refusal reported: {error:#}\n{}", a100_mig.output()));
+    eprintln!("reported while waiting: {refused}");
+    assert_eq!(node_labels(a100)[STATE_LABEL], "pending");
+    let pod = kubectl_json(&["get", "pod", "e2e-gpu-workload", "-n", "default"]);
+    assert!(
+        pod["metadata"]["deletionTimestamp"].is_null(),
+        "the budget holds"
+    );
+    kubectl(&["delete", "pdb", "e2e-gpu-workload", "-n", "default"]);
+    wait_for_state(a100, "success", since);
+    assert_every_gpu_has(a100, &json!({"3g.40gb": 2}));
+    let gone = run(
+        "kubectl",
+        &["get", "pod", "e2e-gpu-workload", "-n", "default"],
+    );
+    assert!(!gone.success, "evicted once the budget allowed it");
+
+    step("the MIG manager is killed in the middle of applying: the restarted one converges");
+    simulator_tool(a100, &a100_state, &["delay", "400"]);
+    set_mig_config(a100, "all-1g.10gb");
+    eventually(WAIT, || {
+        Ok((node_labels(a100)[STATE_LABEL] == "pending").then_some(()))
+    })
+    .expect("the change started");
+    eventually(WAIT, || Ok((client_pods_on(a100) == 0).then_some(()))).expect("clients left");
+    std::thread::sleep(Duration::from_secs(2));
+    a100_mig.kill();
+    let labels = node_labels(a100);
+    assert_eq!(labels[STATE_LABEL], "pending", "killed mid-change");
+    assert_eq!(labels[PLUGIN_LABEL], "paused-for-mig-change");
+    assert!(
+        !kubectl_json(&["get", "node", a100])["metadata"]["annotations"]["nvidia.com/mig.config.progress"]
+            .is_null(),
+        "the change's record is on the Node"
+    );
+    simulator_tool(a100, &a100_state, &["delay", "0"]);
+    let restarted = Instant::now();
+    let a100_mig = mig_manager(a100, &a100_state);
+    let took = wait_for_state(a100, "success", restarted);
+    eprintln!("restart -> success: {took:?}");
+    assert_every_gpu_has(a100, &json!({"1g.10gb": 7}));
+    assert_eq!(
+        node_labels(a100)[PLUGIN_LABEL],
+        "true",
+        "restored after the crash"
+    );
+
+    step("H100 node: all-1g.10gb gives 7x1g.10gb on each of the 8 GPUs");
+    let h100_mig = mig_manager(h100, &h100_state);
+    wait_for_state(h100, "success", Instant::now());
+    let since = set_mig_config(h100, "all-1g.10gb");
+    let took = wait_for_state(h100, "success", since);
+    eprintln!("label -> success (8 GPUs, all-1g.10gb): {took:?}");
+    assert_every_gpu_has(h100, &json!({"1g.10gb": 7}));
+    assert_eq!(current_geometry(h100).len(), 8);
+    let table = kubectl(&["get", "gpunodes", h100]);
+    eprintln!("{table}");
+    assert!(
+        table.contains("all-1g.10gb") && table.contains("success"),
+        "{table}"
+    );
+
+    step("a change of GPU 0 only: the other GPUs keep their MIG devices (same UUIDs)");
+    let before = mig_devices(h100, &h100_state);
+    let since = set_mig_config(h100, "e2e-first-gpu");
+    wait_for_state(h100, "success", since);
+    let after = mig_devices(h100, &h100_state);
+    let on = |devices: &[(u32, String)], gpu: u32| -> Vec<String> {
+        devices
+            .iter()
+            .filter(|(g, _)| *g == gpu)
+            .map(|(_, u)| u.clone())
+            .collect()
+    };
+    for gpu in 1..8 {
+        assert_eq!(
+            on(&after, gpu),
+            on(&before, gpu),
+            "GPU {gpu} was not touched"
+        );
+    }
+    assert_eq!(on(&after, 0).len(), 2);
+    assert_ne!(on(&after, 0), on(&before, 0));
+
+    step("deleting a Node garbage-collects its GPUNode");
+    drop((h100_mig, a100_mig, a100_discovery));
+    kubectl(&["delete", "daemonset", "e2e-gpu-client", "-n", NAMESPACE]);
+    kubectl(&["delete", "configmap", MIG_CONFIG_MAP, "-n", NAMESPACE]);
+    kubectl(&["delete", "node", a100, h100]);
+    eventually(WAIT, || {
+        let left = run("kubectl", &["get", "gpunode", a100, h100, "-o", "name"]);
+        Ok(left.stdout.trim().is_empty().then_some(()))
+    })
+    .expect("GPUNodes deleted with their Nodes");
+    let _ = std::fs::remove_dir_all(&dir);
+}
