@@ -138,12 +138,12 @@ fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
         (
             "partial image triple",
             json!({"devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin"}}),
-            "spec.devicePlugin: Invalid value: \"object\": repository, image and version must be set together",
+            "spec.devicePlugin: Invalid value: repository, image and version must be set together",
         ),
         (
             "image triple without image",
             json!({"driver": {"repository": "nvcr.io/nvidia", "version": "570.172.08"}}),
-            "spec.driver: Invalid value: \"object\": repository, image and version must be set together",
+            "spec.driver: Invalid value: repository, image and version must be set together",
         ),
         (
             "mig strategy",
@@ -283,12 +283,14 @@ fn kubectl_explain_shows_our_descriptions() {
     })
     .expect("kubectl explain answered");
     for words in [
-        "Where the device plugin finds its named configurations",
-        "nvidia.com/device-plugin.config label",
-        "whose keys are device-plugin configurations",
+        "Named device-plugin configurations (time-slicing, MPS, MIG strategy) kept in a ConfigMap",
+        "Key of the ConfigMap used on nodes without the nvidia.com/device-plugin.config label. Requires name.",
+        "whose keys are device-plugin configurations, one version v1 file per key",
     ] {
+        // kubectl wraps descriptions to the terminal; compare with whitespace collapsed.
+        let flowing = explained.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            explained.contains(words),
+            flowing.contains(words),
             "`kubectl explain` lacks {words:?}:\n{explained}"
         );
     }
@@ -311,8 +313,11 @@ fn kubectl_get_shows_the_columns() {
         "{table}"
     );
     assert!(table.contains("cluster-policy"));
-    let gpunodes = kubectl(&["get", "gpunodes"]);
-    assert!(gpunodes.contains("No resources found"), "{gpunodes}");
+    let gpunodes = run("kubectl", &["get", "gpunodes"]);
+    assert!(
+        gpunodes.success && gpunodes.stderr.contains("No resources found"),
+        "{gpunodes:?}"
+    );
     let columns = kubectl_json(&["get", "crd", "gpunodes.nvidia.com"]);
     let names: Vec<&str> = columns["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()

@@ -15,7 +15,10 @@ pub fn standard_nodes() -> Vec<AddNodes> {
         os: os.parse().expect("valid --os literal"),
         prefix: prefix.into(),
     };
-    vec![pool(2, "a100-40gb:4", "ubuntu22.04", "gpu-a100"), pool(1, "h100-80gb:8", "rhel9.4", "gpu-h100")]
+    vec![
+        pool(2, "a100-40gb:4", "ubuntu22.04", "gpu-a100"),
+        pool(1, "h100-80gb:8", "rhel9.4", "gpu-h100"),
+    ]
 }
 
 pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Result<()> {
@@ -24,7 +27,9 @@ pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Res
     let info = cluster::ensure_up()?;
     let result = run_tests(root, &info, filter);
     if keep_cluster {
-        println!("the cluster is still up: eval \"$(cargo xtask cluster env)\"; stop it with `cargo xtask cluster down`");
+        println!(
+            "the cluster is still up: eval \"$(cargo xtask cluster env)\"; stop it with `cargo xtask cluster down`"
+        );
     } else {
         cluster::down()?;
     }
@@ -36,12 +41,34 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         cluster::add_nodes(&pool)?;
     }
     let cargo = command::cargo();
-    command::run(root, &[], &cargo, &["build", "--package", "operator", "--bin", "gpu-operator"])?;
-    let target_dir = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
+    command::run(
+        root,
+        &[],
+        &cargo,
+        &["build", "--package", "operator", "--bin", "gpu-operator"],
+    )?;
+    let target_dir =
+        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
     let mut env = cluster::env_vars(info);
-    env.push(("E2E_OPERATOR_BIN".into(), target_dir.join("debug/gpu-operator").display().to_string()));
+    env.push((
+        "E2E_OPERATOR_BIN".into(),
+        target_dir.join("debug/gpu-operator").display().to_string(),
+    ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
-    let mut args = vec!["test", "--package", "e2e", "--", "--ignored", "--test-threads=1"];
+    env.push((
+        "E2E_AUDIT_LOG".into(),
+        info.state_dir.join("logs/audit.log").display().to_string(),
+    ));
+    let mut args = vec![
+        "test",
+        "--no-fail-fast",
+        "--package",
+        "e2e",
+        "--",
+        "--ignored",
+        "--show-output",
+        "--test-threads=1",
+    ];
     args.extend(filter);
     command::run(root, &env, &cargo, &args)
 }

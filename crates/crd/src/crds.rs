@@ -26,7 +26,46 @@ pub fn all() -> Vec<CustomResourceDefinition> {
             add_image_rule(spec);
         }
     }
-    vec![cluster_policy, GPUNode::crd()]
+    let mut crds = vec![cluster_policy, GPUNode::crd()];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                unwrap_descriptions(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Doc comments are wrapped at the source's line width; `kubectl explain` wraps to the terminal itself. A line
+/// break is kept only where a paragraph or a list item (as in Kubernetes' own descriptions) begins.
+fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(description) = schema.description.as_mut() {
+        let mut text = String::with_capacity(description.len());
+        for line in description.lines().map(str::trim) {
+            let starts_block = line.is_empty()
+                || line.starts_with(['-', '*'])
+                || text.ends_with('\n')
+                || text.is_empty();
+            if !text.is_empty() {
+                text.push(if starts_block { '\n' } else { ' ' });
+            }
+            text.push_str(line);
+        }
+        *description = text;
+    }
+    schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .for_each(unwrap_descriptions);
+    if let Some(JSONSchemaPropsOrArray::Schema(item)) = schema.items.as_mut() {
+        unwrap_descriptions(item);
+    }
 }
 
 /// Marks every object of the spec `x-kubernetes-preserve-unknown-fields`, so that a field this version does not
@@ -150,6 +189,22 @@ mod tests {
                 path.join(".")
             );
         }
+    }
+
+    #[test]
+    fn descriptions_keep_paragraphs_and_lists_only() {
+        let mut schema = JSONSchemaProps {
+            description: Some(
+                "A wrapped\nsentence.\n\nSecond paragraph:\n- item one\n- item two\n  continued"
+                    .into(),
+            ),
+            ..JSONSchemaProps::default()
+        };
+        unwrap_descriptions(&mut schema);
+        assert_eq!(
+            schema.description.as_deref(),
+            Some("A wrapped sentence.\n\nSecond paragraph:\n- item one\n- item two continued")
+        );
     }
 
     #[test]

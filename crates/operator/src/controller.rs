@@ -170,11 +170,8 @@ pub async fn run(
         .watches_stream(config_map_events, every_policy(policies))
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "reconcile failed");
-            }
-        })
+        // Failures are logged once, with their retry delay, by `error_policy`.
+        .for_each(|_| async {})
         .await;
 }
 
@@ -288,7 +285,24 @@ async fn reconcile_policy(
     let labelled = label_nodes(&validated, &nodes, default_runtime, context).await?;
 
     let objects = render(&validated, &facts);
-    let summary = context.applier.apply(policy, &objects).await?;
+    let summary = match context.applier.apply(policy, &objects).await {
+        Ok(summary) => summary,
+        Err(error) => {
+            // Said where users look (status and an Event), then retried with backoff by `error_policy`.
+            let message = error.to_string();
+            publish(
+                policy,
+                context,
+                EventType::Warning,
+                status::reason::RECONCILE_FAILED,
+                &message,
+            )
+            .await;
+            let failed = status::failed(&previous, &message, policy.meta().generation, &now);
+            write_status(policy, &previous, failed, context).await?;
+            return Err(error.into());
+        }
+    };
     if summary.applied + summary.pruned > 0 {
         info!(
             applied = summary.applied,

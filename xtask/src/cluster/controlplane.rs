@@ -173,8 +173,22 @@ pub fn apiserver_args(files: &Files, ports: Ports) -> Vec<String> {
         path_arg("service-account-key-file", &files.file("sa.pub")),
         path_arg("service-account-signing-key-file", &files.file("sa.key")),
         "--profiling=false".into(),
+        // Every write, with who made it: how tests prove the operator leaves the API server alone at rest.
+        path_arg("audit-policy-file", &files.file("audit-policy.yaml")),
+        path_arg("audit-log-path", &files.log("audit")),
+        "--audit-log-format=json".into(),
     ]
 }
+
+/// Audit policy: write requests at Metadata level (verb, user, object), nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+";
 
 pub fn controller_manager_args(files: &Files) -> Vec<String> {
     let kubeconfig = files.kubeconfig(certs::CONTROLLER_MANAGER);
@@ -359,6 +373,7 @@ fn write_files(files: &Files, state: &State, toolset: &Toolset) -> anyhow::Resul
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     public("kwok.yaml", &yaml_stream(&stages))?;
+    public("audit-policy.yaml", AUDIT_POLICY)?;
     state.save(&files.dir)
 }
 

@@ -308,6 +308,17 @@ fn every_daemonsets_option_on_one_operand() {
     );
     snapshot("daemonsets_options_device_plugin", &plugin);
 
+    // NVIDIA's values write a node count as a string; Kubernetes takes a string only as a percentage.
+    let count = render_component(
+        json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": "1"}}}),
+        &one_node(),
+        Component::DevicePlugin,
+    );
+    assert_eq!(
+        count[0]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        json!(1)
+    );
+
     let on_delete = render_component(
         json!({"daemonsets": {"updateStrategy": "OnDelete"}}),
         &one_node(),

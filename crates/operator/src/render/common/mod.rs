@@ -386,14 +386,24 @@ pub(super) fn update_strategy(
             .rolling_update
             .as_ref()
             .and_then(|r| r.max_unavailable.as_ref()))
-        .cloned()
-        .unwrap_or(IntOrString::Int(1));
+        .map_or(IntOrString::Int(1), kubernetes_int_or_percent);
     DaemonSetUpdateStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: Some(RollingUpdateDaemonSet {
             max_unavailable: Some(max_unavailable),
             ..RollingUpdateDaemonSet::default()
         }),
+    }
+}
+
+/// NVIDIA's ClusterPolicy types `maxUnavailable` as a string, so users write `"1"`; Kubernetes accepts a
+/// string there only as a percentage. A string of digits becomes the number it spells.
+fn kubernetes_int_or_percent(value: &IntOrString) -> IntOrString {
+    match value {
+        IntOrString::String(text) => text
+            .parse()
+            .map_or_else(|_| value.clone(), IntOrString::Int),
+        IntOrString::Int(_) => value.clone(),
     }
 }
 
