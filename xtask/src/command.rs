@@ -6,7 +6,12 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// Runs `program args...` in `dir` with extra environment, streaming its output; fails when it fails.
-pub fn run(dir: &Path, env: &[(String, String)], program: &str, args: &[&str]) -> anyhow::Result<()> {
+pub fn run(
+    dir: &Path,
+    env: &[(String, String)],
+    program: &str,
+    args: &[&str],
+) -> anyhow::Result<()> {
     println!("$ {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
@@ -28,7 +33,11 @@ pub fn output(env: &[(String, String)], program: &str, args: &[&str]) -> anyhow:
         .output()
         .with_context(|| format!("cannot start {program}"))?;
     if !output.status.success() {
-        bail!("`{program} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "`{program} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }

@@ -2,7 +2,7 @@
 //! Kubernetes binaries on first use), adds simulated GPU nodes, builds the binaries under test, runs the
 //! `e2e` crate's tests with the cluster's environment, and stops the cluster again.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::cluster::{self, AddNodes};
 use crate::command;
@@ -19,6 +19,13 @@ pub fn standard_nodes() -> Vec<AddNodes> {
         pool(2, "a100-40gb:4", "ubuntu22.04", "gpu-a100"),
         pool(1, "h100-80gb:8", "rhel9.4", "gpu-h100"),
     ]
+}
+
+/// Where cargo puts the debug `gpu-operator` binary.
+pub fn operator_binary(root: &Path) -> PathBuf {
+    let target_dir =
+        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from);
+    target_dir.join("debug/gpu-operator")
 }
 
 pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Result<()> {

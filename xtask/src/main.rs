@@ -49,7 +49,10 @@ fn main() -> anyhow::Result<()> {
         Task::Crdgen { check } => crdgen::run(check),
         Task::Cluster { command } => cluster::run(command),
         Task::Demo => demo::run(&root),
-        Task::E2e { keep_cluster, filter } => e2e::run(&root, keep_cluster, filter.as_deref()),
+        Task::E2e {
+            keep_cluster,
+            filter,
+        } => e2e::run(&root, keep_cluster, filter.as_deref()),
         Task::Test => test::run(&root),
     }
 }

@@ -12,13 +12,30 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     step("generated CRDs match the Rust types");
     crdgen::run(true)?;
     step("clippy");
-    command::run(root, &[], &cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    command::run(
+        root,
+        &[],
+        &cargo,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     step("unit tests");
     command::run(root, &[], &cargo, &["test", "--workspace"])?;
     step("helm lint (helm is built with the cluster's tools)");
     let info = cluster::ensure_up()?;
     let chart = root.join("charts/gpu-operator").display().to_string();
-    command::run(root, &cluster::env_vars(&info), "helm", &["lint", "--strict", &chart])?;
+    command::run(
+        root,
+        &cluster::env_vars(&info),
+        "helm",
+        &["lint", "--strict", &chart],
+    )?;
     step("end-to-end tests against the local cluster");
     e2e::run(root, false, None)
 }

@@ -59,6 +59,9 @@ pub struct State {
     pub ports: Ports,
     /// In start order.
     pub processes: Vec<Record>,
+    /// Processes started on top of the cluster (the demo's operator and node agents), stopped before it.
+    #[serde(default)]
+    pub workloads: Vec<Record>,
 }
 
 impl State {
@@ -293,9 +296,35 @@ pub fn tear_down(state_dir: &Path) -> anyhow::Result<bool> {
         }
         return Ok(false);
     };
+    process::stop_all(&state.workloads, STOP_GRACE)?;
     process::stop_all(&state.processes, STOP_GRACE)?;
     remove(state_dir)?;
     Ok(true)
+}
+
+/// Starts `binary` as a workload of the running cluster, replacing a running one of the same name, with its log
+/// in the cluster's `logs/<name>.log`; `cluster down` stops it.
+pub fn start_workload(
+    state_dir: &Path,
+    name: &str,
+    binary: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> anyhow::Result<Record> {
+    let mut state = State::load(state_dir)?
+        .context("the cluster is not up; run `cargo xtask cluster up` first")?;
+    let (previous, others): (Vec<Record>, Vec<Record>) =
+        state.workloads.into_iter().partition(|w| w.name == name);
+    process::stop_all(&previous, STOP_GRACE)?;
+    let log = Files {
+        dir: state_dir.to_path_buf(),
+    }
+    .log(name);
+    let (_child, record) = process::spawn(name, binary, args, env, &log)?;
+    state.workloads = others;
+    state.workloads.push(record.clone());
+    state.save(state_dir)?;
+    Ok(record)
 }
 
 fn remove(dir: &Path) -> anyhow::Result<()> {
@@ -325,6 +354,7 @@ pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
         bin_dir: toolset.bin_dir.clone(),
         ports,
         processes: Vec::new(),
+        workloads: Vec::new(),
     };
     progress::step("write certificates and kubeconfigs", |_| {
         write_files(&files, &state, toolset)
@@ -394,7 +424,8 @@ fn launch(
                      args: Vec<String>,
                      children: &mut Vec<(Child, Record)>|
      -> anyhow::Result<()> {
-        let (child, record) = process::spawn(name, &toolset.binary(name), &args, &files.log(name))?;
+        let (child, record) =
+            process::spawn(name, &toolset.binary(name), &args, &[], &files.log(name))?;
         state.processes.push(record.clone());
         state.save(&files.dir)?;
         children.push((child, record));
@@ -572,6 +603,7 @@ mod tests {
                 binary: "/b/etcd".into(),
                 log: "/s/logs/etcd.log".into(),
             }],
+            workloads: Vec::new(),
         };
         state.save(&dir).unwrap();
         let loaded = State::load(&dir).unwrap().unwrap();

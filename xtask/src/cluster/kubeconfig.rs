@@ -43,11 +43,19 @@ struct User {
     user: UserFields,
 }
 
+/// How the user authenticates: a client certificate (the cluster's own identities) or a bearer token (a
+/// ServiceAccount's, so a process runs with exactly that account's RBAC).
 #[derive(Serialize)]
-#[serde(rename_all = "kebab-case")]
-struct UserFields {
-    client_certificate_data: String,
-    client_key_data: String,
+#[serde(untagged, rename_all = "kebab-case")]
+enum UserFields {
+    #[serde(rename_all = "kebab-case")]
+    Certificate {
+        client_certificate_data: String,
+        client_key_data: String,
+    },
+    Token {
+        token: String,
+    },
 }
 
 #[derive(Serialize)]
@@ -69,6 +77,32 @@ pub fn render(
     client: &CertAndKey,
 ) -> anyhow::Result<String> {
     let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let credentials = UserFields::Certificate {
+        client_certificate_data: encode(&client.cert_pem),
+        client_key_data: encode(&client.key_pem),
+    };
+    render_with(server, ca_pem, user, credentials)
+}
+
+/// A kubeconfig for `server` that trusts `ca_pem` and authenticates as `user` with a bearer token.
+pub fn render_token(server: &str, ca_pem: &str, user: &str, token: &str) -> anyhow::Result<String> {
+    render_with(
+        server,
+        ca_pem,
+        user,
+        UserFields::Token {
+            token: token.into(),
+        },
+    )
+}
+
+fn render_with(
+    server: &str,
+    ca_pem: &str,
+    user: &str,
+    credentials: UserFields,
+) -> anyhow::Result<String> {
+    let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
     let file = File {
         api_version: "v1",
         kind: "Config",
@@ -83,12 +117,7 @@ pub fn render(
         }],
         users: [Named {
             name: user,
-            value: User {
-                user: UserFields {
-                    client_certificate_data: encode(&client.cert_pem),
-                    client_key_data: encode(&client.key_pem),
-                },
-            },
+            value: User { user: credentials },
         }],
         contexts: [Named {
             name: CLUSTER_NAME,
@@ -107,6 +136,16 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_a_token_kubeconfig_that_kube_reads() {
+        let text =
+            render_token("https://127.0.0.1:6443", "CA", "operator", "secret-token").unwrap();
+        let parsed = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let user = parsed.auth_infos[0].auth_info.as_ref().unwrap();
+        assert!(user.token.is_some());
+        assert!(user.client_certificate_data.is_none());
+    }
 
     #[test]
     fn renders_a_kubeconfig_that_kube_reads() {

@@ -148,6 +148,55 @@ pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
     nodes::add(&kubeconfig, request)
 }
 
+/// Runs `binary args` as a workload of the running cluster (replacing a running one of the same name); its log
+/// is `logs/<name>.log` in the state directory, and `cluster down` stops it. Returns the log's path.
+pub fn start_workload(
+    info: &ClusterInfo,
+    name: &str,
+    binary: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> anyhow::Result<PathBuf> {
+    Ok(controlplane::start_workload(&info.state_dir, name, binary, args, env)?.log)
+}
+
+/// A kubeconfig (in the state directory) that authenticates as a ServiceAccount with a fresh token, so that a
+/// process run with it has exactly that account's RBAC — as the chart's Deployment would.
+pub fn service_account_kubeconfig(
+    info: &ClusterInfo,
+    namespace: &str,
+    account: &str,
+) -> anyhow::Result<PathBuf> {
+    let output = Process::new("kubectl")
+        .args([
+            "create",
+            "token",
+            account,
+            "-n",
+            namespace,
+            "--duration",
+            "24h",
+        ])
+        .envs(env_vars(info))
+        .output()
+        .context("cannot run kubectl create token")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "kubectl create token {account} -n {namespace} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let token = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let ca =
+        std::fs::read_to_string(info.state_dir.join("ca.crt")).context("reading the cluster CA")?;
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    let text = kubeconfig::render_token(&info.apiserver_url, &ca, &user, &token)?;
+    let path = info
+        .state_dir
+        .join(format!("{namespace}-{account}.kubeconfig"));
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
 /// The environment for commands that use the cluster: `KUBECONFIG`, and `PATH` with [`ClusterInfo::bin_dir`] first
 /// (followed by this process's PATH), so that `kubectl` and `helm` are ours.
 pub fn env_vars(info: &ClusterInfo) -> Vec<(String, String)> {

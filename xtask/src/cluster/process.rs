@@ -23,12 +23,13 @@ pub struct Record {
     pub log: PathBuf,
 }
 
-/// Starts `binary args` in its own process group (so the terminal's Ctrl-C and xtask's exit leave it running),
-/// with stdin closed and stdout and stderr appended to `log`.
+/// Starts `binary args` with extra environment `env` in its own process group (so the terminal's Ctrl-C and
+/// xtask's exit leave it running), with stdin closed and stdout and stderr appended to `log`.
 pub fn spawn(
     name: &str,
     binary: &Path,
     args: &[String],
+    env: &[(String, String)],
     log: &Path,
 ) -> anyhow::Result<(Child, Record)> {
     let out = File::options()
@@ -39,6 +40,7 @@ pub fn spawn(
     let err = out.try_clone()?;
     let child = Command::new(binary)
         .args(args)
+        .envs(env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -161,7 +163,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("sleep.log");
         let (mut child, record) =
-            spawn("sleep", Path::new("/bin/sleep"), &["30".into()], &log).unwrap();
+            spawn("sleep", Path::new("/bin/sleep"), &["30".into()], &[], &log).unwrap();
         // Between fork and exec the child still shows the test binary's command line.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !is_running(&record) && Instant::now() < deadline {
