@@ -70,7 +70,7 @@ fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
 
 /// Marks every object of the spec `x-kubernetes-preserve-unknown-fields`, so that a field this version does not
 /// know (a newer NVIDIA field, or a typo) is kept as written instead of being pruned by the API server; the
-/// operator compares what it parsed with what is stored to name such fields in its status.
+/// operator names such fields in its status ([`unknown_spec_fields`]).
 fn preserve_unknown_fields(schema: &mut JSONSchemaProps) {
     if schema.type_.as_deref() == Some("object") && schema.properties.is_some() {
         schema.x_kubernetes_preserve_unknown_fields = Some(true);
@@ -87,6 +87,60 @@ fn preserve_unknown_fields(schema: &mut JSONSchemaProps) {
                 items.iter_mut().for_each(preserve_unknown_fields)
             }
         }
+    }
+}
+
+/// The paths of the fields in a ClusterPolicy `spec` (as stored, unknown fields included) that its schema does
+/// not define, e.g. `spec.devicePlugin.confg`. Maps (labels, resources) and the unimplemented sections accept
+/// any key.
+pub fn unknown_spec_fields(spec: &serde_json::Value) -> Vec<String> {
+    let crd = ClusterPolicy::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|root| root.properties.as_ref())
+        .and_then(|properties| properties.get("spec"));
+    let mut unknown = Vec::new();
+    if let Some(schema) = schema {
+        collect_unknown(spec, schema, "spec", &mut unknown);
+    }
+    unknown
+}
+
+fn collect_unknown(
+    value: &serde_json::Value,
+    schema: &JSONSchemaProps,
+    path: &str,
+    unknown: &mut Vec<String>,
+) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            // Before `all()` marks every object, only the types that keep arbitrary fields on purpose (the
+            // unimplemented sections) preserve unknown fields: everything in them is expected.
+            if schema.x_kubernetes_preserve_unknown_fields == Some(true) {
+                return;
+            }
+            let Some(properties) = schema.properties.as_ref() else {
+                return;
+            };
+            for (key, child) in fields {
+                match properties.get(key) {
+                    Some(child_schema) => {
+                        collect_unknown(child, child_schema, &format!("{path}.{key}"), unknown)
+                    }
+                    None => unknown.push(format!("{path}.{key}")),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(JSONSchemaPropsOrArray::Schema(item_schema)) = schema.items.as_ref() {
+                for (index, item) in items.iter().enumerate() {
+                    collect_unknown(item, item_schema, &format!("{path}[{index}]"), unknown);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -189,6 +243,24 @@ mod tests {
                 path.join(".")
             );
         }
+    }
+
+    #[test]
+    fn unknown_spec_fields_are_named_by_path() {
+        let spec = serde_json::json!({
+            "devicePlugin": {"confg": {"name": "x"}, "env": [{"name": "A", "valu": "1"}]},
+            "daemonsets": {"labels": {"anything": "goes"}, "tolerations": [{"key": "k", "operator": "Exists"}]},
+            "vgpuManager": {"enabled": true, "driverManager": {"image": "x"}},
+            "futureSection": {}
+        });
+        assert_eq!(
+            unknown_spec_fields(&spec),
+            [
+                "spec.devicePlugin.confg",
+                "spec.devicePlugin.env[0].valu",
+                "spec.futureSection"
+            ]
+        );
     }
 
     #[test]

@@ -21,21 +21,12 @@ pub const MIG_MANAGER: &str = "gpu-node-agent-mig";
 pub const DISCOVERY: &str = "gpu-node-agent-discovery";
 
 /// Writes one role's part of the node's GPUNode status.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct GpuNodeWriter {
     api: Api<GPUNode>,
     name: String,
     manager: &'static str,
     last: Option<GpuNodeStatus>,
-}
-
-impl std::fmt::Debug for GpuNodeWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuNodeWriter")
-            .field("name", &self.name)
-            .field("manager", &self.manager)
-            .finish_non_exhaustive()
-    }
 }
 
 impl GpuNodeWriter {

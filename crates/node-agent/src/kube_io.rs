@@ -56,16 +56,10 @@ pub async fn client() -> anyhow::Result<Client> {
 }
 
 /// This node, as the agent sees and changes it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct NodeApi {
     api: Api<Node>,
     name: String,
-}
-
-impl std::fmt::Debug for NodeApi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeApi").field("name", &self.name).finish()
-    }
 }
 
 impl NodeApi {

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -54,6 +54,9 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Unknown spec fields per policy, with the generation they were found in: the stored spec is read once
+    /// per change, not once per reconcile.
+    unknown_fields: Mutex<HashMap<String, (i64, Vec<String>)>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -160,6 +163,7 @@ pub async fn run(
         daemonsets,
         metrics,
         failures: Mutex::default(),
+        unknown_fields: Mutex::default(),
     });
     ready();
     controller
@@ -312,6 +316,7 @@ async fn reconcile_policy(
         );
     }
 
+    let unknown_fields = unknown_fields(policy, context).await;
     let daemonsets = context.daemonsets.state();
     let gpu_nodes: Vec<GPUNode> = context
         .gpu_nodes
@@ -331,6 +336,7 @@ async fn reconcile_policy(
             .map(|d| (d.name_any(), d.as_ref()))
             .collect(),
         gpu_nodes: &gpu_nodes,
+        unknown_fields: &unknown_fields,
     };
     let mut status = status::compute(&observed, &previous.conditions, &now);
     if !summary.skipped.is_empty() {
@@ -359,6 +365,41 @@ async fn reconcile_policy(
         failures.remove(&policy.name_any());
     }
     Ok(Action::await_change())
+}
+
+/// The fields of the policy's stored spec that the schema does not define. The typed object has dropped them,
+/// so the stored one is read as JSON — once per generation. A failed read is logged and treated as none.
+async fn unknown_fields(policy: &ClusterPolicy, context: &Context) -> Vec<String> {
+    let name = policy.name_any();
+    let generation = policy.meta().generation.unwrap_or(0);
+    if let Some((seen, fields)) = context
+        .unknown_fields
+        .lock()
+        .ok()
+        .and_then(|map| map.get(&name).cloned())
+        && seen == generation
+    {
+        return fields;
+    }
+    let resource = ApiResource::erase::<ClusterPolicy>(&());
+    let api = Api::<DynamicObject>::all_with(context.client.clone(), &resource);
+    let fields = match api.get(&name).await {
+        Ok(stored) => crd::crds::unknown_spec_fields(&stored.data["spec"]),
+        Err(error) => {
+            warn!(%error, "reading the stored ClusterPolicy to find unknown fields failed");
+            return Vec::new();
+        }
+    };
+    if !fields.is_empty() {
+        warn!(
+            ?fields,
+            "the ClusterPolicy has fields this operator does not know; they are ignored"
+        );
+    }
+    if let Ok(mut map) = context.unknown_fields.lock() {
+        map.insert(name, (generation, fields.clone()));
+    }
+    fields
 }
 
 /// Applies the label plan to every node that needs a change; returns every node's labels after it.

@@ -54,16 +54,25 @@ impl GpuChange {
     /// The geometry the config wants, as GPUNode status shows it.
     #[must_use]
     pub fn desired_geometry(&self) -> GpuMigGeometry {
-        GpuMigGeometry {
-            gpu: self.gpu,
-            mig_enabled: self.enabled,
-            devices: self
-                .devices
-                .iter()
-                .filter(|(_, count)| **count > 0)
-                .map(|(name, count)| (name.to_string(), *count))
-                .collect(),
-        }
+        geometry(self.gpu, self.enabled, &self.devices)
+    }
+}
+
+/// A geometry as GPUNode status shows it: devices by profile name, without zero counts.
+#[must_use]
+pub fn geometry(
+    gpu: u32,
+    enabled: bool,
+    devices: &BTreeMap<MigProfileName, u32>,
+) -> GpuMigGeometry {
+    GpuMigGeometry {
+        gpu,
+        mig_enabled: enabled,
+        devices: devices
+            .iter()
+            .filter(|(_, count)| **count > 0)
+            .map(|(name, count)| (name.to_string(), *count))
+            .collect(),
     }
 }
 

@@ -13,7 +13,7 @@ use gpu::planner::{MigPlan, PlanError, mode_change, plan};
 use gpu::simulator::ResetFailure;
 use gpu::{GpuBackend, GpuError, apply_plan, current_geometry};
 
-use super::assess::GpuChange;
+use super::assess::{GpuChange, geometry};
 
 /// The geometry one GPU must end up with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,16 +232,7 @@ pub fn verify(backend: &dyn GpuBackend, targets: &[Target]) -> Vec<Mismatch> {
     targets
         .iter()
         .filter_map(|target| {
-            let wanted = GpuMigGeometry {
-                gpu: target.gpu,
-                mig_enabled: target.enabled,
-                devices: target
-                    .devices
-                    .iter()
-                    .filter(|(_, count)| **count > 0)
-                    .map(|(name, count)| (name.to_string(), *count))
-                    .collect(),
-            };
+            let wanted = geometry(target.gpu, target.enabled, &target.devices);
             let matches = || -> Result<bool, ChangeError> {
                 let mode = backend
                     .gpu(target.gpu)

@@ -26,6 +26,8 @@ pub struct Observed<'a> {
     /// The DaemonSets that exist, by name.
     pub daemonsets: BTreeMap<String, &'a DaemonSet>,
     pub gpu_nodes: &'a [GPUNode],
+    /// Fields of the stored spec that the schema does not define (kept, but ignored).
+    pub unknown_fields: &'a [String],
 }
 
 /// Condition types and reasons, spelled as NVIDIA's operator spells them.
@@ -33,6 +35,8 @@ pub mod reason {
     pub const READY: &str = "Ready";
     pub const ERROR: &str = "Error";
     pub const UNSUPPORTED: &str = "Unsupported";
+    pub const UNKNOWN_FIELDS: &str = "UnknownFields";
+    pub const FIELDS_IGNORED: &str = "FieldsIgnored";
     pub const RECONCILED: &str = "Reconciled";
     pub const RECONCILE_FAILED: &str = "ReconcileFailed";
     pub const NO_GPU_NODES: &str = "NoGPUNodes";
@@ -101,6 +105,26 @@ pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> C
         observed.generation,
         now,
     ));
+    if !observed.unknown_fields.is_empty() {
+        let message = format!(
+            "{} {} not defined by this operator's ClusterPolicy schema: kept as written but ignored (a typo, or a field of a newer NVIDIA release)",
+            observed.unknown_fields.join(", "),
+            if observed.unknown_fields.len() == 1 {
+                "is"
+            } else {
+                "are"
+            },
+        );
+        conditions.push(condition(
+            previous,
+            reason::UNKNOWN_FIELDS,
+            true,
+            reason::FIELDS_IGNORED,
+            &message,
+            observed.generation,
+            now,
+        ));
+    }
     ClusterPolicyStatus {
         state: Some(if ready {
             PolicyState::Ready
@@ -129,7 +153,7 @@ pub fn failed(
     let kept: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| c.type_ == reason::UNSUPPORTED)
+        .filter(|c| c.type_ == reason::UNSUPPORTED || c.type_ == reason::UNKNOWN_FIELDS)
         .cloned()
         .collect();
     status.conditions = vec![
@@ -426,6 +450,7 @@ mod tests {
                 .map(|d| (d.metadata.name.clone().unwrap(), d))
                 .collect(),
             gpu_nodes,
+            unknown_fields: &[],
         }
     }
 
@@ -557,6 +582,35 @@ mod tests {
         let failed = failed(&second, "boom", Some(4), &later);
         assert_eq!(failed.conditions[0].last_transition_time, later);
         assert_eq!(failed.conditions[1].status, "True");
+    }
+
+    #[test]
+    fn unknown_fields_get_a_condition_naming_them() {
+        let policy = policy();
+        let sets = all_ready(1);
+        let unknown = ["spec.devicePlugin.confg".to_string()];
+        let observed = Observed {
+            unknown_fields: &unknown,
+            ..observe(&policy, &sets, &[], 1)
+        };
+        let status = compute(&observed, &[], &now());
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == reason::UNKNOWN_FIELDS)
+            .expect("condition");
+        assert!(
+            condition
+                .message
+                .starts_with("spec.devicePlugin.confg is not defined"),
+            "{}",
+            condition.message
+        );
+        assert_eq!(
+            status.state,
+            Some(PolicyState::Ready),
+            "unknown fields do not block readiness"
+        );
     }
 
     #[test]
