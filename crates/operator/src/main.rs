@@ -53,10 +53,10 @@ enum Command {
         #[arg(long, default_value = "gpu-operator", env = "OPERATOR_NAMESPACE")]
         namespace: String,
     },
-    /// The operator's CustomResourceDefinitions.
+    /// The operator's CustomResourceDefinitions (printed as YAML without a subcommand).
     Crd {
         #[command(subcommand)]
-        action: CrdAction,
+        action: Option<CrdAction>,
     },
 }
 
@@ -74,15 +74,12 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(cli.log_format);
     match cli.command {
         Command::Crd {
-            action: CrdAction::Print,
+            action: None | Some(CrdAction::Print),
         } => {
-            print!(
-                "{}",
-                crd_install::crds_yaml().context("serialising the CRDs")?
-            );
+            emit(&crd_install::crds_yaml().context("serialising the CRDs")?)?;
         }
         Command::Crd {
-            action: CrdAction::Apply,
+            action: Some(CrdAction::Apply),
         } => {
             let client = kube::Client::try_default()
                 .await
@@ -96,15 +93,12 @@ async fn main() -> anyhow::Result<()> {
             nodes,
             namespace,
         } => {
-            print!(
-                "{}",
-                render_command::render_files(
-                    &policy,
-                    &nodes,
-                    &namespace,
-                    &DefaultImages::from_env()
-                )?
-            );
+            emit(&render_command::render_files(
+                &policy,
+                &nodes,
+                &namespace,
+                &DefaultImages::from_env(),
+            )?)?;
         }
         Command::Run {
             health_addr,
@@ -150,6 +144,16 @@ async fn run(
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "gpu-operator".into(), |h| h.trim().to_string())
+}
+
+/// Writes command output to stdout; a reader that stops early (`| head`) ends the output, not the process
+/// with a panic.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => Err(error.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
