@@ -140,7 +140,9 @@ fn mig_config_map() -> String {
     let mut text = defaults["data"]["config.yaml"]
         .as_str()
         .expect("the chart's MIG config")
+        .trim_end()
         .to_owned();
+    text.push('\n');
     text.push_str(
         r#"  e2e-too-big:
     - devices: all
@@ -223,7 +225,7 @@ fn warning_events(node: &str, reason: &str) -> Vec<String> {
 
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
-fn mig_manager_and_feature_discovery_on_simulated_nodes() {
+fn node_agent_mig_manager_and_feature_discovery() {
     chart_installed();
     let dir = std::env::temp_dir().join(format!("e2e-node-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("state folder");

@@ -1,5 +1,7 @@
 //! `gpu-node-agent`: parses the command line, sets up logging, runs the role.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use node_agent::cli::{Cli, Command, LogFormat};
 use node_agent::{discovery, mig, simulator_tool, validate};
@@ -27,8 +29,10 @@ async fn main() -> std::process::ExitCode {
 /// Logs to stderr (stdout is for the admin tools' output), filtered by `RUST_LOG` (default `info`).
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal, never in a pod's log or a file.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
