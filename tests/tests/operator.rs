@@ -122,7 +122,11 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
 fn operator_reconciles_the_cluster_policy() {
     chart_installed();
     let nodes = gpu_node_names();
-    assert_eq!(nodes.len(), 3, "the e2e cluster has 3 GPU nodes: {nodes:?}");
+    // `cargo xtask e2e` starts 3 GPU nodes on two OS versions; other tests may have added more.
+    assert!(
+        nodes.len() >= 3,
+        "the e2e cluster has at least 3 GPU nodes: {nodes:?}"
+    );
     let operator = Operator::start("e2e-operator");
 
     step(
@@ -130,7 +134,7 @@ fn operator_reconciles_the_cluster_policy() {
     );
     wait_for_daemonsets(&with(&[]));
     let ready = wait_for_state("ready");
-    assert_eq!(ready["status"]["gpuNodes"], json!(3));
+    assert_eq!(ready["status"]["gpuNodes"], json!(nodes.len()));
     assert_eq!(ready["status"]["ready"], "6/6", "{:#}", ready["status"]);
     let table = kubectl(&["get", "clusterpolicy", "cluster-policy"]);
     assert!(table.contains("ready") && table.contains("6/6"), "{table}");
@@ -146,7 +150,10 @@ fn operator_reconciles_the_cluster_policy() {
             "driver disabled: no deploy label on {node}"
         );
     }
-    assert_eq!(pod_nodes("nvidia-device-plugin-daemonset").len(), 3);
+    assert_eq!(
+        pod_nodes("nvidia-device-plugin-daemonset").len(),
+        nodes.len()
+    );
 
     step("devicePlugin.enabled=false: its DaemonSet is deleted and the status follows");
     patch_policy(json!({"spec": {"devicePlugin": {"enabled": false}}}));
@@ -193,9 +200,9 @@ fn operator_reconciles_the_cluster_policy() {
     ]);
     eventually(WAIT, || {
         let on = pod_nodes("nvidia-dcgm-exporter");
-        Ok((on.len() == 2 && !on.contains(paused)).then_some(()))
+        Ok((on.len() == nodes.len() - 1 && !on.contains(paused)).then_some(()))
     })
-    .expect("exporter pods only on the other two nodes");
+    .expect("exporter pods on every other node");
     wait_for_state("ready");
     let label = kubectl_json(&["get", "node", paused])["metadata"]["labels"]["nvidia.com/gpu.deploy.dcgm-exporter"].clone();
     assert_eq!(label, "false", "the operator kept the admin's value");
