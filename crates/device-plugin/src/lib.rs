@@ -1,0 +1,3 @@
+//! The kubelet device plugin, `gpu-device-plugin`.
+
+pub mod api;
