@@ -10,7 +10,7 @@ use anyhow::bail;
 
 use crate::cluster;
 use crate::command;
-use crate::e2e::{operator_binary, standard_nodes};
+use crate::e2e::{build_binaries, standard_nodes};
 
 const NAMESPACE: &str = "gpu-operator";
 
@@ -47,18 +47,12 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
             "nfd.enabled=false",
         ],
     )?;
-    let cargo = command::cargo();
-    command::run(
-        root,
-        &[],
-        &cargo,
-        &["build", "--package", "operator", "--bin", "gpu-operator"],
-    )?;
+    let bin_dir = build_binaries(root, &[("operator", "gpu-operator")])?;
     let kubeconfig = cluster::service_account_kubeconfig(&info, NAMESPACE, "gpu-operator")?;
     let log = cluster::start_workload(
         &info,
         "gpu-operator",
-        &operator_binary(root),
+        &bin_dir.join("gpu-operator"),
         &["run".into(), "--health-addr".into(), "127.0.0.1:0".into()],
         &[
             ("KUBECONFIG".into(), kubeconfig.display().to_string()),

@@ -21,11 +21,22 @@ pub fn standard_nodes() -> Vec<AddNodes> {
     ]
 }
 
-/// Where cargo puts the debug `gpu-operator` binary.
-pub fn operator_binary(root: &Path) -> PathBuf {
+/// The binaries the end-to-end tests run as local processes, by package.
+const BINARIES: [(&str, &str); 2] = [
+    ("operator", "gpu-operator"),
+    ("node-agent", "gpu-node-agent"),
+];
+
+/// Builds workspace binaries (`(package, binary)` pairs) in one cargo run and returns where they are.
+pub fn build_binaries(root: &Path, binaries: &[(&str, &str)]) -> anyhow::Result<PathBuf> {
+    let mut args = vec!["build"];
+    for (package, binary) in binaries {
+        args.extend(["--package", package, "--bin", binary]);
+    }
+    command::run(root, &[], &command::cargo(), &args)?;
     let target_dir =
         std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from);
-    target_dir.join("debug/gpu-operator")
+    Ok(target_dir.join("debug"))
 }
 
 pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Result<()> {
@@ -47,19 +58,15 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     for pool in standard_nodes() {
         cluster::add_nodes(&pool)?;
     }
-    let cargo = command::cargo();
-    command::run(
-        root,
-        &[],
-        &cargo,
-        &["build", "--package", "operator", "--bin", "gpu-operator"],
-    )?;
-    let target_dir =
-        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
+    let bin_dir = build_binaries(root, &BINARIES)?;
     let mut env = cluster::env_vars(info);
     env.push((
         "E2E_OPERATOR_BIN".into(),
-        target_dir.join("debug/gpu-operator").display().to_string(),
+        bin_dir.join("gpu-operator").display().to_string(),
+    ));
+    env.push((
+        "E2E_NODE_AGENT_BIN".into(),
+        bin_dir.join("gpu-node-agent").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     env.push((
@@ -77,5 +84,5 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         "--test-threads=1",
     ];
     args.extend(filter);
-    command::run(root, &env, &cargo, &args)
+    command::run(root, &env, &command::cargo(), &args)
 }
