@@ -1,3 +1,4 @@
 //! The kubelet device plugin, `gpu-device-plugin`.
 
 pub mod api;
+pub mod plan;
