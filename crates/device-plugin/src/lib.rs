@@ -1,4 +1,6 @@
 //! The kubelet device plugin, `gpu-device-plugin`.
 
+pub mod allocate;
 pub mod api;
+pub mod cdi;
 pub mod plan;

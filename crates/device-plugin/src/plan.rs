@@ -346,4 +346,4 @@ fn replicate(device: &Device, replicas: u32) -> impl Iterator<Item = Device> + '
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(crate) mod tests;
