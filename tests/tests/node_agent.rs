@@ -223,6 +223,45 @@ fn warning_events(node: &str, reason: &str) -> Vec<String> {
         .collect()
 }
 
+/// Removes what the test added (its nodes, with their GPUNodes; its DaemonSet, ConfigMap, pod and budget) when
+/// dropped, also when an assertion fails, so that the tests after this one find the cluster as they expect.
+struct Cleanup {
+    nodes: [&'static str; 2],
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| drop(run("kubectl", args));
+        quiet(&[
+            "delete",
+            "daemonset",
+            "e2e-gpu-client",
+            "-n",
+            NAMESPACE,
+            "--ignore-not-found",
+        ]);
+        quiet(&[
+            "delete",
+            "configmap",
+            MIG_CONFIG_MAP,
+            "-n",
+            NAMESPACE,
+            "--ignore-not-found",
+        ]);
+        quiet(&[
+            "delete",
+            "pdb,pod",
+            "e2e-gpu-workload",
+            "-n",
+            "default",
+            "--ignore-not-found",
+        ]);
+        let mut nodes = vec!["delete", "node", "--ignore-not-found"];
+        nodes.extend(self.nodes);
+        quiet(&nodes);
+    }
+}
+
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn node_agent_mig_manager_and_feature_discovery() {
@@ -231,6 +270,9 @@ fn node_agent_mig_manager_and_feature_discovery() {
     std::fs::create_dir_all(&dir).expect("state folder");
     let a100 = "e2e-a100-80gb";
     let h100 = "e2e-h100";
+    let cleanup = Cleanup {
+        nodes: [a100, h100],
+    };
     let marker = [(TEST_NODE_LABEL, "true"), (PLUGIN_LABEL, "true")];
     add_simulated_node("gpu-a100-0", a100, "a100-80gb:1", &marker);
     add_simulated_node("gpu-h100-0", h100, "h100-80gb:8", &marker);
@@ -443,9 +485,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
 
     step("deleting a Node garbage-collects its GPUNode");
     drop((h100_mig, a100_mig, a100_discovery));
-    kubectl(&["delete", "daemonset", "e2e-gpu-client", "-n", NAMESPACE]);
-    kubectl(&["delete", "configmap", MIG_CONFIG_MAP, "-n", NAMESPACE]);
-    kubectl(&["delete", "node", a100, h100]);
+    drop(cleanup);
     eventually(WAIT, || {
         let left = run("kubectl", &["get", "gpunode", a100, h100, "-o", "name"]);
         Ok(left.stdout.trim().is_empty().then_some(()))

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, EvictParams, ListParams};
 use kube::{Client, ResourceExt};
 use tokio::time::{Instant, sleep};
-use tracing::info;
+use tracing::{debug, info};
 
 use super::clients::GPU_CLIENTS;
 use crate::kube_io::KubeError;
@@ -172,6 +172,7 @@ impl NodePods {
             if remaining.is_empty() {
                 return Ok(());
             }
+            debug!(pods = remaining.len(), "pods using the GPUs are still on the node");
             if Instant::now() >= deadline {
                 return Err(DrainError::EvictionTimedOut {
                     timeout,

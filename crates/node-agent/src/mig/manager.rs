@@ -10,7 +10,7 @@ use crd::labels::MIG_CONFIG;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use tracing::{info, instrument, warn};
+use tracing::{debug, info, instrument, warn};
 
 use super::CONFIG_KEY;
 use super::assess::{GpuChange, assess};
@@ -264,6 +264,7 @@ impl MigManager {
     /// Runs one step.
     #[instrument(skip(self, run, targets))]
     async fn step(&mut self, step: Step, run: &mut Run<'_>, targets: &[Target]) -> Outcome {
+        debug!("step starts");
         let result: Result<Outcome, String> = match step {
             Step::Pause => self.pause(run).await.map(|()| Outcome::Done),
             Step::WaitForClients => {
