@@ -3,4 +3,6 @@
 pub mod allocate;
 pub mod api;
 pub mod cdi;
+pub mod health;
 pub mod plan;
+pub mod preferred;
