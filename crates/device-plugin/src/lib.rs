@@ -4,5 +4,7 @@ pub mod allocate;
 pub mod api;
 pub mod cdi;
 pub mod health;
+pub mod kubelet;
 pub mod plan;
 pub mod preferred;
+pub mod server;
