@@ -1,10 +1,18 @@
-//! The kubelet device plugin, `gpu-device-plugin`.
+//! The kubelet device plugin, `gpu-device-plugin`: registers whole GPUs, MIG devices and shared replicas with the
+//! kubelet, follows config, MIG and health changes without a restart, and reports into GPUNode status.
+//!
+//! Decisions are pure functions: [`plan`] (what is advertised), [`allocate`] (what a container gets),
+//! [`preferred`] (which devices to give), [`health`] (which GPUs are Unhealthy), [`config`] (which config a node
+//! uses), [`cdi`] (the CDI spec). I/O sits at the edge: [`server`] (gRPC per resource), [`kubelet`] (registration,
+//! kubelet.sock watch), [`manager`] (the main loop), [`cluster`] (Node, ConfigMap and GPUNode).
 
 pub mod allocate;
 pub mod api;
 pub mod cdi;
+pub mod config;
 pub mod health;
 pub mod kubelet;
+pub mod manager;
 pub mod plan;
 pub mod preferred;
 pub mod server;
