@@ -155,6 +155,56 @@ fn operator_reconciles_the_cluster_policy() {
         nodes.len()
     );
 
+    step(
+        "a device-plugin ConfigMap that is missing or invalid is named in the status, with the fix",
+    );
+    patch_policy(
+        json!({"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}),
+    );
+    let plugin_message = || {
+        let components = policy()["status"]["components"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let plugin = components
+            .into_iter()
+            .find(|c| c["name"] == "device-plugin")
+            .unwrap_or_default();
+        plugin["message"].as_str().unwrap_or_default().to_string()
+    };
+    eventually(WAIT, || {
+        Ok(plugin_message()
+            .contains("ConfigMap gpu-operator/time-slicing-config-all does not exist")
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "missing ConfigMap not reported: {e:#}; message: {}",
+            plugin_message()
+        )
+    });
+    let config_map = |replicas: u32| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "time-slicing-config-all", "namespace": NAMESPACE},
+               "data": {"any": format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n")}})
+        .to_string()
+    };
+    assert!(kubectl_apply(&config_map(1), &[]).success);
+    eventually(WAIT, || {
+        Ok(plugin_message()
+            .contains("key any: sharing.timeSlicing.resources[0].replicas: 1 is too small")
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "invalid config not reported: {e:#}; message: {}",
+            plugin_message()
+        )
+    });
+    assert!(kubectl_apply(&config_map(4), &[]).success);
+    wait_for_state("ready");
+    patch_policy(json!({"spec": {"devicePlugin": {"config": {"name": "", "default": ""}}}}));
+
     step("devicePlugin.enabled=false: its DaemonSet is deleted and the status follows");
     patch_policy(json!({"spec": {"devicePlugin": {"enabled": false}}}));
     let mut expected = with(&[]);
@@ -186,6 +236,27 @@ fn operator_reconciles_the_cluster_policy() {
     .expect("exporter image updated");
     let after = kubectl_json(&["get", "daemonset", "gpu-feature-discovery", "-n", NAMESPACE])["metadata"]["generation"].clone();
     assert_eq!(before, after, "an unrelated DaemonSet was rewritten");
+
+    step("a field the schema does not know is kept, and the status names it");
+    patch_policy(json!({"spec": {"devicePlugin": {"confg": {"name": "typo"}}}}));
+    let condition = eventually(WAIT, || {
+        let conditions = policy()["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok(conditions
+            .into_iter()
+            .find(|c| c["type"] == "UnknownFields"))
+    })
+    .expect("UnknownFields condition");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.devicePlugin.confg is not defined"),
+        "{condition}"
+    );
+    patch_policy(json!({"spec": {"devicePlugin": {"confg": null}}}));
 
     step(
         "nvidia.com/gpu.deploy.dcgm-exporter=false on one node: the exporter leaves that node only",

@@ -31,6 +31,7 @@ use crate::model::{
     ClusterFacts, Component, ContainerRuntime, DefaultImages, ValidateError, ValidatedPolicy,
     validate,
 };
+use crate::plan::configs;
 use crate::plan::labels::{LabelChanges, plan_cleanup, plan_node};
 use crate::plan::status::{self, Observed};
 use crate::render::{RenderedObject, render};
@@ -50,6 +51,7 @@ pub struct Context {
     pub nodes: Store<Node>,
     pub gpu_nodes: Store<GPUNode>,
     pub daemonsets: Store<DaemonSet>,
+    pub config_maps: Store<ConfigMap>,
     pub applier: Applier,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
@@ -133,11 +135,13 @@ pub async fn run(
     .default_backoff()
     .reflect(service_writer)
     .applied_objects();
+    let (config_maps, config_map_writer) = reflector::store();
     let config_map_events = watcher(
         Api::<ConfigMap>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     )
     .default_backoff()
+    .reflect(config_map_writer)
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
 
@@ -161,6 +165,7 @@ pub async fn run(
         nodes,
         gpu_nodes,
         daemonsets,
+        config_maps,
         metrics,
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
@@ -337,6 +342,13 @@ async fn reconcile_policy(
             .collect(),
         gpu_nodes: &gpu_nodes,
         unknown_fields: &unknown_fields,
+        config_problems: configs::config_problems(&validated, &context.namespace, |name| {
+            let key = ObjectRef::new(name).within(&context.namespace);
+            context
+                .config_maps
+                .get(&key)
+                .map(|config_map| config_map.as_ref().clone())
+        }),
     };
     let mut status = status::compute(&observed, &previous.conditions, &now);
     if !summary.skipped.is_empty() {

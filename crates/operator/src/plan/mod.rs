@@ -1,4 +1,5 @@
-//! Pure planning: which node labels change, and what the ClusterPolicy status says.
+//! Pure planning: which node labels change, which named ConfigMaps are wrong, and what the status says.
 
+pub mod configs;
 pub mod labels;
 pub mod status;

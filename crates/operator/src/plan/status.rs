@@ -28,6 +28,8 @@ pub struct Observed<'a> {
     pub gpu_nodes: &'a [GPUNode],
     /// Fields of the stored spec that the schema does not define (kept, but ignored).
     pub unknown_fields: &'a [String],
+    /// Problems with the ConfigMaps the policy names, by the component that reads them.
+    pub config_problems: BTreeMap<Component, Vec<String>>,
 }
 
 /// Condition types and reasons, spelled as NVIDIA's operator spells them.
@@ -257,6 +259,13 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
     if component == Component::MigManager {
         problems.extend(mig_problems(observed.gpu_nodes));
     }
+    problems.extend(
+        observed
+            .config_problems
+            .get(&component)
+            .cloned()
+            .unwrap_or_default(),
+    );
     ComponentStatus {
         name,
         enabled: true,
@@ -451,6 +460,7 @@ mod tests {
                 .collect(),
             gpu_nodes,
             unknown_fields: &[],
+            config_problems: BTreeMap::new(),
         }
     }
 
