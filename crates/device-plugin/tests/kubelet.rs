@@ -1,0 +1,306 @@
+//! The plugin against a test kubelet, in process: a Registration server on a temporary `kubelet.sock` that, like
+//! the kubelet, opens ListAndWatch on every plugin that registers and calls Allocate. The GPUs are simulated.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use device_plugin::api::device_plugin_client::DevicePluginClient;
+use device_plugin::api::registration_server::{Registration, RegistrationServer};
+use device_plugin::api::{
+    AllocateRequest, ContainerAllocateRequest, Empty, HEALTHY, KUBELET_SOCKET, RegisterRequest,
+};
+use device_plugin::config::ChosenConfig;
+use device_plugin::health::Checks;
+use device_plugin::kubelet::connect;
+use device_plugin::manager::{ConfigUpdate, Options, Report, run};
+use gpu::Simulator;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// Resource name to the device list the plugin last sent: (id, health).
+type Lists = BTreeMap<String, Vec<(String, String)>>;
+
+/// The kubelet's side: registrations received, and the latest ListAndWatch list per resource.
+#[derive(Clone)]
+struct TestKubelet {
+    dir: PathBuf,
+    registrations: mpsc::UnboundedSender<(Instant, RegisterRequest)>,
+    lists: watch::Sender<Lists>,
+}
+
+#[tonic::async_trait]
+impl Registration for TestKubelet {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let request = request.into_inner();
+        let _ = self.registrations.send((Instant::now(), request.clone()));
+        let (socket, lists) = (self.dir.join(&request.endpoint), self.lists.clone());
+        // As the kubelet does: dial the plugin back and follow its device list.
+        tokio::spawn(async move {
+            let channel = connect(&socket).await.expect("plugin socket");
+            let mut stream = DevicePluginClient::new(channel)
+                .list_and_watch(Empty {})
+                .await
+                .expect("ListAndWatch")
+                .into_inner();
+            while let Ok(Some(update)) = stream.message().await {
+                let devices = update
+                    .devices
+                    .into_iter()
+                    .map(|device| (device.id, device.health))
+                    .collect();
+                lists.send_modify(|lists| {
+                    lists.insert(request.resource_name.clone(), devices);
+                });
+            }
+        });
+        Ok(Response::new(Empty {}))
+    }
+}
+
+impl TestKubelet {
+    /// Serves Registration on `<dir>/kubelet.sock`; the returned sender stops it.
+    fn serve(&self) -> tokio::sync::oneshot::Sender<()> {
+        let listener = UnixListener::bind(self.dir.join(KUBELET_SOCKET)).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let service = RegistrationServer::new(self.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        stop
+    }
+}
+
+/// Healthy devices of a resource in the lists.
+fn healthy(lists: &Lists, resource: &str) -> Option<usize> {
+    lists.get(resource).map(|devices| {
+        devices
+            .iter()
+            .filter(|(_, health)| health == HEALTHY)
+            .count()
+    })
+}
+
+/// Waits until the lists satisfy `condition`, at most 10 s.
+async fn wait_for(
+    lists: &mut watch::Receiver<Lists>,
+    what: &str,
+    condition: impl Fn(&Lists) -> bool,
+) {
+    let waited = tokio::time::timeout(
+        Duration::from_secs(10),
+        lists.wait_for(|lists| condition(lists)),
+    )
+    .await
+    .is_ok();
+    assert!(
+        waited,
+        "timed out waiting for {what}: {:?}",
+        *lists.borrow()
+    );
+}
+
+fn config(text: &str, name: &str) -> Option<ConfigUpdate> {
+    Some(Ok(ChosenConfig {
+        name: Some(name.into()),
+        config: crd::config::device_plugin::parse(text).unwrap(),
+    }))
+}
+
+fn options(dir: &Path) -> Options {
+    Options {
+        plugin_dir: dir.to_owned(),
+        mig_strategy: None,
+        cdi: true,
+        cdi_dir: dir.join("cdi"),
+        mps_root: dir.join("mps"),
+        checks: Checks::parse(None).unwrap(),
+        recovery: Duration::from_secs(2),
+        mig_poll: Duration::from_millis(200),
+        health_poll: Duration::from_millis(50),
+    }
+}
+
+/// p50 and p99 of some durations, in microseconds.
+fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
+    samples.sort();
+    let at = |fraction: f64| {
+        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
+        samples[position].as_micros()
+    };
+    (at(0.5), at(0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_streams_allocates_recovers_and_reregisters() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let simulator = Arc::new(
+        Simulator::open(
+            temp.path().join("gpus.json"),
+            "node-1",
+            &"a100-40gb:4".parse().unwrap(),
+        )
+        .unwrap(),
+    );
+
+    let (registrations, mut registered) = mpsc::unbounded_channel();
+    let (lists_sender, mut lists) = watch::channel(Lists::new());
+    let kubelet = TestKubelet {
+        dir: dir.clone(),
+        registrations,
+        lists: lists_sender,
+    };
+    let stop_kubelet = kubelet.serve();
+
+    let slice_4 = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    \
+                   - name: nvidia.com/gpu\n      replicas: 4\n";
+    let (configs, config_receiver) = watch::channel(config(slice_4, "slice-4"));
+    let (report, mut reports) = watch::channel(Report::default());
+    let plugin = tokio::spawn(run(
+        options(&dir),
+        simulator.clone(),
+        config_receiver,
+        report,
+    ));
+
+    // Registration and the guide's count.
+    let (_, request) = tokio::time::timeout(Duration::from_secs(10), registered.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(request.resource_name, "nvidia.com/gpu.shared");
+    assert_eq!(request.version, "v1beta1");
+    assert_eq!(request.endpoint, "nvidia-gpu.shared.sock");
+    assert!(request.options.unwrap().get_preferred_allocation_available);
+    wait_for(&mut lists, "16 shared devices", |lists| {
+        healthy(lists, "nvidia.com/gpu.shared") == Some(16)
+    })
+    .await;
+    let report_seen = reports
+        .wait_for(|report| report.resources.get("nvidia.com/gpu.shared") == Some(&16))
+        .await;
+    assert_eq!(report_seen.unwrap().config.as_deref(), Some("slice-4"));
+
+    // Allocate: environment and CDI name, and its latency.
+    let device = lists.borrow()["nvidia.com/gpu.shared"][5].0.clone();
+    let uuid = device.split("::").next().unwrap().to_owned();
+    let mut client =
+        DevicePluginClient::new(connect(&dir.join("nvidia-gpu.shared.sock")).await.unwrap());
+    let request = AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest {
+            devices_ids: vec![device],
+        }],
+    };
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        let response = client.allocate(request.clone()).await.unwrap().into_inner();
+        samples.push(started.elapsed());
+        let container = &response.container_responses[0];
+        assert_eq!(container.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
+        assert_eq!(
+            container.cdi_devices[0].name,
+            format!("k8s.device-plugin.nvidia.com/gpu={uuid}")
+        );
+    }
+    let (p50, p99) = percentiles(samples);
+    println!("Allocate latency over a unix socket: p50 {p50} us, p99 {p99} us");
+    assert!(
+        std::fs::read_to_string(
+            temp.path()
+                .join("device-plugins/cdi/k8s.device-plugin.nvidia.com-gpu.json")
+        )
+        .unwrap()
+        .contains(&uuid)
+    );
+
+    // A new config takes effect without a restart: the shared resource is withdrawn, whole GPUs registered.
+    configs.send(config("version: v1\n", "whole")).unwrap();
+    let (_, request) = tokio::time::timeout(Duration::from_secs(10), registered.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(request.resource_name, "nvidia.com/gpu");
+    wait_for(&mut lists, "4 whole GPUs", |lists| {
+        healthy(lists, "nvidia.com/gpu") == Some(4)
+    })
+    .await;
+    assert!(!dir.join("nvidia-gpu.shared.sock").exists());
+
+    // An invalid config keeps the last good one and says why.
+    configs
+        .send(Some(Err("ConfigMap cfg has no key \"slice-3\"".into())))
+        .unwrap();
+    let report_seen = reports
+        .wait_for(|report| report.error.is_some())
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        report_seen.error.as_deref(),
+        Some("ConfigMap cfg has no key \"slice-3\"; keeping config whole")
+    );
+    assert_eq!(report_seen.resources["nvidia.com/gpu"], 4);
+
+    // An injected XID drops the healthy count by one, and the GPU recovers after the quiet period.
+    let injected = Instant::now();
+    simulator.inject_xid(2, 79).unwrap();
+    wait_for(&mut lists, "one Unhealthy GPU", |lists| {
+        healthy(lists, "nvidia.com/gpu") == Some(3)
+    })
+    .await;
+    let detected = injected.elapsed();
+    wait_for(&mut lists, "the GPU to recover", |lists| {
+        healthy(lists, "nvidia.com/gpu") == Some(4)
+    })
+    .await;
+    println!(
+        "XID seen after {detected:?}, recovered after {:?} (quiet period 2 s)",
+        injected.elapsed()
+    );
+    assert!(injected.elapsed() >= Duration::from_secs(2));
+
+    // A kubelet restart: it deletes every socket and creates kubelet.sock again; the plugin registers again.
+    stop_kubelet.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .extension()
+            .is_some_and(|extension| extension == "sock")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let restarted = Instant::now();
+    let _stop_again = kubelet.serve();
+    let (at, request) = tokio::time::timeout(Duration::from_secs(5), registered.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let reregistered = at.duration_since(restarted);
+    println!("re-registered {reregistered:?} after kubelet.sock was created again");
+    assert_eq!(request.resource_name, "nvidia.com/gpu");
+    assert!(reregistered < Duration::from_secs(1), "{reregistered:?}");
+    assert!(dir.join("nvidia-gpu.sock").exists());
+
+    drop(configs);
+    tokio::time::timeout(Duration::from_secs(10), plugin)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!dir.join("nvidia-gpu.sock").exists());
+}
