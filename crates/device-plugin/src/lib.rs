@@ -9,6 +9,8 @@
 pub mod allocate;
 pub mod api;
 pub mod cdi;
+pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod health;
 pub mod kubelet;

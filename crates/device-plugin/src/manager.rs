@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd::config::device_plugin::{MigStrategy, ResourceName};
-use gpu::{GpuBackend, HealthEvent};
+use gpu::HealthEvent;
+use node_agent::backend::Gpus;
 use node_agent::inventory::{self, GpuView};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -75,7 +76,7 @@ pub struct Report {
 /// When the device-plugin directory cannot be watched or the GPUs cannot be read at start.
 pub async fn run(
     options: Options,
-    backend: Arc<dyn GpuBackend>,
+    gpus_source: Gpus,
     mut configs: watch::Receiver<Option<ConfigUpdate>>,
     report: watch::Sender<Report>,
 ) -> anyhow::Result<()> {
@@ -85,7 +86,7 @@ pub async fn run(
         running: BTreeMap::new(),
     };
     let mut tracker = HealthTracker::new(options.checks.clone(), options.recovery);
-    let mut gpus = read_gpus(backend.clone()).await?;
+    let mut gpus = read_gpus(&gpus_source).await?;
     let mut mig_tick = tokio::time::interval(options.mig_poll);
     let mut health_tick = tokio::time::interval(options.health_poll);
     for tick in [&mut mig_tick, &mut health_tick] {
@@ -118,7 +119,7 @@ pub async fn run(
                 }
                 replan = true;
             }
-            _ = mig_tick.tick() => match read_gpus(backend.clone()).await {
+            _ = mig_tick.tick() => match read_gpus(&gpus_source).await {
                 Ok(latest) if latest != gpus => {
                     info!("the GPUs changed (MIG geometry); planning again");
                     gpus = latest;
@@ -128,7 +129,7 @@ pub async fn run(
                 Err(error) => warn!(%error, "cannot read the GPUs; keeping the last reading"),
             },
             _ = health_tick.tick() => {
-                for event in drain_health_events(backend.clone()).await {
+                for event in drain_health_events(&gpus_source).await {
                     if tracker.record(&event, Instant::now().into_std()) {
                         warn!(gpu = event.gpu_index, xid = ?event.xid, "critical XID: devices of the GPU are Unhealthy");
                     }
@@ -328,8 +329,8 @@ async fn register_logged(dir: &std::path::Path, server: &RunningServer, name: &R
 }
 
 /// Reads the GPUs off the async runtime (NVML blocks; the simulator reads its file), with their NUMA nodes.
-async fn read_gpus(backend: Arc<dyn GpuBackend>) -> anyhow::Result<Vec<PlannedGpu>> {
-    let views = tokio::task::spawn_blocking(move || inventory::read(backend.as_ref())).await??;
+async fn read_gpus(gpus: &Gpus) -> anyhow::Result<Vec<PlannedGpu>> {
+    let views = gpus.run(|gpus| inventory::read(gpus.backend())).await?;
     Ok(views
         .into_iter()
         .map(|view| PlannedGpu {
@@ -349,16 +350,11 @@ fn numa_node(pci_bus_id: &str) -> Option<i64> {
 }
 
 /// The XID events queued since the last call; a failing queue is logged and reads as none.
-async fn drain_health_events(backend: Arc<dyn GpuBackend>) -> Vec<HealthEvent> {
-    match tokio::task::spawn_blocking(move || backend.health_events()).await {
-        Ok(Ok(events)) => events,
-        Ok(Err(error)) => {
+async fn drain_health_events(gpus: &Gpus) -> Vec<HealthEvent> {
+    gpus.run(|gpus| gpus.backend().health_events())
+        .await
+        .unwrap_or_else(|error| {
             warn!(%error, "cannot read health events");
             Vec::new()
-        }
-        Err(error) => {
-            warn!(%error, "health event task failed");
-            Vec::new()
-        }
-    }
+        })
 }

@@ -16,6 +16,7 @@ use device_plugin::health::Checks;
 use device_plugin::kubelet::connect;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
 use gpu::Simulator;
+use node_agent::backend::Gpus;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;

@@ -1,0 +1,215 @@
+//! The command line: `run` (what the operator's DaemonSet starts; `crates/operator/src/render/device_plugin.rs`
+//! fixes its flags) and `plan` (what a node would advertise, for admins checking a config change, and for tests).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use crd::config::device_plugin::{MigStrategy, parse};
+use crd::labels::SIMULATED_GPUS_ANNOTATION;
+use k8s_openapi::api::core::v1::ConfigMap;
+use node_agent::backend::{GpuSource, Gpus};
+use node_agent::kube_io::{self, NodeApi};
+use tokio::sync::watch;
+
+use crate::api::DEVICE_PLUGINS_DIR;
+use crate::cluster::{ConfigSource, config_updates, publish_reports};
+use crate::config::choose;
+use crate::health::{Checks, DISABLE_ENV};
+use crate::manager::{self, Options, Report};
+use crate::plan::{PlannedGpu, advertise, effective_mig_strategy};
+
+/// `gpu-device-plugin`: the kubelet device plugin for NVIDIA GPUs.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-device-plugin", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Where the GPUs come from (NVML unless `--simulate`).
+    #[command(flatten)]
+    pub gpus: GpuSource,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the node's GPUs to the kubelet until stopped.
+    Run(RunArgs),
+    /// Print every resource and device count the node would advertise with a config, or why it cannot.
+    Plan(PlanArgs),
+}
+
+/// The MIG strategy as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    /// MIG devices are not advertised.
+    None,
+    /// Every MIG device as nvidia.com/gpu.
+    Single,
+    /// nvidia.com/mig-<profile> per profile.
+    Mixed,
+}
+
+impl From<StrategyArg> for MigStrategy {
+    fn from(value: StrategyArg) -> Self {
+        match value {
+            StrategyArg::None => Self::None,
+            StrategyArg::Single => Self::Single,
+            StrategyArg::Mixed => Self::Mixed,
+        }
+    }
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// MIG strategy; wins over the config's `flags.migStrategy`.
+    #[arg(long, value_enum)]
+    pub mig_strategy: Option<StrategyArg>,
+    /// The kubelet's root directory; sockets go in its `device-plugins` folder.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    pub kubelet_root: PathBuf,
+    /// Root of the MPS control daemons' pipe directories on the host.
+    #[arg(long, default_value = "/run/nvidia/mps")]
+    pub mps_root: PathBuf,
+    /// ConfigMap (in the operator's namespace) holding named device-plugin configs.
+    #[arg(long)]
+    pub config_map: Option<String>,
+    /// The ConfigMap key used when the node has no `nvidia.com/device-plugin.config` label.
+    #[arg(long, requires = "config_map")]
+    pub default_config: Option<String>,
+    /// Hand out CDI device names too (by default), and write the CDI spec they refer to.
+    #[arg(long)]
+    pub cdi: bool,
+    /// Where the CDI spec is written.
+    #[arg(long, default_value = "/var/run/cdi")]
+    pub cdi_dir: PathBuf,
+    /// Seconds without a new XID after which an Unhealthy GPU is Healthy again; 0: never (as NVIDIA's plugin).
+    #[arg(long, default_value_t = 60)]
+    pub health_recovery_seconds: u64,
+    /// Seconds between reads of the MIG devices (the driver has no event for MIG changes).
+    #[arg(long, default_value_t = 10)]
+    pub mig_poll_seconds: u64,
+    /// This node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The operator's namespace, where the ConfigMap is.
+    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "gpu-operator")]
+    pub namespace: String,
+}
+
+/// `plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// A device-plugin config file, or a ConfigMap manifest holding named configs.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The config's name: the ConfigMap key to use (for a single config file, only shown).
+    #[arg(long)]
+    pub config_name: String,
+    /// MIG strategy; wins over the config's `flags.migStrategy`.
+    #[arg(long, value_enum)]
+    pub mig_strategy: Option<StrategyArg>,
+    /// The node, for `--simulate node`.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+}
+
+/// Runs the plugin: follows the config, serves the kubelet, reports into GPUNode status, until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// When the cluster, the Node or the GPUs cannot be reached at start.
+pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
+    let checks = Checks::parse(std::env::var(DISABLE_ENV).ok().as_deref())?;
+    let client = kube_io::client().await?;
+    let node_api = NodeApi::new(client.clone(), &args.node_name);
+    let node = node_api.get().await?;
+    let annotation = kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION);
+    let gpus = Gpus::open(source, Some(&args.node_name), annotation)?;
+    let config_source = args.config_map.clone().map(|config_map| ConfigSource {
+        namespace: args.namespace.clone(),
+        config_map,
+        default_key: args.default_config.clone(),
+    });
+    let configs = config_updates(client.clone(), &node_api, config_source);
+    let (report, reports) = watch::channel(Report::default());
+    tokio::spawn(publish_reports(client, node, reports));
+    let options = Options {
+        plugin_dir: args.kubelet_root.join(DEVICE_PLUGINS_DIR),
+        mig_strategy: args.mig_strategy.map(Into::into),
+        cdi: args.cdi,
+        cdi_dir: args.cdi_dir,
+        mps_root: args.mps_root,
+        checks,
+        recovery: Duration::from_secs(args.health_recovery_seconds),
+        mig_poll: Duration::from_secs(args.mig_poll_seconds.max(1)),
+        health_poll: Duration::from_secs(1),
+    };
+    tokio::select! {
+        result = manager::run(options, gpus, configs, report) => result,
+        () = stopped() => Ok(()),
+    }
+}
+
+/// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
+async fn stopped() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = async {
+            match terminate.as_mut() {
+                Some(signal) => { signal.recv().await; }
+                None => std::future::pending().await,
+            }
+        } => {}
+    }
+}
+
+/// Plans the config on the GPUs and returns what `plan` prints: one `<resource>: <count>` line per resource.
+///
+/// # Errors
+/// When the file cannot be read, the config is invalid or does not fit the GPUs.
+pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("reading {}", args.config.display()))?;
+    let config = match config_map_data(&text) {
+        Some(data) => {
+            choose(
+                &args.config.display().to_string(),
+                Some(&data),
+                Some(&args.config_name),
+                None,
+            )?
+            .config
+        }
+        None => parse(&text).with_context(|| format!("config {}", args.config_name))?,
+    };
+    let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
+    let views = node_agent::inventory::read(gpus.backend())?;
+    let planned: Vec<PlannedGpu> = views
+        .into_iter()
+        .map(|view| PlannedGpu {
+            view,
+            numa_node: None,
+        })
+        .collect();
+    let strategy = effective_mig_strategy(args.mig_strategy.map(Into::into), &config);
+    let plan = advertise(&planned, &config, strategy)
+        .with_context(|| format!("config {}", args.config_name))?;
+    let mut out = String::new();
+    for (name, resource) in &plan {
+        let _ = writeln!(out, "{name}: {}", resource.devices.len());
+    }
+    Ok(out)
+}
+
+/// The data of a ConfigMap manifest, when the text is one.
+fn config_map_data(text: &str) -> Option<BTreeMap<String, String>> {
+    let config_map: ConfigMap = serde_saphyr::from_str(text).ok()?;
+    config_map.data
+}

@@ -1,0 +1,218 @@
+//! The plugin's Kubernetes I/O: the config it follows (this Node's `nvidia.com/device-plugin.config` label and the
+//! ConfigMap, both watched one object at a time with field selectors, never polled) and what it reports (GPUNode
+//! `status.devicePlugin` and `status.lastError` by server-side apply as `gpu-device-plugin`, and a Warning Event on
+//! the Node for each new config problem).
+
+use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, GpuNodeStatus};
+use crd::labels::DEVICE_PLUGIN_CONFIG;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use node_agent::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_agent::kube_io::{self, NodeApi, NodeEvents, Watched};
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::config::{ChosenConfig, choose};
+use crate::manager::{ConfigUpdate, Report};
+
+/// The field manager of the plugin's GPUNode status fields, and the Events' reporter.
+pub const FIELD_MANAGER: &str = "gpu-device-plugin";
+/// The component name in GPUNode `lastError`.
+pub const COMPONENT: &str = "device-plugin";
+/// The reason of the Warning Event for a config that is not applied.
+const CONFIG_REJECTED: &str = "DevicePluginConfigRejected";
+
+/// Where the config comes from: the ConfigMap and its default key (`--config-map`, `--default-config`).
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    /// Namespace of the ConfigMap (the operator's).
+    pub namespace: String,
+    /// The ConfigMap's name.
+    pub config_map: String,
+    /// The key used when the node has no label.
+    pub default_key: Option<String>,
+}
+
+/// The config updates for this node: every change of its label or of the ConfigMap gives a new choice (or the
+/// reason there is none). Without a ConfigMap, the built-in defaults, once.
+#[must_use]
+pub fn config_updates(
+    client: Client,
+    node: &NodeApi,
+    source: Option<ConfigSource>,
+) -> watch::Receiver<Option<ConfigUpdate>> {
+    let Some(source) = source else {
+        return watch::channel(Some(Ok(ChosenConfig::default()))).1;
+    };
+    let mut inputs =
+        kube_io::watch_inputs(node, client, &source.namespace, Some(&source.config_map));
+    let (sender, receiver) = watch::channel(None);
+    tokio::spawn(async move {
+        loop {
+            let update = inputs
+                .borrow_and_update()
+                .as_ref()
+                .map(|watched| choice(&source, watched));
+            if update.is_some() {
+                sender.send_if_modified(|current| {
+                    let changed = *current != update;
+                    *current = update;
+                    changed
+                });
+            }
+            if inputs.changed().await.is_err() || sender.is_closed() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// The config the latest Node and ConfigMap choose.
+fn choice(source: &ConfigSource, watched: &Watched) -> ConfigUpdate {
+    let map = format!("{}/{}", source.namespace, source.config_map);
+    choose(
+        &map,
+        watched
+            .config_map
+            .as_ref()
+            .and_then(|config_map| config_map.data.as_ref()),
+        kube_io::label(&watched.node, DEVICE_PLUGIN_CONFIG),
+        source.default_key.as_deref(),
+    )
+    .map_err(|error| error.to_string())
+}
+
+/// Writes every new report into the node's GPUNode (creating it when missing) and records a Warning Event for
+/// each new error, until the reports end.
+pub async fn publish_reports(client: Client, node: Node, mut reports: watch::Receiver<Report>) {
+    let name = kube::ResourceExt::name_any(&node);
+    let mut writer = GpuNodeWriter::new(client.clone(), &name, FIELD_MANAGER);
+    let events = NodeEvents::new(client, FIELD_MANAGER, &node);
+    let mut last_error = None;
+    let mut backoff = node_agent::Backoff::default();
+    loop {
+        let report = reports.borrow_and_update().clone();
+        if report != Report::default() {
+            if report.error.is_some() && report.error != last_error {
+                events
+                    .publish(
+                        true,
+                        CONFIG_REJECTED,
+                        report.error.as_deref().unwrap_or_default(),
+                    )
+                    .await;
+            }
+            last_error.clone_from(&report.error);
+            let written = async {
+                writer.ensure(&node).await?;
+                writer.publish(status(&report)).await
+            };
+            if let Err(error) = written.await {
+                warn!(%error, "cannot write the GPUNode status; retrying");
+                backoff.wait_or(reports.changed()).await;
+                continue;
+            }
+            backoff.reset();
+        }
+        if reports.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// The plugin's part of GPUNode status. The inventory fields are sent too, with the same values the node agent
+/// sends: server-side apply then shares them instead of one side removing what the other wrote.
+#[must_use]
+pub fn status(report: &Report) -> GpuNodeStatus {
+    let resources = report
+        .resources
+        .iter()
+        .map(|(name, count)| AdvertisedResource {
+            name: name.clone(),
+            count: *count,
+        })
+        .collect();
+    GpuNodeStatus {
+        device_plugin: Some(DevicePluginStatus {
+            config: report.config.clone(),
+            resources,
+        }),
+        last_error: report
+            .error
+            .as_ref()
+            .map(|error| node_error(COMPONENT, error.clone())),
+        ..inventory_status(&report.gpus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    #[test]
+    fn the_label_and_the_config_map_choose() {
+        let source = ConfigSource {
+            namespace: "gpu-operator".into(),
+            config_map: "cfg".into(),
+            default_key: Some("any".into()),
+        };
+        let mut node = Node::default();
+        node.metadata.labels = Some(BTreeMap::from([(
+            DEVICE_PLUGIN_CONFIG.to_owned(),
+            "slice-4".to_owned(),
+        )]));
+        let config_map = ConfigMap {
+            data: Some(BTreeMap::from([(
+                "any".to_owned(),
+                "version: v1\n".to_owned(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let watched = Watched {
+            node,
+            config_map: Some(config_map),
+        };
+        assert_eq!(
+            choice(&source, &watched).unwrap_err(),
+            "ConfigMap gpu-operator/cfg has no key \"slice-4\" (keys: any); fix the node label or the ConfigMap"
+        );
+        let unlabelled = Watched {
+            node: Node::default(),
+            ..watched
+        };
+        assert_eq!(
+            choice(&source, &unlabelled).unwrap().name.as_deref(),
+            Some("any")
+        );
+    }
+
+    #[test]
+    fn status_carries_resources_config_and_error() {
+        let report = Report {
+            config: Some("slice-4".into()),
+            resources: BTreeMap::from([("nvidia.com/gpu.shared".into(), 16)]),
+            gpus: Vec::new(),
+            error: Some("bad".into()),
+        };
+        let status = status(&report);
+        let plugin = status.device_plugin.unwrap();
+        assert_eq!(plugin.config.as_deref(), Some("slice-4"));
+        assert_eq!(
+            plugin.resources,
+            [AdvertisedResource {
+                name: "nvidia.com/gpu.shared".into(),
+                count: 16
+            }]
+        );
+        let error = status.last_error.unwrap();
+        assert_eq!(
+            (error.component.as_str(), error.message.as_str()),
+            ("device-plugin", "bad")
+        );
+    }
+}
