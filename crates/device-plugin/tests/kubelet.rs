@@ -170,7 +170,7 @@ async fn registers_streams_allocates_recovers_and_reregisters() {
     let (report, mut reports) = watch::channel(Report::default());
     let plugin = tokio::spawn(run(
         options(&dir),
-        simulator.clone(),
+        Gpus::from_simulator(simulator.clone()),
         config_receiver,
         report,
     ));
