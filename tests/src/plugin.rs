@@ -1,0 +1,99 @@
+//! The device plugin (`gpu-device-plugin run`) as a local process for one simulated node, with the token of the
+//! chart's `nvidia-device-plugin-daemonset` ServiceAccount (so the chart's RBAC is what is tested), the command
+//! line the operator's DaemonSet gives it, and a temporary kubelet root. The node has no kubelet, so the plugin
+//! serves its sockets and reports into GPUNode status without registering; the in-process test of
+//! `crates/device-plugin` covers the kubelet side.
+//!
+//! The binary is `E2E_DEVICE_PLUGIN_BIN`, else `gpu-device-plugin` in `$CARGO_TARGET_DIR/debug` (or the
+//! workspace's `target/debug`): build it with `cargo build -p device-plugin` before the tests run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::agents::service_account_kubeconfig;
+use crate::{NAMESPACE, repo_root};
+
+/// The ServiceAccount the operator's device-plugin DaemonSet runs as.
+pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
+
+/// The `gpu-device-plugin` binary under test.
+pub fn device_plugin_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("E2E_DEVICE_PLUGIN_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let path = target.join("debug/gpu-device-plugin");
+    assert!(
+        path.is_file(),
+        "{} does not exist: build it with `cargo build -p device-plugin` (or set E2E_DEVICE_PLUGIN_BIN)",
+        path.display()
+    );
+    path
+}
+
+/// One plugin process; killed when dropped.
+#[derive(Debug)]
+pub struct DevicePlugin {
+    child: Child,
+    /// Its kubelet root: sockets are in `device-plugins/`, the CDI spec in `cdi/`.
+    pub root: PathBuf,
+    log: PathBuf,
+}
+
+impl DevicePlugin {
+    /// Starts `gpu-device-plugin run <args>` for `node` on the simulated GPUs in `state`, with MIG polled every
+    /// second so that the test sees geometry changes quickly.
+    pub fn start(node: &str, state: &Path, args: &[&str]) -> Self {
+        let root = state.with_file_name(format!("{node}-kubelet"));
+        std::fs::create_dir_all(&root).expect("kubelet root");
+        let log = state.with_file_name(format!("{node}-device-plugin.log"));
+        let output = std::fs::File::create(&log).expect("plugin log");
+        let child = Command::new(device_plugin_bin())
+            .arg("run")
+            .args(args)
+            .arg("--kubelet-root")
+            .arg(&root)
+            .arg("--mps-root")
+            .arg(root.join("mps"))
+            .arg("--cdi-dir")
+            .arg(root.join("cdi"))
+            .args([
+                "--mig-poll-seconds",
+                "1",
+                "--simulate",
+                "node",
+                "--sim-state",
+            ])
+            .arg(state)
+            .env("KUBECONFIG", service_account_kubeconfig(SERVICE_ACCOUNT))
+            .env("NODE_NAME", node)
+            .env("OPERATOR_NAMESPACE", NAMESPACE)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(output.try_clone().expect("log handle")))
+            .stderr(Stdio::from(output))
+            .spawn()
+            .expect("start gpu-device-plugin");
+        Self { child, root, log }
+    }
+
+    /// The plugin's output so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the plugin serves a socket for `resource` (e.g. `nvidia.com/gpu.shared`).
+    pub fn serves(&self, resource: &str) -> bool {
+        let short = resource.trim_start_matches("nvidia.com/");
+        self.root
+            .join(format!("device-plugins/nvidia-{short}.sock"))
+            .exists()
+    }
+}
+
+impl Drop for DevicePlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
