@@ -41,39 +41,61 @@ fn set_mig_config(node: &str, config: &str) -> Instant {
     Instant::now()
 }
 
-/// Waits for the state label; returns the time it took from `since`.
-fn wait_for_state(node: &str, state: &str, since: Instant) -> Duration {
+/// Waits until the MIG manager has reached `state` for `config` (the label, and GPUNode status naming the
+/// config, so that the state of an earlier change does not count); returns the time it took from `since`.
+fn wait_for_state(node: &str, config: &str, state: &str, since: Instant) -> Duration {
     eventually(WAIT, || {
-        Ok((node_labels(node)[STATE_LABEL] == state).then(|| since.elapsed()))
+        let mig = gpunode(node)["status"]["mig"].clone();
+        let done = node_labels(node)[STATE_LABEL] == state
+            && mig["config"] == config
+            && mig["state"] == state;
+        Ok(done.then(|| since.elapsed()))
     })
     .unwrap_or_else(|error| {
         panic!(
-            "{node} never reached MIG state {state}: {error:#}\nlabels: {:#}\nGPUNode status: {:#}",
+            "{node} never reached MIG state {state} for {config}: {error:#}\nlabels: {:#}\nGPUNode status: {:#}",
             node_labels(node),
             gpunode(node)["status"]
         )
     })
 }
 
-/// Watches the node closely until the state leaves pending; returns the states seen and whether the device
-/// plugin's deploy label was paused at some point.
-fn watch_change(node: &str) -> (Vec<String>, bool) {
-    let start = Instant::now();
-    let mut states: Vec<String> = Vec::new();
-    let mut paused = false;
-    while start.elapsed() < WAIT {
-        let labels = node_labels(node);
-        let state = labels[STATE_LABEL].as_str().unwrap_or_default().to_owned();
-        paused |= labels[PLUGIN_LABEL] == "paused-for-mig-change";
-        if states.last() != Some(&state) {
-            states.push(state.clone());
-        }
-        if states.iter().any(|s| s == "pending") && state != "pending" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+/// Every `(state, device-plugin deploy label)` the node goes through while it is watched: a `kubectl --watch`
+/// sees each update, so a change faster than any polling is still seen.
+struct LabelWatch(std::process::Child);
+
+impl LabelWatch {
+    fn start(node: &str) -> Self {
+        let template = r#"{.metadata.labels.nvidia\.com/mig\.config\.state} {.metadata.labels.nvidia\.com/gpu\.deploy\.device-plugin}{"\n"}"#;
+        let child = std::process::Command::new("kubectl")
+            .args(["get", "node", node, "--watch", "-o"])
+            .arg(format!("jsonpath={template}"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl --watch");
+        std::thread::sleep(Duration::from_millis(500));
+        Self(child)
     }
-    (states, paused)
+
+    /// Stops watching; returns what was seen, repeats removed.
+    fn stop(mut self) -> Vec<(String, String)> {
+        use std::io::Read;
+        let _ = self.0.kill();
+        let mut text = String::new();
+        if let Some(mut stdout) = self.0.stdout.take() {
+            let _ = stdout.read_to_string(&mut text);
+        }
+        let _ = self.0.wait();
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for line in text.lines() {
+            let (state, plugin) = line.split_once(' ').unwrap_or((line, ""));
+            let entry = (state.to_owned(), plugin.to_owned());
+            if seen.last() != Some(&entry) {
+                seen.push(entry);
+            }
+        }
+        seen
+    }
 }
 
 /// The MIG geometry GPUNode status reports for every GPU: devices by profile.
@@ -287,7 +309,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     let a100_mig = mig_manager(a100, &a100_state);
     let a100_discovery = discovery(a100, &a100_state);
     let started = Instant::now();
-    wait_for_state(a100, "success", started);
+    wait_for_state(a100, "all-disabled", "success", started);
     let status = eventually(WAIT, || {
         let node = gpunode(a100);
         Ok(
@@ -310,14 +332,19 @@ fn node_agent_mig_manager_and_feature_discovery() {
         .expect("the GPU client runs");
 
     step("nvidia.com/mig.config=all-1g.10gb: pending (clients paused), then success; 7x1g.10gb");
+    let watch = LabelWatch::start(a100);
     let since = set_mig_config(a100, "all-1g.10gb");
-    let (states, paused) = watch_change(a100);
-    let took = wait_for_state(a100, "success", since);
-    eprintln!("label -> success: {took:?} (states seen: {states:?})");
-    assert!(states.iter().any(|s| s == "pending"), "{states:?}");
+    let took = wait_for_state(a100, "all-1g.10gb", "success", since);
+    eprintln!("label -> success: {took:?}");
+    let seen = watch.stop();
+    let pair = |state: &str, plugin: &str| (state.to_owned(), plugin.to_owned());
+    let during = seen
+        .iter()
+        .position(|s| *s == pair("pending", "paused-for-mig-change"));
+    let after = seen.iter().rposition(|s| *s == pair("success", "true"));
     assert!(
-        paused,
-        "the device plugin's deploy label was paused during the change"
+        matches!((during, after), (Some(d), Some(a)) if d < a),
+        "pending with the device plugin paused, then success with it restored: {seen:?}"
     );
     assert_eq!(node_labels(a100)[PLUGIN_LABEL], "true", "restored");
     assert_every_gpu_has(a100, &json!({"1g.10gb": 7}));
@@ -331,7 +358,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
 
     step("all-balanced (mixed profiles)");
     let since = set_mig_config(a100, "all-balanced");
-    let took = wait_for_state(a100, "success", since);
+    let took = wait_for_state(a100, "all-balanced", "success", since);
     eprintln!("label -> success (all-balanced): {took:?}");
     assert_every_gpu_has(a100, &json!({"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}));
 
@@ -340,7 +367,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     );
     let before = current_geometry(a100);
     let since = set_mig_config(a100, "e2e-too-big");
-    wait_for_state(a100, "failed", since);
+    wait_for_state(a100, "e2e-too-big", "failed", since);
     assert_eq!(current_geometry(a100), before, "GPUs unchanged");
     assert_eq!(node_labels(a100)[PLUGIN_LABEL], "true");
     let error = gpunode(a100)["status"]["lastError"].clone();
@@ -408,7 +435,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
         "the budget holds"
     );
     kubectl(&["delete", "pdb", "e2e-gpu-workload", "-n", "default"]);
-    wait_for_state(a100, "success", since);
+    wait_for_state(a100, "all-3g.40gb", "success", since);
     assert_every_gpu_has(a100, &json!({"3g.40gb": 2}));
     let gone = run(
         "kubectl",
@@ -437,7 +464,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     simulator_tool(a100, &a100_state, &["delay", "0"]);
     let restarted = Instant::now();
     let a100_mig = mig_manager(a100, &a100_state);
-    let took = wait_for_state(a100, "success", restarted);
+    let took = wait_for_state(a100, "all-1g.10gb", "success", restarted);
     eprintln!("restart -> success: {took:?}");
     assert_every_gpu_has(a100, &json!({"1g.10gb": 7}));
     assert_eq!(
@@ -448,12 +475,21 @@ fn node_agent_mig_manager_and_feature_discovery() {
 
     step("H100 node: all-1g.10gb gives 7x1g.10gb on each of the 8 GPUs");
     let h100_mig = mig_manager(h100, &h100_state);
-    wait_for_state(h100, "success", Instant::now());
+    let h100_discovery = discovery(h100, &h100_state);
+    wait_for_state(h100, "all-disabled", "success", Instant::now());
     let since = set_mig_config(h100, "all-1g.10gb");
-    let took = wait_for_state(h100, "success", since);
+    let took = wait_for_state(h100, "all-1g.10gb", "success", since);
     eprintln!("label -> success (8 GPUs, all-1g.10gb): {took:?}");
     assert_every_gpu_has(h100, &json!({"1g.10gb": 7}));
     assert_eq!(current_geometry(h100).len(), 8);
+    eventually(WAIT, || {
+        let labels = node_labels(h100);
+        Ok((labels["nvidia.com/mig-1g.10gb.count"] == "56"
+            && labels["nvidia.com/gpu.family"] == "hopper"
+            && gpunode(h100)["status"]["health"] == "Healthy")
+            .then_some(()))
+    })
+    .expect("H100 feature labels: 56 1g.10gb devices");
     let table = kubectl(&["get", "gpunodes", h100]);
     eprintln!("{table}");
     assert!(
@@ -464,7 +500,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     step("a change of GPU 0 only: the other GPUs keep their MIG devices (same UUIDs)");
     let before = mig_devices(h100, &h100_state);
     let since = set_mig_config(h100, "e2e-first-gpu");
-    wait_for_state(h100, "success", since);
+    wait_for_state(h100, "e2e-first-gpu", "success", since);
     let after = mig_devices(h100, &h100_state);
     let on = |devices: &[(u32, String)], gpu: u32| -> Vec<String> {
         devices
@@ -484,7 +520,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     assert_ne!(on(&after, 0), on(&before, 0));
 
     step("deleting a Node garbage-collects its GPUNode");
-    drop((h100_mig, a100_mig, a100_discovery));
+    drop((h100_mig, h100_discovery, a100_mig, a100_discovery));
     drop(cleanup);
     eventually(WAIT, || {
         let left = run("kubectl", &["get", "gpunode", a100, h100, "-o", "name"]);

@@ -55,6 +55,21 @@ pub async fn client() -> anyhow::Result<Client> {
         .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")
 }
 
+/// A client that does not retry refused requests by itself, for the Eviction API: there a 429 means "a
+/// PodDisruptionBudget says not now", which the MIG manager reports and retries on its own schedule, while the
+/// default client would keep retrying it (with growing waits) inside one call.
+///
+/// # Errors
+/// As [`client`].
+pub async fn client_without_retries() -> anyhow::Result<Client> {
+    use anyhow::Context;
+    let mut config = kube::Config::infer().await.context(
+        "reading the Kubernetes client configuration (in-cluster service account or KUBECONFIG)",
+    )?;
+    config.default_retry = false;
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
 /// This node, as the agent sees and changes it.
 #[derive(Debug, Clone)]
 pub struct NodeApi {

@@ -102,7 +102,9 @@ impl std::fmt::Debug for NodePods {
 }
 
 impl NodePods {
-    /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's).
+    /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's). `client` must not
+    /// retry 429 answers itself ([`client_without_retries`](crate::kube_io::client_without_retries)), or one
+    /// refused eviction would block for minutes instead of being reported.
     #[must_use]
     pub fn new(client: Client, node: &str, namespace: &str) -> Self {
         Self {
@@ -172,7 +174,10 @@ impl NodePods {
             if remaining.is_empty() {
                 return Ok(());
             }
-            debug!(pods = remaining.len(), "pods using the GPUs are still on the node");
+            debug!(
+                pods = remaining.len(),
+                "pods using the GPUs are still on the node"
+            );
             if Instant::now() >= deadline {
                 return Err(DrainError::EvictionTimedOut {
                     timeout,

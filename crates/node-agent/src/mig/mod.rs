@@ -72,7 +72,11 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
             gpus,
             status,
             events: NodeEvents::new(client.clone(), MIG_MANAGER, &node),
-            pods: drain::NodePods::new(client.clone(), &node_args.node_name, &node_args.namespace),
+            pods: drain::NodePods::new(
+                kube_io::client_without_retries().await?,
+                &node_args.node_name,
+                &node_args.namespace,
+            ),
         },
         settings,
         stored.as_ref(),
