@@ -411,6 +411,21 @@ mod tests {
     }
 
     #[test]
+    fn rolling_back_to_a_recorded_geometry_touches_only_what_changed() {
+        let (_dir, simulator) = simulated("a100-80gb:2", &[("1g.10gb", 7)]);
+        let previous = crate::inventory::geometries(&read(simulator.as_ref()).unwrap());
+        let untouched = uuids(simulator.as_ref(), 1);
+        change(simulator.as_ref(), &[target(0, &[("3g.40gb", 2)])], false).unwrap();
+        let back: Vec<Target> = previous
+            .iter()
+            .map(|geometry| Target::from_geometry(geometry).unwrap())
+            .collect();
+        change(simulator.as_ref(), &back, false).unwrap();
+        assert!(verify(simulator.as_ref(), &back).is_empty());
+        assert_eq!(uuids(simulator.as_ref(), 1), untouched);
+    }
+
+    #[test]
     fn a_recorded_geometry_becomes_a_target() {
         let geometry = GpuMigGeometry {
             gpu: 3,

@@ -191,7 +191,9 @@ impl MigManager {
                 self.change(run).await
             }
             (Decision::Reject(reason), request, _) => {
-                self.fail(reason, request, progress, None).await
+                // A change left underway (the agent crashed) may have touched GPUs: put them back.
+                let roll_back = progress.is_some();
+                self.fail(reason, request, progress, roll_back).await
             }
             (Decision::Converged, _, _) => self.succeed(progress).await,
             (Decision::Idle, _, _) => {
@@ -251,10 +253,9 @@ impl MigManager {
                     return self.succeed(Some(run.take_record())).await;
                 }
                 Next::Fail { reason, roll_back } => {
-                    let touched = roll_back.then_some(targets.as_slice());
                     let record = run.take_record();
                     return self
-                        .fail(reason, Some(run.request.clone()), Some(record), touched)
+                        .fail(reason, Some(run.request.clone()), Some(record), roll_back)
                         .await;
                 }
             }
@@ -401,7 +402,7 @@ impl MigManager {
                     "rebooting with `{}` failed: {outcome:?}",
                     self.settings.reboot_command
                 );
-                self.fail(reason, Some(request.clone()), Some(record), None)
+                self.fail(reason, Some(request.clone()), Some(record), true)
                     .await
             }
         }
@@ -427,17 +428,17 @@ impl MigManager {
         self.publish().await
     }
 
-    /// Ends a request in failure: the GPUs back to their previous geometry where they were touched, clients
-    /// restored, state `failed`, the reason in GPUNode status and a Warning Event.
+    /// Ends a request in failure: the GPUs back to their previous geometry when they may have been touched
+    /// (`roll_back`), clients restored, state `failed`, the reason in GPUNode status and a Warning Event.
     async fn fail(
         &mut self,
         mut reason: String,
         request: Option<Request>,
         progress: Option<Progress>,
-        touched: Option<&[Target]>,
+        roll_back: bool,
     ) -> Result<(), ReconcileError> {
-        if let (Some(touched), Some(progress)) = (touched, &progress)
-            && let Err(error) = self.roll_back(touched, &progress.previous).await
+        if let (true, Some(progress)) = (roll_back, &progress)
+            && let Err(error) = self.roll_back(&progress.previous).await
         {
             reason.push_str(&format!(
                 "; restoring the previous geometry failed too: {error}"
@@ -457,15 +458,11 @@ impl MigManager {
         self.publish().await
     }
 
-    /// Puts the touched GPUs back to the geometry recorded before the change.
-    async fn roll_back(
-        &self,
-        touched: &[Target],
-        previous: &[GpuMigGeometry],
-    ) -> Result<(), String> {
+    /// Puts the GPUs back to the geometry recorded before the change. GPUs the change did not touch already have
+    /// it, so nothing is done to them (no mode change, no reset, an empty plan).
+    async fn roll_back(&self, previous: &[GpuMigGeometry]) -> Result<(), String> {
         let targets = previous
             .iter()
-            .filter(|geometry| touched.iter().any(|target| target.gpu == geometry.gpu))
             .map(Target::from_geometry)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| error.to_string())?;
