@@ -353,7 +353,8 @@ fn operator_reconciles_the_cluster_policy() {
     assert!(other.is_empty(), "the operator wrote at rest: {other:?}");
 
     step("a second ClusterPolicy is ignored, with the reason");
-    let second = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "second-policy"}, "spec": {}});
+    let spec = policy()["spec"].clone();
+    let second = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "second-policy"}, "spec": spec});
     assert!(kubectl_apply(&second.to_string(), &[]).success);
     let ignored = eventually(WAIT, || {
         let policy = kubectl_json(&["get", "clusterpolicy", "second-policy"]);
@@ -369,18 +370,40 @@ fn operator_reconciles_the_cluster_policy() {
             .contains("cluster-policy is the active one"),
         "{condition}"
     );
-    kubectl(&["delete", "clusterpolicy", "second-policy", "--wait=true"]);
     assert_eq!(
         daemonsets().len(),
         expected.len(),
-        "deleting the ignored policy touched nothing"
+        "the ignored policy changed nothing"
     );
 
-    step("deleting the ClusterPolicy: children garbage-collected, operator-written labels gone");
+    step(
+        "deleting the active ClusterPolicy: the other one takes over, keeping the operands and labels",
+    );
     kubectl(&[
         "delete",
         "clusterpolicy",
         "cluster-policy",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    eventually(WAIT, || {
+        let second = kubectl_json(&["get", "clusterpolicy", "second-policy"]);
+        Ok((second["status"]["state"] == "ready").then_some(()))
+    })
+    .expect("second-policy became the active, ready one");
+    wait_for_daemonsets(&expected);
+    let present =
+        kubectl_json(&["get", "node", &nodes[1]])["metadata"]["labels"]["nvidia.com/gpu.present"]
+            .clone();
+    assert_eq!(present, "true", "labels stay while a policy remains");
+
+    step(
+        "deleting the last ClusterPolicy: children garbage-collected, operator-written labels gone",
+    );
+    kubectl(&[
+        "delete",
+        "clusterpolicy",
+        "second-policy",
         "--wait=true",
         "--timeout=60s",
     ]);

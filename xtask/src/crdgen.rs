@@ -110,9 +110,13 @@ fn existing_files(dir: &Path) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
-/// The workspace root: xtask lives one level below it.
+/// The workspace root: xtask lives one level below it. `cargo run` sets `CARGO_MANIFEST_DIR` for the checkout
+/// it runs in; the compile-time value is only a fallback, because two checkouts sharing one cargo target
+/// directory share one `target/debug/xtask`.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default()

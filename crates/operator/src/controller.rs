@@ -145,6 +145,7 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
 
+    let client_for_policies = client.clone();
     let controller = Controller::new(
         Api::<ClusterPolicy>::all(client.clone()),
         watcher::Config::default().any_semantic(),
@@ -176,7 +177,13 @@ pub async fn run(
         .owns_stream(service_events)
         .watches_stream(node_events, every_policy(policies.clone()))
         .watches_stream(gpu_node_events, every_policy(policies.clone()))
-        .watches_stream(config_map_events, every_policy(policies))
+        .watches_stream(config_map_events, every_policy(policies.clone()))
+        // A policy created, changed or deleted can change which one is active: every policy looks again.
+        .watches(
+            Api::<ClusterPolicy>::all(client_for_policies),
+            watcher::Config::default(),
+            every_policy(policies),
+        )
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         // Failures are logged once, with their retry delay, by `error_policy`.
