@@ -55,8 +55,14 @@ pub struct NodeAgent {
 
 impl NodeAgent {
     /// Starts `gpu-node-agent <args> --simulate node --sim-state <state>` for `node` as ServiceAccount
-    /// `service_account`, with the environment the operator's DaemonSets give it.
-    pub fn start(node: &str, service_account: &str, state: &Path, args: &[&str]) -> Self {
+    /// `service_account`, with the environment the operator's DaemonSets give it plus `env`.
+    pub fn start(
+        node: &str,
+        service_account: &str,
+        state: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let log = state.with_file_name(format!(
             "{node}-{}.log",
             args.first().copied().unwrap_or("agent")
@@ -74,6 +80,7 @@ impl NodeAgent {
             .env("NODE_NAME", node)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info,node_agent=debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(output.try_clone().expect("log handle")))
             .stderr(Stdio::from(output))
             .spawn()

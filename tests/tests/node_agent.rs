@@ -187,8 +187,8 @@ fn mig_config_map() -> String {
     .to_string()
 }
 
-/// The MIG manager of `node`, as the operator's DaemonSet runs it, with short timeouts.
-fn mig_manager(node: &str, state: &Path) -> NodeAgent {
+/// The MIG manager of `node`, as the operator's DaemonSet runs it (plus `env`), with short timeouts.
+fn mig_manager(node: &str, state: &Path, env: &[(&str, &str)]) -> NodeAgent {
     NodeAgent::start(
         node,
         "nvidia-mig-manager",
@@ -204,6 +204,7 @@ fn mig_manager(node: &str, state: &Path) -> NodeAgent {
             "--eviction-timeout",
             "45",
         ],
+        env,
     )
 }
 
@@ -213,6 +214,7 @@ fn discovery(node: &str, state: &Path) -> NodeAgent {
         "gpu-feature-discovery",
         state,
         &["discovery", "--mig-strategy", "mixed", "--interval", "1"],
+        &[],
     )
 }
 
@@ -306,7 +308,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     step(
         "the agents start: GPUNode created and owned by the Node, feature labels, state success (all-disabled)",
     );
-    let a100_mig = mig_manager(a100, &a100_state);
+    let a100_mig = mig_manager(a100, &a100_state, &[]);
     let a100_discovery = discovery(a100, &a100_state);
     let started = Instant::now();
     wait_for_state(a100, "all-disabled", "success", started);
@@ -463,7 +465,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     );
     simulator_tool(a100, &a100_state, &["delay", "0"]);
     let restarted = Instant::now();
-    let a100_mig = mig_manager(a100, &a100_state);
+    let a100_mig = mig_manager(a100, &a100_state, &[]);
     let took = wait_for_state(a100, "all-1g.10gb", "success", restarted);
     eprintln!("restart -> success: {took:?}");
     assert_every_gpu_has(a100, &json!({"1g.10gb": 7}));
@@ -474,7 +476,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     );
 
     step("H100 node: all-1g.10gb gives 7x1g.10gb on each of the 8 GPUs");
-    let h100_mig = mig_manager(h100, &h100_state);
+    let h100_mig = mig_manager(h100, &h100_state, &[]);
     let h100_discovery = discovery(h100, &h100_state);
     wait_for_state(h100, "all-disabled", "success", Instant::now());
     let since = set_mig_config(h100, "all-1g.10gb");
@@ -518,6 +520,42 @@ fn node_agent_mig_manager_and_feature_discovery() {
     }
     assert_eq!(on(&after, 0).len(), 2);
     assert_ne!(on(&after, 0), on(&before, 0));
+
+    step("GPUs that cannot be reset: without WITH_REBOOT the change fails and the GPUs go back");
+    drop(h100_mig);
+    simulator_tool(h100, &h100_state, &["reset-failure", "unsupported"]);
+    let h100_mig = mig_manager(h100, &h100_state, &[]);
+    let before = current_geometry(h100);
+    let since = set_mig_config(h100, "all-disabled");
+    wait_for_state(h100, "all-disabled", "failed", since);
+    let error = gpunode(h100)["status"]["lastError"]["message"].clone();
+    assert!(
+        error
+            .as_str()
+            .unwrap_or_default()
+            .contains("WITH_REBOOT=true"),
+        "{error}"
+    );
+    assert_eq!(current_geometry(h100), before, "rolled back");
+
+    step("with WITH_REBOOT=true: state rebooting, the (simulated) reboot, then success");
+    drop(h100_mig);
+    let watch = LabelWatch::start(h100);
+    let restarted = Instant::now();
+    let h100_mig = mig_manager(h100, &h100_state, &[("WITH_REBOOT", "true")]);
+    let took = wait_for_state(h100, "all-disabled", "success", restarted);
+    eprintln!("start -> success through a reboot: {took:?}");
+    let seen = watch.stop();
+    assert!(
+        seen.iter().any(|(state, _)| state == "rebooting"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().map(|(_, plugin)| plugin.as_str()), Some("true"));
+    assert!(
+        current_geometry(h100)
+            .iter()
+            .all(|gpu| gpu["migEnabled"] == false)
+    );
 
     step("deleting a Node garbage-collects its GPUNode");
     drop((h100_mig, h100_discovery, a100_mig, a100_discovery));

@@ -217,9 +217,27 @@ pub enum SimulatorAction {
         /// Milliseconds added to each operation.
         milliseconds: u64,
     },
+    /// Make GPU resets fail on every GPU of the node: `unsupported` (the platform cannot reset, as in many VMs:
+    /// a MIG mode change then needs a reboot), `fails`, or `none` to let resets succeed again.
+    ResetFailure {
+        /// How resets fail.
+        #[arg(value_enum)]
+        failure: ResetFailureArg,
+    },
     /// Print every MIG device as `<GPU index> <MIG device UUID>`, one per line (to check which devices survive
     /// a change).
     Devices,
+}
+
+/// How simulated resets fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ResetFailureArg {
+    /// `NotSupported`: the node must be rebooted instead.
+    Unsupported,
+    /// The reset is attempted and fails.
+    Fails,
+    /// Resets succeed.
+    None,
 }
 
 /// A duration given in whole seconds.

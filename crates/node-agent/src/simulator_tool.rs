@@ -1,14 +1,15 @@
 //! `gpu-node-agent simulator`: for end-to-end tests, injects faults into a simulated node from outside the agent
-//! (a slow MIG change that a test can kill the agent in the middle of) and lists its MIG devices (to show that a
+//! (a slow MIG change that a test can kill the agent in the middle of, GPUs that cannot be reset) and lists its MIG devices (to show that a
 //! change keeps the devices of the GPUs it does not touch).
 
 use std::time::Duration;
 
 use anyhow::Context;
 use gpu::GpuBackend;
+use gpu::simulator::ResetFailure;
 
 use crate::backend::{GpuSource, Gpus};
-use crate::cli::{SimulatorAction, SimulatorArgs};
+use crate::cli::{ResetFailureArg, SimulatorAction, SimulatorArgs};
 
 /// Injects the fault into every GPU of the node, or lists the MIG devices.
 ///
@@ -23,6 +24,16 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
         SimulatorAction::Delay { milliseconds } => {
             for gpu in 0..simulator.gpu_count()? {
                 simulator.set_delay(gpu, Duration::from_millis(milliseconds))?;
+            }
+        }
+        SimulatorAction::ResetFailure { failure } => {
+            let failure = match failure {
+                ResetFailureArg::Unsupported => Some(ResetFailure::Unsupported),
+                ResetFailureArg::Fails => Some(ResetFailure::Fails),
+                ResetFailureArg::None => None,
+            };
+            for gpu in 0..simulator.gpu_count()? {
+                simulator.set_reset_failure(gpu, failure)?;
             }
         }
         SimulatorAction::Devices => {
