@@ -1,0 +1,291 @@
+//! The ClusterPolicy controller: observe -> validate -> label -> render -> apply -> status, driven by watches
+//! (no polling). It watches ClusterPolicies, the DaemonSets and Services it owns, Nodes (only changes that
+//! matter for GPU deployment), GPUNodes and the ConfigMaps in its namespace.
+
+mod reconcile;
+mod writes;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crd::{ClusterPolicy, GPUNode};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
+use kube::{Client, ResourceExt};
+use tracing::{Instrument, info_span, warn};
+
+use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
+use crate::metrics::Metrics;
+use crate::model::DefaultImages;
+use reconcile::{cleanup, reconcile_policy};
+
+/// Finalizer that lets the operator remove the node labels it wrote when its ClusterPolicy is deleted.
+pub const FINALIZER: &str = "nvidia.com/gpu-operator-cleanup";
+
+/// The longest wait between retries of a failing reconcile.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Everything a reconcile needs, shared across reconciles.
+pub struct Context {
+    pub client: Client,
+    pub namespace: String,
+    pub defaults: DefaultImages,
+    pub policies: Store<ClusterPolicy>,
+    pub nodes: Store<Node>,
+    pub gpu_nodes: Store<GPUNode>,
+    pub daemonsets: Store<DaemonSet>,
+    pub config_maps: Store<ConfigMap>,
+    pub applier: Applier,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    failures: Mutex<HashMap<String, u32>>,
+    /// Unknown spec fields per policy, with the generation they were found in: the stored spec is read once
+    /// per change, not once per reconcile.
+    unknown_fields: Mutex<HashMap<String, (i64, Vec<String>)>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error("labelling node {node}: {source}")]
+    Label { node: String, source: kube::Error },
+    #[error("writing the ClusterPolicy status: {0}")]
+    Status(#[source] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl ReconcileError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Apply(_) => "apply",
+            ReconcileError::Label { .. } => "label",
+            ReconcileError::Status(_) => "status",
+            ReconcileError::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+/// Runs the controller until the process is asked to stop.
+pub async fn run(
+    client: Client,
+    namespace: String,
+    defaults: DefaultImages,
+    metrics: Arc<Metrics>,
+    ready: impl FnOnce(),
+) {
+    let (nodes, node_writer) = reflector::store();
+    let node_events = watcher(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(node_writer)
+    .applied_objects()
+    .predicate_filter(node_relevance, Default::default());
+    let (gpu_nodes, gpu_node_writer) = reflector::store();
+    let gpu_node_events = watcher(
+        Api::<GPUNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(gpu_node_writer)
+    .applied_objects()
+    .predicate_filter(predicates::resource_version, Default::default());
+    let owned = || watcher::Config::default().labels(MANAGED_BY_SELECTOR);
+    let (daemonsets, daemonset_writer) = reflector::store();
+    let daemonset_events = watcher(
+        Api::<DaemonSet>::namespaced(client.clone(), &namespace),
+        owned(),
+    )
+    .default_backoff()
+    .reflect(daemonset_writer)
+    .applied_objects();
+    let (services, service_writer) = reflector::store();
+    let service_events = watcher(
+        Api::<Service>::namespaced(client.clone(), &namespace),
+        owned(),
+    )
+    .default_backoff()
+    .reflect(service_writer)
+    .applied_objects();
+    let (config_maps, config_map_writer) = reflector::store();
+    let config_map_events = watcher(
+        Api::<ConfigMap>::namespaced(client.clone(), &namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(config_map_writer)
+    .applied_objects()
+    .predicate_filter(predicates::resource_version, Default::default());
+
+    let client_for_policies = client.clone();
+    let controller = Controller::new(
+        Api::<ClusterPolicy>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let policies = controller.store();
+    let context = Arc::new(Context {
+        applier: Applier::new(
+            client.clone(),
+            namespace.clone(),
+            daemonsets.clone(),
+            services,
+        ),
+        recorder: Recorder::new(client.clone(), "gpu-operator".into()),
+        client,
+        namespace,
+        defaults,
+        policies: policies.clone(),
+        nodes,
+        gpu_nodes,
+        daemonsets,
+        config_maps,
+        metrics,
+        failures: Mutex::default(),
+        unknown_fields: Mutex::default(),
+    });
+    ready();
+    controller
+        .owns_stream(daemonset_events)
+        .owns_stream(service_events)
+        .watches_stream(node_events, every_policy(policies.clone()))
+        .watches_stream(gpu_node_events, every_policy(policies.clone()))
+        .watches_stream(config_map_events, every_policy(policies.clone()))
+        // A policy created, changed or deleted can change which one is active: every policy looks again.
+        .watches(
+            Api::<ClusterPolicy>::all(client_for_policies),
+            watcher::Config::default(),
+            every_policy(policies),
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, context)
+        // Failures are logged once, with their retry delay, by `error_policy`.
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Maps any watched object to every ClusterPolicy: there is one active policy, and the others short-circuit.
+fn every_policy<K>(
+    policies: Store<ClusterPolicy>,
+) -> impl Fn(K) -> Vec<ObjectRef<ClusterPolicy>> + Send + Sync + 'static {
+    move |_| {
+        policies
+            .state()
+            .iter()
+            .map(|policy| ObjectRef::from_obj(policy.as_ref()))
+            .collect()
+    }
+}
+
+/// Only what decides GPU deployment wakes the controller: labels and the container runtime. Node heartbeats
+/// (status updates every few seconds on every node) do not.
+fn node_relevance(node: &Node) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    node.labels().hash(&mut hasher);
+    let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
+    info.map(|i| (&i.container_runtime_version, &i.kubelet_version))
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn reconcile(
+    policy: Arc<ClusterPolicy>,
+    context: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let span = info_span!("reconcile", clusterpolicy = %policy.name_any());
+    async move {
+        let started = Instant::now();
+        let api = Api::<ClusterPolicy>::all(context.client.clone());
+        let result = finalizer(&api, FINALIZER, policy, |event| async {
+            match event {
+                FinalizerEvent::Apply(policy) => reconcile_policy(&policy, &context).await,
+                FinalizerEvent::Cleanup(policy) => cleanup(&policy, &context).await,
+            }
+        })
+        .await
+        .map_err(|error| match error {
+            kube::runtime::finalizer::Error::ApplyFailed(error)
+            | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
+            other => ReconcileError::Finalizer(other.to_string()),
+        });
+        context.metrics.observe_reconcile(started.elapsed());
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Retries failing reconciles with exponential backoff (1 s doubling to 5 min), per ClusterPolicy.
+fn error_policy(
+    policy: Arc<ClusterPolicy>,
+    error: &ReconcileError,
+    context: Arc<Context>,
+) -> Action {
+    context.metrics.count_error(error.reason());
+    let failures = context.failures.lock().map_or(1, |mut map| {
+        let count = map.entry(policy.name_any()).or_insert(0);
+        *count += 1;
+        *count
+    });
+    let delay = Duration::from_secs(1u64 << failures.min(9)).min(MAX_BACKOFF);
+    warn!(clusterpolicy = %policy.name_any(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn heartbeats_do_not_wake_the_controller_but_labels_do() {
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        let before = node_relevance(&node);
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(
+            node_relevance(&node),
+            before,
+            "a status heartbeat is not relevant"
+        );
+        node.metadata.labels = Some(
+            [(
+                "nvidia.com/gpu.deploy.driver".to_string(),
+                "false".to_string(),
+            )]
+            .into(),
+        );
+        assert_ne!(node_relevance(&node), before);
+    }
+}

@@ -1,0 +1,287 @@
+//! One reconcile of a ClusterPolicy: which policy is active, validate, observe, label, render, apply, status;
+//! and the cleanup when the policy is deleted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crd::cluster_policy::ClusterPolicyStatus;
+use crd::{ClusterPolicy, GPUNode};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::writes::{announce_transition, label_nodes, patch_labels, publish, write_status};
+use super::{Context, ReconcileError};
+use crate::model::{
+    ClusterFacts, Component, ContainerRuntime, ValidateError, ValidatedPolicy, validate,
+};
+use crate::plan::configs;
+use crate::plan::labels::plan_cleanup;
+use crate::plan::status::{self, Observed};
+use crate::render::{RenderedObject, render};
+
+/// The active ClusterPolicy: the oldest, ties broken by name.
+fn active_policy(policies: &Store<ClusterPolicy>) -> Option<Arc<ClusterPolicy>> {
+    policies
+        .state()
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .min_by(|a, b| {
+            (a.creation_timestamp(), a.name_any()).cmp(&(b.creation_timestamp(), b.name_any()))
+        })
+}
+
+pub(super) async fn reconcile_policy(
+    policy: &ClusterPolicy,
+    context: &Context,
+) -> Result<Action, ReconcileError> {
+    let now = Time(Timestamp::now());
+    let previous = policy.status.clone().unwrap_or_default();
+    let active = active_policy(&context.policies);
+    if let Some(active) = active.filter(|active| active.name_any() != policy.name_any()) {
+        let status = status::ignored(
+            &active.name_any(),
+            &previous.conditions,
+            policy.meta().generation,
+            &now,
+        );
+        write_status(policy, &previous, status, context).await?;
+        return Ok(Action::await_change());
+    }
+    let validated = match validate(&policy.spec, &context.defaults) {
+        Ok(validated) => validated,
+        Err(error) => return report_invalid(policy, &previous, &error, context, &now).await,
+    };
+    let default_runtime = ContainerRuntime::from_default(&validated.spec.operator.default_runtime);
+    let nodes = context.nodes.state();
+    let facts = ClusterFacts::from_nodes(
+        &context.namespace,
+        nodes.iter().map(AsRef::as_ref),
+        default_runtime,
+    );
+    let labelled = label_nodes(&validated, &nodes, default_runtime, context).await?;
+
+    let objects = render(&validated, &facts);
+    let summary = match context.applier.apply(policy, &objects).await {
+        Ok(summary) => summary,
+        Err(error) => {
+            // Said where users look (status and an Event), then retried with backoff by `error_policy`.
+            let message = error.to_string();
+            publish(
+                policy,
+                context,
+                EventType::Warning,
+                status::reason::RECONCILE_FAILED,
+                &message,
+            )
+            .await;
+            let failed = status::failed(&previous, &message, policy.meta().generation, &now);
+            write_status(policy, &previous, failed, context).await?;
+            return Err(error.into());
+        }
+    };
+    if summary.applied + summary.pruned > 0 {
+        info!(
+            applied = summary.applied,
+            unchanged = summary.unchanged,
+            pruned = summary.pruned,
+            "operands applied"
+        );
+    }
+
+    let unknown_fields = unknown_fields(policy, context).await;
+    let daemonsets = context.daemonsets.state();
+    let gpu_nodes: Vec<GPUNode> = context
+        .gpu_nodes
+        .state()
+        .iter()
+        .map(|n| n.as_ref().clone())
+        .collect();
+    let observed = Observed {
+        policy: &validated,
+        generation: policy.meta().generation,
+        namespace: &context.namespace,
+        gpu_node_count: facts.gpu_nodes.len(),
+        rendered: rendered_daemonsets(&objects),
+        expected_nodes: expected_nodes(&validated, &labelled),
+        daemonsets: daemonsets
+            .iter()
+            .map(|d| (d.name_any(), d.as_ref()))
+            .collect(),
+        gpu_nodes: &gpu_nodes,
+        unknown_fields: &unknown_fields,
+        config_problems: configs::config_problems(&validated, &context.namespace, |name| {
+            let key = ObjectRef::new(name).within(&context.namespace);
+            context
+                .config_maps
+                .get(&key)
+                .map(|config_map| config_map.as_ref().clone())
+        }),
+    };
+    let mut status = status::compute(&observed, &previous.conditions, &now);
+    if !summary.skipped.is_empty() {
+        let exporter = status
+            .components
+            .iter_mut()
+            .find(|c| c.name == Component::DcgmExporter.label_name());
+        if let Some(exporter) = exporter {
+            exporter.message = Some(summary.skipped.join("; "));
+        }
+    }
+    context.metrics.gpu_nodes.set(facts.gpu_nodes.len() as i64);
+    context
+        .metrics
+        .components_enabled
+        .set(validated.enabled().len() as i64);
+    let ready = status
+        .components
+        .iter()
+        .filter(|c| c.enabled && c.state == "ready")
+        .count();
+    context.metrics.components_ready.set(ready as i64);
+    announce_transition(policy, &previous, &status, context).await;
+    write_status(policy, &previous, status, context).await?;
+    if let Ok(mut failures) = context.failures.lock() {
+        failures.remove(&policy.name_any());
+    }
+    Ok(Action::await_change())
+}
+
+/// The fields of the policy's stored spec that the schema does not define. The typed object has dropped them,
+/// so the stored one is read as JSON — once per generation. A failed read is logged and treated as none.
+async fn unknown_fields(policy: &ClusterPolicy, context: &Context) -> Vec<String> {
+    let name = policy.name_any();
+    let generation = policy.meta().generation.unwrap_or(0);
+    if let Some((seen, fields)) = context
+        .unknown_fields
+        .lock()
+        .ok()
+        .and_then(|map| map.get(&name).cloned())
+        && seen == generation
+    {
+        return fields;
+    }
+    let resource = ApiResource::erase::<ClusterPolicy>(&());
+    let api = Api::<DynamicObject>::all_with(context.client.clone(), &resource);
+    let fields = match api.get(&name).await {
+        Ok(stored) => crd::crds::unknown_spec_fields(&stored.data["spec"]),
+        Err(error) => {
+            warn!(%error, "reading the stored ClusterPolicy to find unknown fields failed");
+            return Vec::new();
+        }
+    };
+    if !fields.is_empty() {
+        warn!(
+            ?fields,
+            "the ClusterPolicy has fields this operator does not know; they are ignored"
+        );
+    }
+    if let Ok(mut map) = context.unknown_fields.lock() {
+        map.insert(name, (generation, fields.clone()));
+    }
+    fields
+}
+
+/// For each enabled component, how many nodes its deploy label selects.
+fn expected_nodes(
+    policy: &ValidatedPolicy,
+    labelled: &[BTreeMap<String, String>],
+) -> BTreeMap<Component, usize> {
+    policy
+        .enabled()
+        .into_iter()
+        .map(|component| {
+            let label = component.deploy_label();
+            let count = labelled
+                .iter()
+                .filter(|labels| labels.get(&label).is_some_and(|v| v == "true"))
+                .count();
+            (component, count)
+        })
+        .collect()
+}
+
+fn rendered_daemonsets(objects: &[RenderedObject]) -> BTreeMap<Component, Vec<String>> {
+    let mut rendered: BTreeMap<Component, Vec<String>> = BTreeMap::new();
+    for object in objects.iter().filter(|o| o.kind() == "DaemonSet") {
+        rendered
+            .entry(object.component())
+            .or_default()
+            .push(object.name());
+    }
+    rendered
+}
+
+/// A spec that cannot be rendered: nothing is applied, the status and an Event say why.
+async fn report_invalid(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    error: &ValidateError,
+    context: &Context,
+    now: &Time,
+) -> Result<Action, ReconcileError> {
+    let message = error.to_string();
+    warn!(%message, "invalid ClusterPolicy");
+    context.metrics.count_error("validate");
+    publish(policy, context, EventType::Warning, "InvalidSpec", &message).await;
+    let status = status::failed(previous, &message, policy.meta().generation, now);
+    write_status(policy, previous, status, context).await?;
+    // Only an edit of the spec can fix it, and an edit triggers a reconcile: no retry.
+    Ok(Action::await_change())
+}
+
+/// On deletion: when no other ClusterPolicy takes over, remove every node label the operator wrote. The
+/// operands go with the policy through their owner references.
+pub(super) async fn cleanup(
+    policy: &ClusterPolicy,
+    context: &Context,
+) -> Result<Action, ReconcileError> {
+    let others = context
+        .policies
+        .state()
+        .iter()
+        .any(|p| p.name_any() != policy.name_any() && p.meta().deletion_timestamp.is_none());
+    if others {
+        info!("another ClusterPolicy remains; it keeps the node labels");
+        return Ok(Action::await_change());
+    }
+    let api = Api::<Node>::all(context.client.clone());
+    for node in context.nodes.state() {
+        patch_labels(&api, &node.name_any(), &plan_cleanup(node.labels())).await?;
+    }
+    info!("node labels removed");
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DefaultImages;
+
+    #[test]
+    fn expected_nodes_count_true_deploy_labels() {
+        let images = DefaultImages(
+            DefaultImages::VARIABLES
+                .iter()
+                .map(|v| (v.to_string(), format!("x/{v}:1")))
+                .collect(),
+        );
+        let policy = validate(&crd::ClusterPolicySpec::default(), &images).unwrap();
+        let label = Component::DevicePlugin.deploy_label();
+        let labelled = vec![
+            BTreeMap::from([(label.clone(), "true".to_string())]),
+            BTreeMap::from([(label.clone(), "false".to_string())]),
+            BTreeMap::new(),
+        ];
+        assert_eq!(
+            expected_nodes(&policy, &labelled)[&Component::DevicePlugin],
+            1
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! The controller's writes besides apply: node labels, the ClusterPolicy status, Events. Each writes only when
+//! something changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crd::ClusterPolicy;
+use crd::cluster_policy::{ClusterPolicyStatus, PolicyState};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{Context, ReconcileError};
+use crate::crd_install::FIELD_MANAGER;
+use crate::model::{ContainerRuntime, ValidatedPolicy};
+use crate::plan::labels::{LabelChanges, plan_node};
+
+/// Applies the label plan to every node that needs a change; returns every node's labels after it.
+pub(super) async fn label_nodes(
+    policy: &ValidatedPolicy,
+    nodes: &[Arc<Node>],
+    default_runtime: ContainerRuntime,
+    context: &Context,
+) -> Result<Vec<BTreeMap<String, String>>, ReconcileError> {
+    let api = Api::<Node>::all(context.client.clone());
+    let mut labelled = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let mut labels = node.labels().clone();
+        let runtime = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .and_then(|i| {
+                ContainerRuntime::detect(&i.container_runtime_version, &i.kubelet_version)
+            })
+            .unwrap_or(default_runtime);
+        let changes = plan_node(policy, &labels, runtime);
+        patch_labels(&api, &node.name_any(), &changes).await?;
+        apply_changes(&mut labels, changes);
+        labelled.push(labels);
+    }
+    Ok(labelled)
+}
+
+pub(super) async fn patch_labels(
+    api: &Api<Node>,
+    node: &str,
+    changes: &LabelChanges,
+) -> Result<(), ReconcileError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"labels": changes}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| ReconcileError::Label {
+            node: node.into(),
+            source,
+        })?;
+    info!(%node, ?changes, "node labels updated");
+    Ok(())
+}
+
+fn apply_changes(labels: &mut BTreeMap<String, String>, changes: LabelChanges) {
+    for (key, value) in changes {
+        match value {
+            Some(value) => labels.insert(key, value),
+            None => labels.remove(&key),
+        };
+    }
+}
+
+/// Events on state transitions, so `kubectl describe clusterpolicy` tells the story.
+pub(super) async fn announce_transition(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    status: &ClusterPolicyStatus,
+    context: &Context,
+) {
+    if previous.state == status.state {
+        return;
+    }
+    let message = status
+        .conditions
+        .first()
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    match status.state {
+        Some(PolicyState::Ready) => {
+            publish(policy, context, EventType::Normal, "Ready", &message).await
+        }
+        Some(PolicyState::NotReady) => {
+            publish(policy, context, EventType::Normal, "NotReady", &message).await
+        }
+        _ => {}
+    }
+}
+
+pub(super) async fn publish(
+    policy: &ClusterPolicy,
+    context: &Context,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = context
+        .recorder
+        .publish(&event, &policy.object_ref(&()))
+        .await
+    {
+        warn!(%error, "publishing an event failed");
+    }
+}
+
+/// Writes the status only when it changed, under the operator's field manager.
+pub(super) async fn write_status(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    status: ClusterPolicyStatus,
+    context: &Context,
+) -> Result<(), ReconcileError> {
+    if *previous == status {
+        return Ok(());
+    }
+    let api = Api::<ClusterPolicy>::all(context.client.clone());
+    let patch = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "status": status});
+    api.patch_status(
+        &policy.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(ReconcileError::Status)?;
+    Ok(())
+}
