@@ -22,9 +22,10 @@ pub fn standard_nodes() -> Vec<AddNodes> {
 }
 
 /// The binaries the end-to-end tests run as local processes, by package.
-const BINARIES: [(&str, &str); 2] = [
+const BINARIES: [(&str, &str); 3] = [
     ("operator", "gpu-operator"),
     ("node-agent", "gpu-node-agent"),
+    ("device-plugin", "gpu-device-plugin"),
 ];
 
 /// Builds workspace binaries (`(package, binary)` pairs) in one cargo run and returns where they are.
@@ -67,6 +68,10 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     env.push((
         "E2E_NODE_AGENT_BIN".into(),
         bin_dir.join("gpu-node-agent").display().to_string(),
+    ));
+    env.push((
+        "E2E_DEVICE_PLUGIN_BIN".into(),
+        bin_dir.join("gpu-device-plugin").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     env.push((
