@@ -51,8 +51,13 @@ fn label(value: Option<&str>) -> Instant {
     Instant::now()
 }
 
+/// The node's GPUNode status; null while the plugin has not created the GPUNode yet.
 fn plugin_status() -> Value {
-    kubectl_json(&["get", "gpunode", NODE])["status"].clone()
+    let got = run("kubectl", &["get", "gpunode", NODE, "-o", "json"]);
+    if !got.success {
+        return Value::Null;
+    }
+    serde_json::from_str::<Value>(&got.stdout).expect("kubectl printed JSON")["status"].clone()
 }
 
 /// Waits until GPUNode reports exactly `resources` under config `config`; returns the time from `since`.
