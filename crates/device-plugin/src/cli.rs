@@ -144,6 +144,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         cdi: args.cdi,
         cdi_dir: args.cdi_dir,
         mps_root: args.mps_root,
+        start_mps: gpus.simulator().is_none(),
         checks,
         recovery: Duration::from_secs(args.health_recovery_seconds),
         mig_poll: Duration::from_secs(args.mig_poll_seconds.max(1)),

@@ -3,8 +3,8 @@
 //!
 //! Decisions are pure functions: [`plan`] (what is advertised), [`allocate`] (what a container gets),
 //! [`preferred`] (which devices to give), [`health`] (which GPUs are Unhealthy), [`config`] (which config a node
-//! uses), [`cdi`] (the CDI spec). I/O sits at the edge: [`server`] (gRPC per resource), [`kubelet`] (registration,
-//! kubelet.sock watch), [`manager`] (the main loop), [`cluster`] (Node, ConfigMap and GPUNode).
+//! uses), [`cdi`] (the CDI spec), [`mps::daemons`] (which MPS daemons run). I/O sits at the edge: [`server`] (gRPC per resource), [`kubelet`] (registration,
+//! kubelet.sock watch), [`manager`] (the main loop), [`cluster`] (Node, ConfigMap and GPUNode), [`mps`] (control daemons).
 
 pub mod allocate;
 pub mod api;
@@ -15,6 +15,7 @@ pub mod config;
 pub mod health;
 pub mod kubelet;
 pub mod manager;
+pub mod mps;
 pub mod plan;
 pub mod preferred;
 pub mod server;

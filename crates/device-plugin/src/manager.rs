@@ -27,6 +27,7 @@ use crate::cdi;
 use crate::config::ChosenConfig;
 use crate::health::{Checks, HealthTracker};
 use crate::kubelet::{register, watch_kubelet_socket};
+use crate::mps::{self, MpsDaemons};
 use crate::plan::{Plan, PlannedGpu, advertise, effective_mig_strategy};
 use crate::server::{RunningServer, Snapshot};
 
@@ -43,6 +44,8 @@ pub struct Options {
     pub cdi_dir: PathBuf,
     /// Root of the MPS pipe directories on the host.
     pub mps_root: PathBuf,
+    /// Whether MPS control daemons are started (real GPUs only: they need the driver).
+    pub start_mps: bool,
     /// Which XIDs count.
     pub checks: Checks,
     /// Quiet period after which a GPU is Healthy again; zero: never.
@@ -93,10 +96,12 @@ pub async fn run(
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     }
     let mut state = State::default();
+    let mut mps = MpsDaemons::new(&options.mps_root, options.start_mps);
     let mut replan = true;
     loop {
         if replan {
             state.replan(&options, &gpus, configs.borrow_and_update().clone());
+            mps.reconcile(mps::daemons(&state.plan)).await;
             replan = false;
         }
         let now = Instant::now();

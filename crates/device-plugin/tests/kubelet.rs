@@ -124,6 +124,7 @@ fn options(dir: &Path) -> Options {
         cdi: true,
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),
+        start_mps: false,
         checks: Checks::parse(None).unwrap(),
         recovery: Duration::from_secs(2),
         mig_poll: Duration::from_millis(200),
