@@ -32,6 +32,101 @@ pub fn device_plugin_bin() -> PathBuf {
     path
 }
 
+/// The kubelet root the plugin of `node` uses, next to its simulator state.
+pub fn kubelet_root(node: &str, state: &Path) -> PathBuf {
+    state.with_file_name(format!("{node}-kubelet"))
+}
+
+/// Queues an XID on GPU `gpu` of a simulated node (`gpu-device-plugin xid`).
+pub fn inject_xid(node: &str, state: &Path, gpu: u32, xid: u64) {
+    let output = Command::new(device_plugin_bin())
+        .args([
+            "xid",
+            "--gpu",
+            &gpu.to_string(),
+            "--xid",
+            &xid.to_string(),
+            "--simulate",
+            "node",
+            "--sim-state",
+        ])
+        .arg(state)
+        .env("NODE_NAME", node)
+        .output()
+        .expect("run gpu-device-plugin xid");
+    assert!(
+        output.status.success(),
+        "gpu-device-plugin xid: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The test kubelet (`crates/device-plugin/testkubelet`, on the kubelet's generated Go API), built once per test
+/// process with the Go toolchain from the module cache (no network), or `E2E_TEST_KUBELET_BIN`.
+pub fn test_kubelet_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("E2E_TEST_KUBELET_BIN") {
+        return PathBuf::from(path);
+    }
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let path = std::env::temp_dir().join(format!("e2e-testkubelet-{}", std::process::id()));
+            let output = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&path)
+                .arg(".")
+                .current_dir(repo_root().join("crates/device-plugin/testkubelet"))
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOPROXY", "off")
+                .output()
+                .expect("run go build (the Go toolchain is needed for the test kubelet)");
+            assert!(
+                output.status.success(),
+                "building the test kubelet: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            path
+        })
+        .clone()
+}
+
+/// The test kubelet for one node, serving Registration in the node's device-plugin directory; killed when
+/// dropped. It acts with the admin kubeconfig, standing in for the kubelet's node credentials.
+#[derive(Debug)]
+pub struct TestKubelet {
+    child: Child,
+    log: PathBuf,
+}
+
+impl TestKubelet {
+    /// Starts it for `node` on `<root>/device-plugins`; `generation` names its log (one per restart).
+    pub fn start(node: &str, root: &Path, generation: u32) -> Self {
+        let log = root.with_file_name(format!("{node}-testkubelet-{generation}.log"));
+        let output = std::fs::File::create(&log).expect("test kubelet log");
+        let child = Command::new(test_kubelet_bin())
+            .arg("--dir")
+            .arg(root.join("device-plugins"))
+            .args(["--node", node])
+            .stdout(Stdio::from(output.try_clone().expect("log handle")))
+            .stderr(Stdio::from(output))
+            .spawn()
+            .expect("start the test kubelet");
+        Self { child, log }
+    }
+
+    /// Its output so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for TestKubelet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// One plugin process; killed when dropped.
 #[derive(Debug)]
 pub struct DevicePlugin {
@@ -45,8 +140,8 @@ impl DevicePlugin {
     /// Starts `gpu-device-plugin run <args>` for `node` on the simulated GPUs in `state`, with MIG polled every
     /// second so that the test sees geometry changes quickly.
     pub fn start(node: &str, state: &Path, args: &[&str]) -> Self {
-        let root = state.with_file_name(format!("{node}-kubelet"));
-        std::fs::create_dir_all(&root).expect("kubelet root");
+        let root = kubelet_root(node, state);
+        std::fs::create_dir_all(root.join("device-plugins")).expect("kubelet root");
         let log = state.with_file_name(format!("{node}-device-plugin.log"));
         let output = std::fs::File::create(&log).expect("plugin log");
         let child = Command::new(device_plugin_bin())

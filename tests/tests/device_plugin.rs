@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::agents::{add_simulated_node, node_agent_bin};
-use e2e::plugin::DevicePlugin;
+use e2e::plugin::{DevicePlugin, TestKubelet, inject_xid, kubelet_root};
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -43,11 +43,15 @@ fn config_map(slice_10_replicas: u32) -> String {
 }
 
 fn label(value: Option<&str>) -> Instant {
+    label_node(NODE, value)
+}
+
+fn label_node(node: &str, value: Option<&str>) -> Instant {
     let argument = value.map_or_else(
         || format!("{CONFIG_LABEL}-"),
         |value| format!("{CONFIG_LABEL}={value}"),
     );
-    kubectl(&["label", "node", NODE, &argument, "--overwrite"]);
+    kubectl(&["label", "node", node, &argument, "--overwrite"]);
     Instant::now()
 }
 
@@ -85,8 +89,8 @@ fn wait_for_resources(
     })
 }
 
-/// Removes the test's node (with its GPUNode) and ConfigMap when dropped, also when an assertion fails.
-struct Cleanup;
+/// Removes a test's node (with its GPUNode) and the ConfigMap when dropped, also when an assertion fails.
+struct Cleanup(&'static str);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -101,7 +105,7 @@ impl Drop for Cleanup {
                 "--ignore-not-found",
             ],
         );
-        let _ = run("kubectl", &["delete", "node", NODE, "--ignore-not-found"]);
+        let _ = run("kubectl", &["delete", "node", self.0, "--ignore-not-found"]);
     }
 }
 
@@ -112,7 +116,7 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
     let dir = std::env::temp_dir().join(format!("e2e-device-plugin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("state folder");
     let state = dir.join(format!("{NODE}.json"));
-    let _cleanup = Cleanup;
+    let _cleanup = Cleanup(NODE);
     assert!(kubectl_apply(&config_map(10), &[]).success);
     add_simulated_node(
         "gpu-a100-0",
@@ -272,4 +276,202 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
         "{}",
         plugin.output()
     );
+}
+
+/// The node for the test kubelet scenario.
+const KUBELET_NODE: &str = "e2e-dp-kubelet";
+
+/// The node's allocatable for `resource`, as the scheduler sees it.
+fn allocatable(resource: &str) -> Option<String> {
+    kubectl_json(&["get", "node", KUBELET_NODE])["status"]["allocatable"][resource]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn wait_for_allocatable(
+    resource: &str,
+    count: &str,
+    what: &str,
+    logs: &dyn Fn() -> String,
+) -> Duration {
+    let since = Instant::now();
+    eventually(WAIT, || {
+        Ok((allocatable(resource).as_deref() == Some(count)).then(|| since.elapsed()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "{what}: allocatable {resource} never {count}: {error:#}\n{}",
+            logs()
+        )
+    })
+}
+
+/// A pod asking for one `nvidia.com/gpu.shared` on the test kubelet's node, left to the scheduler.
+fn shared_gpu_pod(name: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": KUBELET_NODE},
+            "containers": [{"name": "cuda", "image": "e2e/cuda-sample",
+                            "resources": {"limits": {"nvidia.com/gpu.shared": 1}}}]
+        }
+    })
+    .to_string()
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn device_plugin_on_a_kubelet_built_on_the_generated_api() {
+    chart_installed();
+    let dir =
+        std::env::temp_dir().join(format!("e2e-device-plugin-kubelet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("state folder");
+    let state = dir.join(format!("{KUBELET_NODE}.json"));
+    let _cleanup = Cleanup(KUBELET_NODE);
+    let _pod_cleanup = PodCleanup("e2e-shared-gpu");
+    assert!(kubectl_apply(&config_map(10), &[]).success);
+    add_simulated_node(
+        "gpu-a100-0",
+        KUBELET_NODE,
+        "a100-40gb:4",
+        &[(CONFIG_LABEL, "slice-4")],
+    );
+    let root = kubelet_root(KUBELET_NODE, &state);
+    std::fs::create_dir_all(root.join("device-plugins")).expect("device-plugin directory");
+
+    step(
+        "the test kubelet and the plugin: allocatable nvidia.com/gpu.shared 16, written by the kubelet side",
+    );
+    let mut kubelet = TestKubelet::start(KUBELET_NODE, &root, 0);
+    let plugin = DevicePlugin::start(
+        KUBELET_NODE,
+        &state,
+        &[
+            "--mig-strategy",
+            "none",
+            "--config-map",
+            CONFIG_MAP,
+            "--default-config",
+            "any",
+            "--cdi",
+            "--health-recovery-seconds",
+            "3",
+        ],
+    );
+    let logs = || all_logs(&dir);
+    let took = wait_for_allocatable("nvidia.com/gpu.shared", "16", "start", &logs);
+    eprintln!("allocatable after {took:?}");
+
+    step(
+        "a pod asking for one replica: the real scheduler binds it, Allocate gives it the GPU by UUID and CDI name",
+    );
+    assert!(kubectl_apply(&shared_gpu_pod("e2e-shared-gpu"), &[]).success);
+    let allocation: Value = eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", "e2e-shared-gpu", "-n", "default"]);
+        let annotation = pod["metadata"]["annotations"]["e2e.gpu-operator/device-allocation"]
+            .as_str()
+            .map(str::to_owned);
+        Ok(annotation.map(|text| serde_json::from_str(&text).expect("allocation JSON")))
+    })
+    .unwrap_or_else(|error| panic!("the pod was never allocated: {error:#}\n{}", logs()));
+    let answer = &allocation["cuda"]["nvidia.com/gpu.shared"];
+    let visible = answer["envs"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        visible.starts_with("GPU-") && !visible.contains(','),
+        "{allocation}"
+    );
+    assert_eq!(
+        answer["cdiDevices"][0],
+        format!("k8s.device-plugin.nvidia.com/gpu={visible}"),
+        "{allocation}"
+    );
+    assert!(
+        answer["devices"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(&format!("{visible}::")),
+        "{allocation}"
+    );
+
+    step("relabel slice-4 -> slice-10: allocatable 40, the plugin not restarted");
+    label_node(KUBELET_NODE, Some("slice-10"));
+    let took = wait_for_allocatable("nvidia.com/gpu.shared", "40", "relabel", &logs);
+    eprintln!("relabel reached allocatable after {took:?}");
+
+    step(
+        "an XID on GPU 0: its 10 replicas go Unhealthy (allocatable 30), then recover after the quiet period (3 s)",
+    );
+    inject_xid(KUBELET_NODE, &state, 0, 79);
+    wait_for_allocatable("nvidia.com/gpu.shared", "30", "XID", &logs);
+    let took = wait_for_allocatable("nvidia.com/gpu.shared", "40", "recovery", &logs);
+    eprintln!("recovered {took:?} after the drop was seen");
+
+    step(
+        "kubelet restart (sockets deleted, kubelet.sock created again): the plugin registers again",
+    );
+    drop(kubelet);
+    let restarted = Instant::now();
+    kubelet = TestKubelet::start(KUBELET_NODE, &root, 1);
+    let took = eventually(WAIT, || {
+        Ok(kubelet
+            .output()
+            .contains("registered nvidia.com/gpu.shared")
+            .then(|| restarted.elapsed()))
+    })
+    .unwrap_or_else(|error| panic!("no re-registration: {error:#}\n{}", logs()));
+    eprintln!("re-registered {took:?} after the kubelet started again");
+    wait_for_allocatable(
+        "nvidia.com/gpu.shared",
+        "40",
+        "after the kubelet restart",
+        &logs,
+    );
+    assert!(
+        plugin.serves("nvidia.com/gpu.shared"),
+        "a fresh socket after the restart"
+    );
+}
+
+/// Every log in the test's folder (the test kubelets' and the plugin's), for a failure message.
+fn all_logs(dir: &std::path::Path) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    logs.retain(|path| path.extension().is_some_and(|extension| extension == "log"));
+    logs.sort();
+    logs.iter()
+        .map(|path| {
+            format!(
+                "==> {}\n{}",
+                path.display(),
+                std::fs::read_to_string(path).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Deletes a test pod when dropped.
+struct PodCleanup(&'static str);
+
+impl Drop for PodCleanup {
+    fn drop(&mut self) {
+        let _ = run(
+            "kubectl",
+            &[
+                "delete",
+                "pod",
+                self.0,
+                "-n",
+                "default",
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+        );
+    }
 }

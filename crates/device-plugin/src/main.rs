@@ -13,6 +13,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Run(args) => cli::run(args, &cli.gpus).await,
         Command::Plan(args) => cli::plan(&args, &cli.gpus).await.map(|out| print!("{out}")),
+        Command::Xid(args) => cli::xid(&args, &cli.gpus).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

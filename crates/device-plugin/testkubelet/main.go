@@ -263,6 +263,13 @@ func main() {
 	server := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(server, k)
 	go k.watchPods()
+	// Like the kubelet's node status loop: the status is written again every few seconds, so that another writer
+	// (kwok initialising the node) cannot leave it without the extended resources.
+	go func() {
+		for range time.Tick(5 * time.Second) {
+			k.publish()
+		}
+	}()
 	log.Printf("serving Registration on %s for node %s", listener.Addr(), *node)
 	log.Fatal(server.Serve(listener))
 }
