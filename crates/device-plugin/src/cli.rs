@@ -243,3 +243,51 @@ fn config_map_data(text: &str) -> Option<BTreeMap<String, String>> {
     let config_map: ConfigMap = serde_saphyr::from_str(text).ok()?;
     config_map.data
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn accepts_the_operators_command_line() {
+        // As crates/operator/src/render/device_plugin.rs renders it; NODE_NAME comes from the environment there.
+        let cli = Cli::try_parse_from([
+            "gpu-device-plugin",
+            "run",
+            "--mig-strategy",
+            "mixed",
+            "--kubelet-root",
+            "/var/lib/kubelet",
+            "--mps-root",
+            "/run/nvidia/mps",
+            "--config-map",
+            "time-slicing-config",
+            "--default-config",
+            "any",
+            "--cdi",
+            "--node-name",
+            "gpu-0",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.mig_strategy, Some(StrategyArg::Mixed));
+        assert_eq!(
+            (run.config_map.as_deref(), run.default_config.as_deref()),
+            (Some("time-slicing-config"), Some("any"))
+        );
+        assert!(run.cdi);
+        assert_eq!(run.health_recovery_seconds, 60);
+        assert_eq!(run.cdi_dir, PathBuf::from("/var/run/cdi"));
+    }
+
+    #[test]
+    fn plan_reads_a_config_map_manifest_or_a_single_config() {
+        let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  any: |\n    version: v1\n";
+        assert_eq!(config_map_data(manifest).unwrap()["any"], "version: v1\n");
+        assert!(config_map_data("version: v1\nsharing: {}\n").is_none());
+    }
+}
