@@ -126,7 +126,7 @@ pub fn simulator_tool(node: &str, state: &Path, args: &[&str]) -> String {
 }
 
 /// Creates a simulated GPU node named `name` with GPUs `spec` (e.g. `a100-80gb:1`), as a copy of the kwok node
-/// `template` (its labels, annotations and status), plus the extra `labels`.
+/// `template` (its labels but the `nvidia.com/` ones, its annotations and status), plus the extra `labels`.
 pub fn add_simulated_node(template: &str, name: &str, spec: &str, labels: &[(&str, &str)]) {
     let mut node: Value = kubectl_json(&["get", "node", template]);
     let metadata = node["metadata"].as_object_mut().expect("node metadata");
@@ -140,6 +140,10 @@ pub fn add_simulated_node(template: &str, name: &str, spec: &str, labels: &[(&st
         metadata.remove(generated);
     }
     metadata.insert("name".into(), name.into());
+    // What the operator and agents wrote on the template is theirs, not the new node's.
+    if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
+        labels.retain(|key, _| !key.starts_with("nvidia.com/"));
+    }
     node["metadata"]["annotations"]["nvidia.com/gpu.simulator"] = spec.into();
     node["metadata"]["labels"]["kubernetes.io/hostname"] = name.into();
     for (key, value) in labels {

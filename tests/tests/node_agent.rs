@@ -499,6 +499,18 @@ fn node_agent_mig_manager_and_feature_discovery() {
         "{table}"
     );
 
+    step("at rest the agents write nothing to the API server for 10 s (audit log)");
+    let agents = [
+        format!("system:serviceaccount:{NAMESPACE}:nvidia-mig-manager"),
+        format!("system:serviceaccount:{NAMESPACE}:gpu-feature-discovery"),
+    ];
+    let (from, _) = audited_writes(&agents[0], 0);
+    std::thread::sleep(Duration::from_secs(10));
+    for agent in &agents {
+        let (_, writes) = audited_writes(agent, from);
+        assert!(writes.is_empty(), "{agent} wrote at rest: {writes:?}");
+    }
+
     step("a change of GPU 0 only: the other GPUs keep their MIG devices (same UUIDs)");
     let before = mig_devices(h100, &h100_state);
     let since = set_mig_config(h100, "e2e-first-gpu");
