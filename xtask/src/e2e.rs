@@ -73,6 +73,15 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         "E2E_DEVICE_PLUGIN_BIN".into(),
         bin_dir.join("gpu-device-plugin").display().to_string(),
     ));
+    let test_kubelet = bin_dir.join("testkubelet");
+    cluster::build_go_binary(
+        &root.join("crates/device-plugin/testkubelet"),
+        &test_kubelet,
+    )?;
+    env.push((
+        "E2E_TEST_KUBELET_BIN".into(),
+        test_kubelet.display().to_string(),
+    ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     env.push((
         "E2E_AUDIT_LOG".into(),

@@ -197,6 +197,27 @@ pub fn service_account_kubeconfig(
     Ok(path)
 }
 
+/// Builds the Go main package in `source_dir` (a module of this repository, e.g. the device plugin's test
+/// kubelet) into `output`, with the Go toolchain the cluster's tools are built with (installed if missing).
+pub fn build_go_binary(source_dir: &Path, output: &Path) -> anyhow::Result<()> {
+    let go = toolchain::ensure_go(&paths::Layout::from_env()?)?;
+    let result = go
+        .command()
+        .args(["build", "-o"])
+        .arg(output)
+        .arg(".")
+        .current_dir(source_dir)
+        .output()
+        .with_context(|| format!("cannot run {}", go.binary.display()))?;
+    anyhow::ensure!(
+        result.status.success(),
+        "go build in {} failed: {}",
+        source_dir.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    Ok(())
+}
+
 /// The environment for commands that use the cluster: `KUBECONFIG`, and `PATH` with [`ClusterInfo::bin_dir`] first
 /// (followed by this process's PATH), so that `kubectl` and `helm` are ours.
 pub fn env_vars(info: &ClusterInfo) -> Vec<(String, String)> {
