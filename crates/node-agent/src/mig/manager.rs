@@ -236,6 +236,12 @@ impl MigManager {
             with_reboot: self.settings.with_reboot,
             reboots: run.record.as_ref().map_or(0, |record| record.reboots),
         };
+        info!(
+            gpus = ?targets.iter().map(|target| target.gpu).collect::<Vec<_>>(),
+            disrupts = context.disrupts,
+            resumed = run.record.is_some(),
+            "applying MIG config"
+        );
         let mut step = Step::Pause;
         let mut outcome = self.step(step, &mut run, &targets).await;
         loop {
