@@ -26,6 +26,8 @@ pub struct GpuNodeWriter {
     api: Api<GPUNode>,
     name: String,
     manager: &'static str,
+    /// The Node that owns the GPUNode, once [`GpuNodeWriter::ensure`] ran: to create it again if it is deleted.
+    owner: Option<OwnerReference>,
     last: Option<GpuNodeStatus>,
 }
 
@@ -37,6 +39,7 @@ impl GpuNodeWriter {
             api: Api::all(client),
             name: node.to_owned(),
             manager,
+            owner: None,
             last: None,
         }
     }
@@ -45,7 +48,8 @@ impl GpuNodeWriter {
     ///
     /// # Errors
     /// When it can be neither read nor created.
-    pub async fn ensure(&self, node: &Node) -> Result<(), KubeError> {
+    pub async fn ensure(&mut self, node: &Node) -> Result<(), KubeError> {
+        self.owner = Some(owner(node));
         let during = || KubeError::during(format!("creating GPUNode {}", self.name));
         if self
             .api
@@ -56,8 +60,14 @@ impl GpuNodeWriter {
         {
             return Ok(());
         }
+        self.create().await
+    }
+
+    /// Creates the GPUNode, owned by the Node [`GpuNodeWriter::ensure`] saw.
+    async fn create(&self) -> Result<(), KubeError> {
+        let during = || KubeError::during(format!("creating GPUNode {}", self.name));
         let mut object = GPUNode::new(&self.name, GpuNodeSpec {});
-        object.metadata.owner_references = Some(vec![owner(node)]);
+        object.metadata.owner_references = self.owner.clone().map(|owner| vec![owner]);
         match self.api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(()),
             // The other role created it in the meantime.
@@ -96,17 +106,25 @@ impl GpuNodeWriter {
             "metadata": {"name": self.name},
             "status": sent,
         });
-        self.api
-            .patch_status(
-                &self.name,
-                &PatchParams::apply(self.manager).force(),
-                &Patch::Apply(&body),
-            )
+        let params = PatchParams::apply(self.manager).force();
+        let during = || KubeError::during(format!("writing the status of GPUNode {}", self.name));
+        match self
+            .api
+            .patch_status(&self.name, &params, &Patch::Apply(&body))
             .await
-            .map_err(KubeError::during(format!(
-                "writing the status of GPUNode {}",
-                self.name
-            )))?;
+        {
+            // Someone deleted the GPUNode: create it again (the Node still exists, or this agent would not run).
+            Err(kube::Error::Api(status)) if status.code == 404 && self.owner.is_some() => {
+                self.create().await?;
+                self.api
+                    .patch_status(&self.name, &params, &Patch::Apply(&body))
+                    .await
+                    .map_err(during())?;
+            }
+            result => {
+                result.map_err(during())?;
+            }
+        }
         debug!(manager = self.manager, "GPUNode status written");
         self.last = Some(compared);
         Ok(true)

@@ -54,7 +54,7 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
         Some(&node_args.node_name),
         kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION),
     )?;
-    let status = GpuNodeWriter::new(client.clone(), &node_args.node_name, MIG_MANAGER);
+    let mut status = GpuNodeWriter::new(client.clone(), &node_args.node_name, MIG_MANAGER);
     status.ensure(&node).await?;
     let stored = status.stored().await?;
     let settings = Settings {
