@@ -569,6 +569,16 @@ fn node_agent_mig_manager_and_feature_discovery() {
             .all(|gpu| gpu["migEnabled"] == false)
     );
 
+    for agent in [&a100_mig, &h100_mig] {
+        for line in agent
+            .output()
+            .lines()
+            .filter(|line| line.contains("MIG config applied"))
+        {
+            eprintln!("agent: {line}");
+        }
+    }
+
     step("deleting a Node garbage-collects its GPUNode");
     drop((h100_mig, h100_discovery, a100_mig, a100_discovery));
     drop(cleanup);

@@ -10,8 +10,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, EvictParams, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::time::{Instant, sleep};
 use tracing::{debug, info};
@@ -114,11 +116,9 @@ impl NodePods {
         }
     }
 
-    async fn list(&self, api: &Api<Pod>, labels: Option<&str>) -> Result<Vec<Pod>, KubeError> {
-        let mut params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
-        if let Some(labels) = labels {
-            params = params.labels(labels);
-        }
+    /// Every pod on the node.
+    async fn list(&self, api: &Api<Pod>) -> Result<Vec<Pod>, KubeError> {
+        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
         Ok(api
             .list(&params)
             .await
@@ -131,23 +131,44 @@ impl NodePods {
     /// # Errors
     /// `ClientsStayed` at the timeout.
     pub async fn wait_for_clients(&self, timeout: Duration) -> Result<(), DrainError> {
-        let api = Api::namespaced(self.client.clone(), &self.namespace);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let apps: Vec<&str> = GPU_CLIENTS.iter().map(|(_, app)| *app).collect();
-        let selector = format!("app in ({})", apps.join(","));
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = self.list(&api, Some(&selector)).await?;
-            if left.is_empty() {
-                return Ok(());
+        let config = watcher::Config::default()
+            .labels(&format!("app in ({})", apps.join(",")))
+            .fields(&format!("spec.nodeName={}", self.node));
+        // Watched, not polled: the change goes on the moment the last client pod is gone.
+        let mut events = watcher(api, config).default_backoff().boxed();
+        let (mut listed, mut left) = (BTreeSet::new(), None::<BTreeSet<String>>);
+        let gone = async {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => listed.clear(),
+                    Ok(watcher::Event::InitApply(pod)) => drop(listed.insert(pod_name(&pod))),
+                    Ok(watcher::Event::InitDone) => left = Some(std::mem::take(&mut listed)),
+                    Ok(watcher::Event::Apply(pod)) => {
+                        left.get_or_insert_default().insert(pod_name(&pod));
+                    }
+                    Ok(watcher::Event::Delete(pod)) => {
+                        left.get_or_insert_default().remove(&pod_name(&pod));
+                    }
+                    Err(error) => debug!(%error, "watching the GPU clients failed; retrying"),
+                }
+                if left.as_ref().is_some_and(BTreeSet::is_empty) {
+                    return;
+                }
             }
-            if Instant::now() >= deadline {
-                return Err(DrainError::ClientsStayed {
-                    timeout,
-                    pods: left.iter().map(pod_name).collect::<Vec<_>>().join(", "),
-                });
-            }
-            sleep(RETRY).await;
+        };
+        if tokio::time::timeout(timeout, gone).await.is_ok() {
+            return Ok(());
         }
+        Err(DrainError::ClientsStayed {
+            timeout,
+            pods: left
+                .unwrap_or(listed)
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
     }
 
     /// Evicts every running pod on the node that uses GPUs, retrying refused evictions until `timeout`, and waits
@@ -166,7 +187,7 @@ impl NodePods {
         let mut evicted = BTreeSet::new();
         loop {
             let remaining: Vec<Pod> = self
-                .list(&all, None)
+                .list(&all)
                 .await?
                 .into_iter()
                 .filter(|pod| uses_gpus(pod) && !finished(pod))
