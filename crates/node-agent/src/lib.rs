@@ -5,6 +5,7 @@
 //!   leaving GPU clients paused, and its admin CLI (`mig plan|apply|assert`).
 //! - [`discovery`]: GPU feature discovery, the `nvidia.com/gpu.*` node labels.
 //! - [`validate`]: the validator's steps, ready files that operands' init containers wait for.
+//! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
 //!
 //! Every role that talks to the cluster keeps the node's GPUNode status current ([`gpunode`]). GPUs come from
 //! NVML or the simulator ([`backend`]). Decisions are pure functions (`mig::state`, `mig::assess`,
