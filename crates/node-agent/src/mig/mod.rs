@@ -1,7 +1,7 @@
 //! The `mig` role, NVIDIA's MIG manager: applies the geometry that the node's `nvidia.com/mig.config` label names
 //! (from the mig-parted config in the ConfigMap `--config-map`), and reports `nvidia.com/mig.config.state` and the
 //! node's GPUNode status. The modules split it into the pure decisions ([`assess`], [`state`], [`clients`]), the
-//! GPU work ([`gpus`]), the pod work ([`drain`]) and the runner ([`manager`]); [`admin`] is the admin CLI.
+//! GPU work ([`gpus`]), the pod work ([`drain`]) and the runner (`manager`); [`admin`] is the admin CLI.
 //!
 //! `--gpu-clients-config-map` (host services that use the GPUs, stopped by NVIDIA's manager around a change) is
 //! accepted so that the operator's command line works, but host services are not stopped: the agent logs that.
