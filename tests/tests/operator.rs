@@ -154,6 +154,24 @@ fn operator_reconciles_the_cluster_policy() {
         pod_nodes("nvidia-device-plugin-daemonset").len(),
         nodes.len()
     );
+    let events = kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.name=cluster-policy",
+    ]);
+    let reasons: Vec<&str> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.contains(&"Ready"),
+        "the transition to ready is an Event on the ClusterPolicy: {reasons:?}"
+    );
 
     step(
         "a device-plugin ConfigMap that is missing or invalid is named in the status, with the fix",

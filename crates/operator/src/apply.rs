@@ -199,14 +199,19 @@ impl Applier {
                 let name = object.name_any();
                 let owned = object.owner_references().iter().any(|r| r.uid == owner_uid);
                 if owned && !wanted.contains(&(kind, name.clone())) {
-                    api.delete(&name, &DeleteParams::background())
-                        .await
-                        .map_err(|source| ApplyError::Prune {
-                            kind,
-                            namespace: self.namespace.clone(),
-                            name: name.clone(),
-                            source,
-                        })?;
+                    match api.delete(&name, &DeleteParams::background()).await {
+                        // Already gone (the garbage collector, or an earlier pass): nothing left to do.
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(source) => {
+                            return Err(ApplyError::Prune {
+                                kind,
+                                namespace: self.namespace.clone(),
+                                name: name.clone(),
+                                source,
+                            });
+                        }
+                    }
                     if let Ok(mut map) = self.last_applied.lock() {
                         map.remove(&(kind, name.clone()));
                     }

@@ -64,13 +64,20 @@ impl std::fmt::Debug for Context {
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error(transparent)]
-    Apply(#[from] ApplyError),
+    Apply(Box<ApplyError>),
     #[error("labelling node {node}: {source}")]
     Label { node: String, source: kube::Error },
     #[error("writing the ClusterPolicy status: {0}")]
     Status(#[source] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(String),
+}
+
+/// Boxed: an apply error carries a whole API status, and every reconcile result would pay for its size.
+impl From<ApplyError> for ReconcileError {
+    fn from(error: ApplyError) -> Self {
+        Self::Apply(Box::new(error))
+    }
 }
 
 impl ReconcileError {
@@ -222,10 +229,16 @@ async fn reconcile(
             }
         })
         .await
-        .map_err(|error| match error {
+        .or_else(|error| match error {
             kube::runtime::finalizer::Error::ApplyFailed(error)
-            | kube::runtime::finalizer::Error::CleanupFailed(error) => error,
-            other => ReconcileError::Finalizer(other.to_string()),
+            | kube::runtime::finalizer::Error::CleanupFailed(error) => Err(error),
+            // The policy is gone already: an earlier reconcile finished its cleanup.
+            kube::runtime::finalizer::Error::RemoveFinalizer(kube::Error::Api(status))
+                if status.code == 404 =>
+            {
+                Ok(Action::await_change())
+            }
+            other => Err(ReconcileError::Finalizer(other.to_string())),
         });
         context.metrics.observe_reconcile(started.elapsed());
         result
