@@ -11,38 +11,11 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::{NAMESPACE, kubectl, kubectl_json, repo_root};
+use crate::{NAMESPACE, kubectl_json, service_account_kubeconfig, workspace_binary};
 
 /// The `gpu-node-agent` binary under test.
 pub fn node_agent_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("E2E_NODE_AGENT_BIN") {
-        return PathBuf::from(path);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
-    let path = target.join("debug/gpu-node-agent");
-    assert!(
-        path.is_file(),
-        "{} does not exist: build it with `cargo build -p node-agent` (or set E2E_NODE_AGENT_BIN)",
-        path.display()
-    );
-    path
-}
-
-/// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a one-hour token), against
-/// the cluster of the admin kubeconfig in use.
-pub fn service_account_kubeconfig(name: &str) -> PathBuf {
-    let token = kubectl(&["create", "token", name, "-n", NAMESPACE, "--duration", "1h"]);
-    let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
-        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
-    });
-    let path = std::env::temp_dir().join(format!("e2e-{name}-{}.kubeconfig", std::process::id()));
-    std::fs::write(&path, config.to_string()).expect("write the ServiceAccount kubeconfig");
-    path
+    workspace_binary("E2E_NODE_AGENT_BIN", "gpu-node-agent", "node-agent")
 }
 
 /// One agent role running for one node; killed (SIGKILL) when dropped.

@@ -115,8 +115,25 @@ pub fn fixture(name: &str) -> String {
         .unwrap_or_else(|error| panic!("reading {}: {error}", path.display()))
 }
 
-pub fn operator_bin() -> String {
-    std::env::var("E2E_OPERATOR_BIN").expect("E2E_OPERATOR_BIN is set by `cargo xtask e2e`")
+/// A binary of this workspace under test: `env_var` when set (`cargo xtask e2e` sets it), else `name` in the
+/// cargo target directory, which `cargo build --package <package>` fills.
+pub fn workspace_binary(env_var: &str, name: &str, package: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var) {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let path = target.join("debug").join(name);
+    assert!(
+        path.is_file(),
+        "{} does not exist: build it with `cargo build --package {package}` (or set {env_var})",
+        path.display()
+    );
+    path
+}
+
+pub fn operator_bin() -> PathBuf {
+    workspace_binary("E2E_OPERATOR_BIN", "gpu-operator", "operator")
 }
 
 /// Installs the chart once per test process, the way NVIDIA's guide does for pre-installed drivers, and prints
@@ -190,26 +207,19 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     response.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// A kubeconfig for the operator's ServiceAccount, so that the operator runs with exactly the chart's RBAC.
-pub fn operator_kubeconfig() -> PathBuf {
-    let token = kubectl(&[
-        "create",
-        "token",
-        "gpu-operator",
-        "-n",
-        NAMESPACE,
-        "--duration",
-        "1h",
-    ]);
+/// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a one-hour token), against
+/// the cluster of the admin kubeconfig in use: a process run with it has exactly the chart's RBAC for that role.
+pub fn service_account_kubeconfig(name: &str) -> PathBuf {
+    let token = kubectl(&["create", "token", name, "-n", NAMESPACE, "--duration", "1h"]);
     let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
     let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
         "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-        "users": [{"name": "operator", "user": {"token": token.trim()}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        "users": [{"name": name, "user": {"token": token.trim()}}],
+        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
     });
-    let path = std::env::temp_dir().join(format!("e2e-operator-{}.kubeconfig", std::process::id()));
-    std::fs::write(&path, config.to_string()).expect("write operator kubeconfig");
+    let path = std::env::temp_dir().join(format!("e2e-{name}-{}.kubeconfig", std::process::id()));
+    std::fs::write(&path, config.to_string()).expect("write the ServiceAccount kubeconfig");
     path
 }
 
@@ -230,7 +240,7 @@ impl Operator {
             .port();
         let child = Command::new(operator_bin())
             .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
-            .env("KUBECONFIG", operator_kubeconfig())
+            .env("KUBECONFIG", service_account_kubeconfig("gpu-operator"))
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("POD_NAME", identity)
             .env("RUST_LOG", "info,operator=debug")

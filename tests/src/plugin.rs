@@ -10,26 +10,19 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::agents::service_account_kubeconfig;
-use crate::{NAMESPACE, repo_root};
+use crate::service_account_kubeconfig;
+use crate::{NAMESPACE, repo_root, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
 pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
 
 /// The `gpu-device-plugin` binary under test.
 pub fn device_plugin_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("E2E_DEVICE_PLUGIN_BIN") {
-        return PathBuf::from(path);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
-    let path = target.join("debug/gpu-device-plugin");
-    assert!(
-        path.is_file(),
-        "{} does not exist: build it with `cargo build -p device-plugin` (or set E2E_DEVICE_PLUGIN_BIN)",
-        path.display()
-    );
-    path
+    workspace_binary(
+        "E2E_DEVICE_PLUGIN_BIN",
+        "gpu-device-plugin",
+        "device-plugin",
+    )
 }
 
 /// The kubelet root the plugin of `node` uses, next to its simulator state.
