@@ -193,16 +193,23 @@ rules:
   - level: None
 ";
 
-pub fn controller_manager_args(files: &Files) -> Vec<String> {
-    let kubeconfig = files.kubeconfig(certs::CONTROLLER_MANAGER);
+/// What kube-controller-manager and kube-scheduler share: their identity's kubeconfig for everything, loopback
+/// only, no serving port (nothing scrapes or probes them here), no leader election, no profiling.
+fn component_args(kubeconfig: &Path) -> Vec<String> {
     vec![
-        path_arg("kubeconfig", &kubeconfig),
-        path_arg("authentication-kubeconfig", &kubeconfig),
-        path_arg("authorization-kubeconfig", &kubeconfig),
+        path_arg("kubeconfig", kubeconfig),
+        path_arg("authentication-kubeconfig", kubeconfig),
+        path_arg("authorization-kubeconfig", kubeconfig),
         "--bind-address=127.0.0.1".into(),
-        // No metrics or health endpoint is needed; 0 serves none (and takes no port).
         "--secure-port=0".into(),
         "--leader-elect=false".into(),
+        "--profiling=false".into(),
+    ]
+}
+
+pub fn controller_manager_args(files: &Files) -> Vec<String> {
+    let mut args = component_args(&files.kubeconfig(certs::CONTROLLER_MANAGER));
+    args.extend([
         "--use-service-account-credentials=true".into(),
         path_arg("service-account-private-key-file", &files.file("sa.key")),
         path_arg("root-ca-file", &files.file("ca.crt")),
@@ -211,21 +218,12 @@ pub fn controller_manager_args(files: &Files) -> Vec<String> {
         // Its default is under /usr/libexec, which it would create.
         path_arg("flex-volume-plugin-dir", &files.file("flexvolume")),
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-        "--profiling=false".into(),
-    ]
+    ]);
+    args
 }
 
 pub fn scheduler_args(files: &Files) -> Vec<String> {
-    let kubeconfig = files.kubeconfig(certs::SCHEDULER);
-    vec![
-        path_arg("kubeconfig", &kubeconfig),
-        path_arg("authentication-kubeconfig", &kubeconfig),
-        path_arg("authorization-kubeconfig", &kubeconfig),
-        "--bind-address=127.0.0.1".into(),
-        "--secure-port=0".into(),
-        "--leader-elect=false".into(),
-        "--profiling=false".into(),
-    ]
+    component_args(&files.kubeconfig(certs::SCHEDULER))
 }
 
 pub fn kwok_args(files: &Files, ports: Ports) -> Vec<String> {
