@@ -1,5 +1,6 @@
 //! Developer and CI tasks. Run as `cargo xtask <task>`.
 
+mod bench;
 mod cluster;
 mod command;
 mod crdgen;
@@ -39,6 +40,8 @@ enum Task {
         /// Run only the tests whose name contains this.
         filter: Option<String>,
     },
+    /// Benchmark the operator on the local cluster with N simulated GPU nodes, and the device plugin's Allocate latency.
+    Bench(bench::Args),
     /// Every check and test: formatting, generated CRDs, clippy, unit tests, helm lint, end-to-end tests.
     Test,
 }
@@ -54,5 +57,6 @@ fn main() -> anyhow::Result<()> {
             filter,
         } => e2e::run(&root, keep_cluster, filter.as_deref()),
         Task::Test => test::run(&root),
+        Task::Bench(args) => bench::run(&root, &args),
     }
 }
