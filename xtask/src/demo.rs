@@ -11,8 +11,7 @@ use anyhow::bail;
 use crate::cluster;
 use crate::command;
 use crate::e2e::{build_binaries, standard_nodes};
-
-const NAMESPACE: &str = "gpu-operator";
+use crate::install::{self, NAMESPACE};
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
     let info = cluster::ensure_up()?;
@@ -25,41 +24,9 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
             cluster::add_nodes(&pool)?;
         }
     }
-    let chart = root.join("charts/gpu-operator").display().to_string();
-    command::run(
-        root,
-        &env,
-        "helm",
-        &[
-            "upgrade",
-            "--install",
-            "--wait",
-            "--timeout",
-            "180s",
-            "gpu-operator",
-            "-n",
-            NAMESPACE,
-            "--create-namespace",
-            &chart,
-            "--set",
-            "driver.enabled=false",
-            "--set",
-            "nfd.enabled=false",
-        ],
-    )?;
+    install::install_chart(root, &env, "180s")?;
     let bin_dir = build_binaries(root, &[("operator", "gpu-operator")])?;
-    let kubeconfig = cluster::service_account_kubeconfig(&info, NAMESPACE, "gpu-operator")?;
-    let log = cluster::start_workload(
-        &info,
-        "gpu-operator",
-        &bin_dir.join("gpu-operator"),
-        &["run".into(), "--health-addr".into(), "127.0.0.1:0".into()],
-        &[
-            ("KUBECONFIG".into(), kubeconfig.display().to_string()),
-            ("OPERATOR_NAMESPACE".into(), NAMESPACE.into()),
-            ("POD_NAME".into(), "demo".into()),
-        ],
-    )?;
+    let log = install::start_operator(&info, &bin_dir.join("gpu-operator"), "demo")?.log;
     println!(
         "the operator runs as a local process with the chart's ServiceAccount; its log: {}",
         log.display()

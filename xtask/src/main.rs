@@ -6,6 +6,7 @@ mod command;
 mod crdgen;
 mod demo;
 mod e2e;
+mod install;
 mod test;
 
 use clap::{Parser, Subcommand};

@@ -15,13 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::cluster::{self, AddNodes, ClusterInfo};
+use crate::cluster::{self, AddNodes, Workload};
 use crate::command;
+use crate::install::{self, NAMESPACE};
 use report::{Allocate, Results, Row};
 
-const NAMESPACE: &str = "gpu-operator";
-/// The workload's name in the cluster state, and so its log's name.
-const WORKLOAD: &str = "gpu-operator";
 const POLL: Duration = Duration::from_millis(100);
 const TIMEOUT: Duration = Duration::from_secs(300);
 const PATCHED_VERSION: &str = "bench-2";
@@ -187,44 +185,12 @@ fn measure(root: &Path, operator: &Path, nodes: u32) -> anyhow::Result<Row> {
         cluster::add_nodes(pool)?;
     }
     say("helm upgrade --install --wait");
-    let chart = root.join("charts/gpu-operator").display().to_string();
-    command::output(
-        &env,
-        "helm",
-        &[
-            "upgrade",
-            "--install",
-            "--wait",
-            "--timeout",
-            "300s",
-            "gpu-operator",
-            "-n",
-            NAMESPACE,
-            "--create-namespace",
-            &chart,
-            "--set",
-            "driver.enabled=false",
-            "--set",
-            "nfd.enabled=false",
-        ],
-    )?;
-    let kubeconfig = cluster::service_account_kubeconfig(&info, NAMESPACE, "gpu-operator")?;
-    let pod_name = format!("bench-{nodes}-{}", std::process::id());
+    install::install_chart(root, &env, "300s")?;
 
     say("starting the operator");
     let started = Instant::now();
-    let log = cluster::start_workload(
-        &info,
-        WORKLOAD,
-        operator,
-        &["run".into(), "--health-addr".into(), "127.0.0.1:0".into()],
-        &[
-            ("KUBECONFIG".into(), kubeconfig.display().to_string()),
-            ("OPERATOR_NAMESPACE".into(), NAMESPACE.into()),
-            ("POD_NAME".into(), pod_name),
-        ],
-    )?;
-    let pid = workload_pid(&info, operator)?;
+    let identity = format!("bench-{nodes}-{}", std::process::id());
+    let Workload { pid, log } = install::start_operator(&info, operator, &identity)?;
     wait_for(&env, "the ClusterPolicy to be ready", &log, |policy| {
         policy.state == "ready"
     })?;
@@ -312,25 +278,6 @@ fn measure(root: &Path, operator: &Path, nodes: u32) -> anyhow::Result<Row> {
         writes_at_rest: writes.other,
         lease_writes_at_rest: writes.leases,
     })
-}
-
-/// The operator's PID, from the workloads recorded in the cluster's `state.json`.
-fn workload_pid(info: &ClusterInfo, binary: &Path) -> anyhow::Result<u32> {
-    let path = info.state_dir.join("state.json");
-    let state: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?,
-    )?;
-    state["workloads"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|workload| {
-            workload["name"] == WORKLOAD && workload["binary"] == binary.display().to_string()
-        })
-        .and_then(|workload| workload["pid"].as_u64())
-        .and_then(|pid| u32::try_from(pid).ok())
-        .with_context(|| format!("{} records no {WORKLOAD} workload", path.display()))
 }
 
 fn read_rss_kib(pid: u32) -> anyhow::Result<u64> {

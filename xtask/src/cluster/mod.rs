@@ -149,15 +149,27 @@ pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
 }
 
 /// Runs `binary args` as a workload of the running cluster (replacing a running one of the same name); its log
-/// is `logs/<name>.log` in the state directory, and `cluster down` stops it. Returns the log's path.
+/// is `logs/<name>.log` in the state directory, and `cluster down` stops it.
 pub fn start_workload(
     info: &ClusterInfo,
     name: &str,
     binary: &Path,
     args: &[String],
     env: &[(String, String)],
-) -> anyhow::Result<PathBuf> {
-    Ok(controlplane::start_workload(&info.state_dir, name, binary, args, env)?.log)
+) -> anyhow::Result<Workload> {
+    let record = controlplane::start_workload(&info.state_dir, name, binary, args, env)?;
+    Ok(Workload {
+        pid: record.pid,
+        log: record.log,
+    })
+}
+
+/// A process started on top of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    pub pid: u32,
+    /// Its stdout and stderr.
+    pub log: PathBuf,
 }
 
 /// A kubeconfig (in the state directory) that authenticates as a ServiceAccount with a fresh token, so that a
