@@ -7,6 +7,7 @@
 //! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
 
 pub mod agents;
+pub mod kubelet;
 pub mod plugin;
 
 use std::collections::BTreeMap;

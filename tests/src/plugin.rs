@@ -1,8 +1,7 @@
 //! The device plugin (`gpu-device-plugin run`) as a local process for one simulated node, with the token of the
 //! chart's `nvidia-device-plugin-daemonset` ServiceAccount (so the chart's RBAC is what is tested), the command
-//! line the operator's DaemonSet gives it, and a temporary kubelet root. The node has no kubelet, so the plugin
-//! serves its sockets and reports into GPUNode status without registering; the in-process test of
-//! `crates/device-plugin` covers the kubelet side.
+//! line the operator's DaemonSet gives it, and either a temporary kubelet root (a kwok node: the plugin serves its
+//! sockets and reports into GPUNode status without registering) or a real kubelet's ([`crate::kubelet`]).
 //!
 //! The binary is `E2E_DEVICE_PLUGIN_BIN`, else `gpu-device-plugin` in `$CARGO_TARGET_DIR/debug` (or the
 //! workspace's `target/debug`): build it with `cargo build -p device-plugin` before the tests run.
@@ -11,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use crate::service_account_kubeconfig;
-use crate::{NAMESPACE, repo_root, workspace_binary};
+use crate::{NAMESPACE, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
 pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
@@ -54,98 +53,40 @@ pub fn inject_xid(node: &str, state: &Path, gpu: u32, xid: u64) {
     );
 }
 
-/// The test kubelet (`crates/device-plugin/testkubelet`, on the kubelet's generated Go API), built once per test
-/// process with the Go toolchain from the module cache (no network), or `E2E_TEST_KUBELET_BIN`.
-pub fn test_kubelet_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("E2E_TEST_KUBELET_BIN") {
-        return PathBuf::from(path);
-    }
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let path = std::env::temp_dir().join(format!("e2e-testkubelet-{}", std::process::id()));
-            let output = Command::new("go")
-                .args(["build", "-o"])
-                .arg(&path)
-                .arg(".")
-                .current_dir(repo_root().join("crates/device-plugin/testkubelet"))
-                .env("GOFLAGS", "-mod=mod")
-                .env("GOPROXY", "off")
-                .output()
-                .expect("run go build (the Go toolchain is needed for the test kubelet)");
-            assert!(
-                output.status.success(),
-                "building the test kubelet: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            path
-        })
-        .clone()
-}
-
-/// The test kubelet for one node, serving Registration in the node's device-plugin directory; killed when
-/// dropped. It acts with the admin kubeconfig, standing in for the kubelet's node credentials.
-#[derive(Debug)]
-pub struct TestKubelet {
-    child: Child,
-    log: PathBuf,
-}
-
-impl TestKubelet {
-    /// Starts it for `node` on `<root>/device-plugins`; `generation` names its log (one per restart).
-    pub fn start(node: &str, root: &Path, generation: u32) -> Self {
-        let log = root.with_file_name(format!("{node}-testkubelet-{generation}.log"));
-        let output = std::fs::File::create(&log).expect("test kubelet log");
-        let child = Command::new(test_kubelet_bin())
-            .arg("--dir")
-            .arg(root.join("device-plugins"))
-            .args(["--node", node])
-            .stdout(Stdio::from(output.try_clone().expect("log handle")))
-            .stderr(Stdio::from(output))
-            .spawn()
-            .expect("start the test kubelet");
-        Self { child, log }
-    }
-
-    /// Its output so far.
-    pub fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for TestKubelet {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// One plugin process; killed when dropped.
 #[derive(Debug)]
 pub struct DevicePlugin {
     child: Child,
-    /// Its kubelet root: sockets are in `device-plugins/`, the CDI spec in `cdi/`.
+    /// Its kubelet root: sockets are in `device-plugins/`.
     pub root: PathBuf,
+    /// Where it writes its CDI spec.
+    pub cdi_dir: PathBuf,
     log: PathBuf,
 }
 
 impl DevicePlugin {
     /// Starts `gpu-device-plugin run <args>` for `node` on the simulated GPUs in `state`, with MIG polled every
-    /// second so that the test sees geometry changes quickly.
+    /// second so that the test sees geometry changes quickly, on a kubelet root of its own (no kubelet).
     pub fn start(node: &str, state: &Path, args: &[&str]) -> Self {
-        let root = kubelet_root(node, state);
+        Self::start_on(&kubelet_root(node, state), node, state, args)
+    }
+
+    /// As [`start`](Self::start), for the kubelet whose device-plugin directory is under `root`.
+    pub fn start_on(root: &Path, node: &str, state: &Path, args: &[&str]) -> Self {
+        let files = kubelet_root(node, state);
         std::fs::create_dir_all(root.join("device-plugins")).expect("kubelet root");
         let log = state.with_file_name(format!("{node}-device-plugin.log"));
         let output = std::fs::File::create(&log).expect("plugin log");
+        let cdi_dir = files.join("cdi");
         let child = Command::new(device_plugin_bin())
             .arg("run")
             .args(args)
             .arg("--kubelet-root")
-            .arg(&root)
+            .arg(root)
             .arg("--mps-root")
-            .arg(root.join("mps"))
+            .arg(files.join("mps"))
             .arg("--cdi-dir")
-            .arg(root.join("cdi"))
+            .arg(&cdi_dir)
             .args([
                 "--mig-poll-seconds",
                 "1",
@@ -162,7 +103,12 @@ impl DevicePlugin {
             .stderr(Stdio::from(output))
             .spawn()
             .expect("start gpu-device-plugin");
-        Self { child, root, log }
+        Self {
+            child,
+            root: root.to_owned(),
+            cdi_dir,
+            log,
+        }
     }
 
     /// The plugin's output so far.

@@ -1,14 +1,18 @@
-//! The device plugin (`gpu-device-plugin`) against the local cluster: one simulated node with 4 A100-40GB, the
+//! The device plugin (`gpu-device-plugin`) against the local cluster, on simulated nodes with 4 A100-40GB, the
 //! plugin as a local process under the chart's ServiceAccount, the config in a ConfigMap chosen by the node's
-//! `nvidia.com/device-plugin.config` label. What the plugin advertises is read back from GPUNode
-//! `status.devicePlugin`, which it writes from the same snapshots it serves to the kubelet. One scenario, in the
-//! order an admin meets it: the guides' time-slicing numbers, a relabel and a ConfigMap edit taking effect without
-//! a restart, a bad label keeping the last good config (GPUNode lastError and a Warning Event), and a MIG change.
+//! `nvidia.com/device-plugin.config` label. Two scenarios:
+//! - on a kwok node (no kubelet), what the plugin reports in GPUNode `status.devicePlugin`, which it writes from
+//!   the same snapshots it serves to the kubelet: the guides' numbers, a relabel and a ConfigMap edit without a
+//!   restart, a bad label keeping the last good config (GPUNode lastError and a Warning Event), a MIG change;
+//! - on a real kubelet ([`e2e::kubelet`]): node allocatable as the kubelet computes it from ListAndWatch, pods
+//!   bound by the real scheduler and admitted by the kubelet, whose Allocate answers reach the container runtime,
+//!   an XID and its recovery, a kubelet restart, and the mixed and single MIG strategies.
 
 use std::time::{Duration, Instant};
 
 use e2e::agents::{add_simulated_node, node_agent_bin};
-use e2e::plugin::{DevicePlugin, TestKubelet, inject_xid, kubelet_root};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable};
+use e2e::plugin::{DevicePlugin, inject_xid};
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -154,12 +158,8 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
         "{}",
         plugin.output()
     );
-    let cdi = std::fs::read_to_string(
-        plugin
-            .root
-            .join("cdi/k8s.device-plugin.nvidia.com-gpu.json"),
-    )
-    .expect("CDI spec");
+    let cdi = std::fs::read_to_string(plugin.cdi_dir.join("k8s.device-plugin.nvidia.com-gpu.json"))
+        .expect("CDI spec");
     assert_eq!(cdi.matches("\"name\": \"GPU-").count(), 4, "{cdi}");
     let owner = kubectl_json(&["get", "gpunode", NODE])["metadata"]["ownerReferences"][0].clone();
     assert_eq!(
@@ -236,33 +236,13 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
     step(
         "MIG 2x2g.10gb + 3x1g.5gb on every GPU, mixed strategy: mig-1g.5gb 12, mig-2g.10gb 8 (the guide's numbers)",
     );
-    let mig_config = dir.join("mig-parted.yaml");
-    std::fs::write(
-        &mig_config,
-        "version: v1\nmig-configs:\n  e2e-mixed:\n  - devices: all\n    mig-enabled: true\n    \
-         mig-devices:\n      \"2g.10gb\": 2\n      \"1g.5gb\": 3\n",
-    )
-    .expect("mig-parted file");
     let applied = Instant::now();
-    let output = std::process::Command::new(node_agent_bin())
-        .args(["mig", "apply", "-f"])
-        .arg(&mig_config)
-        .args([
-            "-c",
-            "e2e-mixed",
-            "--simulate",
-            "node",
-            "--node-name",
-            NODE,
-            "--sim-state",
-        ])
-        .arg(&state)
-        .output()
-        .expect("gpu-node-agent mig apply");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    mig_apply(
+        NODE,
+        &state,
+        &dir,
+        "e2e-mixed",
+        "{\"2g.10gb\": 2, \"1g.5gb\": 3}",
     );
     let took = wait_for_resources(
         &plugin,
@@ -278,16 +258,10 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
     );
 }
 
-/// The node for the test kubelet scenario.
-const KUBELET_NODE: &str = "e2e-dp-kubelet";
+/// The node of the real-kubelet scenario.
+const KUBELET_NODE: &str = "e2e-kubelet";
 
-/// The node's allocatable for `resource`, as the scheduler sees it.
-fn allocatable(resource: &str) -> Option<String> {
-    kubectl_json(&["get", "node", KUBELET_NODE])["status"]["allocatable"][resource]
-        .as_str()
-        .map(str::to_owned)
-}
-
+/// Waits until the kubelet's node has `count` of `resource` allocatable; returns how long that took.
 fn wait_for_allocatable(
     resource: &str,
     count: &str,
@@ -296,7 +270,10 @@ fn wait_for_allocatable(
 ) -> Duration {
     let since = Instant::now();
     eventually(WAIT, || {
-        Ok((allocatable(resource).as_deref() == Some(count)).then(|| since.elapsed()))
+        Ok(
+            (allocatable(KUBELET_NODE, resource).as_deref() == Some(count))
+                .then(|| since.elapsed()),
+        )
     })
     .unwrap_or_else(|error| {
         panic!(
@@ -306,50 +283,172 @@ fn wait_for_allocatable(
     })
 }
 
-/// A pod asking for one `nvidia.com/gpu.shared` on the test kubelet's node, left to the scheduler.
-fn shared_gpu_pod(name: &str) -> String {
+/// A pod asking for `count` of `resource` on the kubelet's node, left to the scheduler.
+fn gpu_pod(name: &str, resource: &str, count: u32) -> String {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
+            "automountServiceAccountToken": false,
             "nodeSelector": {"kubernetes.io/hostname": KUBELET_NODE},
-            "containers": [{"name": "cuda", "image": "e2e/cuda-sample",
-                            "resources": {"limits": {"nvidia.com/gpu.shared": 1}}}]
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                            "resources": {"limits": {resource: count}}}]
         }
     })
     .to_string()
 }
 
+/// Creates a pod asking for `count` of `resource` and waits until the kubelet runs it; returns the container as
+/// the runtime got it (environment and CDI devices from the plugin's Allocate answer) and the pod's UID.
+fn run_gpu_pod(
+    kubelet: &Kubelet,
+    name: &str,
+    resource: &str,
+    count: u32,
+    logs: &dyn Fn() -> String,
+) -> (Value, String) {
+    assert!(kubectl_apply(&gpu_pod(name, resource, count), &[]).success);
+    let uid = eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+        let running = pod["status"]["phase"] == "Running";
+        Ok(running.then(|| {
+            pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }))
+    })
+    .unwrap_or_else(|error| {
+        let pod = run("kubectl", &["describe", "pod", name, "-n", "default"]);
+        panic!(
+            "pod {name} never ran: {error:#}\n{}\n{}",
+            pod.stdout,
+            logs()
+        )
+    });
+    let container = kubelet
+        .container_of(name)
+        .unwrap_or_else(|| panic!("the runtime never created {name}'s container\n{}", logs()));
+    (container, uid)
+}
+
+/// The devices a created container got: its `NVIDIA_VISIBLE_DEVICES` entries, checked against its CDI names.
+fn visible_devices(container: &Value) -> Vec<String> {
+    let visible: Vec<String> = container["env"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap_or_default()
+        .split(',')
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let cdi: Vec<String> = visible
+        .iter()
+        .map(|id| format!("k8s.device-plugin.nvidia.com/gpu={id}"))
+        .collect();
+    assert_eq!(container["cdiDevices"], json!(cdi), "{container}");
+    visible
+}
+
+fn delete_pod(name: &str) {
+    kubectl(&[
+        "delete",
+        "pod",
+        name,
+        "-n",
+        "default",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+}
+
+/// Applies a mig-parted config to the simulated GPUs of `node` with the admin tool.
+fn mig_apply(
+    node: &str,
+    state: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    devices: &str,
+) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &file,
+        format!(
+            "version: v1\nmig-configs:\n  {name}:\n  - devices: all\n    mig-enabled: true\n    \
+             mig-devices: {devices}\n"
+        ),
+    )
+    .expect("mig-parted file");
+    let output = std::process::Command::new(node_agent_bin())
+        .args(["mig", "apply", "-f"])
+        .arg(&file)
+        .args([
+            "-c",
+            name,
+            "--simulate",
+            "node",
+            "--node-name",
+            node,
+            "--sim-state",
+        ])
+        .arg(state)
+        .output()
+        .expect("gpu-node-agent mig apply");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The ConfigMap of the real-kubelet scenario: the time-slicing keys, whole GPUs, and the two MIG strategies.
+fn kubelet_config_map(slice_10_replicas: u32) -> String {
+    let mut config_map: Value = serde_json::from_str(&config_map(slice_10_replicas)).expect("JSON");
+    let data = &mut config_map["data"];
+    data["whole"] = "version: v1\n".into();
+    data["mixed"] = "version: v1\nflags:\n  migStrategy: mixed\n".into();
+    data["single"] = "version: v1\nflags:\n  migStrategy: single\n".into();
+    config_map.to_string()
+}
+
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
-fn device_plugin_on_a_kubelet_built_on_the_generated_api() {
+fn device_plugin_on_a_real_kubelet() {
     chart_installed();
-    let dir =
-        std::env::temp_dir().join(format!("e2e-device-plugin-kubelet-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("e2e-real-kubelet-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("state folder");
     let state = dir.join(format!("{KUBELET_NODE}.json"));
-    let _cleanup = Cleanup(KUBELET_NODE);
-    let _pod_cleanup = PodCleanup("e2e-shared-gpu");
-    assert!(kubectl_apply(&config_map(10), &[]).success);
-    add_simulated_node(
-        "gpu-a100-0",
-        KUBELET_NODE,
-        "a100-40gb:4",
-        &[(CONFIG_LABEL, "slice-4")],
-    );
-    let root = kubelet_root(KUBELET_NODE, &state);
-    std::fs::create_dir_all(root.join("device-plugins")).expect("device-plugin directory");
+    let _config_map = Cleanup(KUBELET_NODE);
+    let _pods = [
+        PodCleanup("e2e-shared-gpu"),
+        PodCleanup("e2e-mig-2g"),
+        PodCleanup("e2e-single-mig"),
+    ];
+    assert!(kubectl_apply(&kubelet_config_map(10), &[]).success);
 
-    step(
-        "the test kubelet and the plugin: allocatable nvidia.com/gpu.shared 16, written by the kubelet side",
+    step("a real kubelet (fake container runtime) joins the cluster as node e2e-kubelet");
+    let started = Instant::now();
+    let kubelet = Kubelet::start(
+        KUBELET_NODE,
+        &dir.join("kubelet"),
+        &[(CONFIG_LABEL, "whole")],
     );
-    let mut kubelet = TestKubelet::start(KUBELET_NODE, &root, 0);
-    let plugin = DevicePlugin::start(
+    eprintln!(
+        "node Ready {:?} after the kubelet started",
+        started.elapsed()
+    );
+    kubectl(&[
+        "annotate",
+        "node",
+        KUBELET_NODE,
+        "nvidia.com/gpu.simulator=a100-40gb:4",
+        "--overwrite",
+    ]);
+    let plugin = DevicePlugin::start_on(
+        std::path::Path::new(DEVICE_PLUGIN_ROOT),
         KUBELET_NODE,
         &state,
         &[
-            "--mig-strategy",
-            "none",
             "--config-map",
             CONFIG_MAP,
             "--default-config",
@@ -359,73 +458,76 @@ fn device_plugin_on_a_kubelet_built_on_the_generated_api() {
             "3",
         ],
     );
-    let logs = || all_logs(&dir);
-    let took = wait_for_allocatable("nvidia.com/gpu.shared", "16", "start", &logs);
-    eprintln!("allocatable after {took:?}");
+    let logs = || format!("{}\nplugin log:\n{}", kubelet.output(), plugin.output());
 
-    step(
-        "a pod asking for one replica: the real scheduler binds it, Allocate gives it the GPU by UUID and CDI name",
-    );
-    assert!(kubectl_apply(&shared_gpu_pod("e2e-shared-gpu"), &[]).success);
-    let allocation: Value = eventually(WAIT, || {
-        let pod = kubectl_json(&["get", "pod", "e2e-shared-gpu", "-n", "default"]);
-        let annotation = pod["metadata"]["annotations"]["e2e.gpu-operator/device-allocation"]
-            .as_str()
-            .map(str::to_owned);
-        Ok(annotation.map(|text| serde_json::from_str(&text).expect("allocation JSON")))
-    })
-    .unwrap_or_else(|error| panic!("the pod was never allocated: {error:#}\n{}", logs()));
-    let answer = &allocation["cuda"]["nvidia.com/gpu.shared"];
-    let visible = answer["envs"]["NVIDIA_VISIBLE_DEVICES"]
-        .as_str()
-        .unwrap_or_default();
-    assert!(
-        visible.starts_with("GPU-") && !visible.contains(','),
-        "{allocation}"
-    );
-    assert_eq!(
-        answer["cdiDevices"][0],
-        format!("k8s.device-plugin.nvidia.com/gpu={visible}"),
-        "{allocation}"
-    );
-    assert!(
-        answer["devices"][0]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with(&format!("{visible}::")),
-        "{allocation}"
-    );
+    step("whole GPUs: the kubelet registers the plugin and allocatable nvidia.com/gpu is 4");
+    let took = wait_for_allocatable("nvidia.com/gpu", "4", "start", &logs);
+    eprintln!("allocatable {took:?} after the plugin started");
 
-    step("relabel slice-4 -> slice-10: allocatable 40, the plugin not restarted");
-    label_node(KUBELET_NODE, Some("slice-10"));
-    let took = wait_for_allocatable("nvidia.com/gpu.shared", "40", "relabel", &logs);
-    eprintln!("relabel reached allocatable after {took:?}");
-
-    step(
-        "an XID on GPU 0: its 10 replicas go Unhealthy (allocatable 30), then recover after the quiet period (3 s)",
-    );
+    step("an XID on GPU 0: allocatable drops by one, then recovers after the quiet period (3 s)");
     inject_xid(KUBELET_NODE, &state, 0, 79);
-    wait_for_allocatable("nvidia.com/gpu.shared", "30", "XID", &logs);
-    let took = wait_for_allocatable("nvidia.com/gpu.shared", "40", "recovery", &logs);
+    wait_for_allocatable("nvidia.com/gpu", "3", "XID", &logs);
+    let took = wait_for_allocatable("nvidia.com/gpu", "4", "recovery", &logs);
     eprintln!("recovered {took:?} after the drop was seen");
 
+    step("slice-4 with renameByDefault: allocatable nvidia.com/gpu.shared 16 (the guide's number)");
+    label_node(KUBELET_NODE, Some("slice-4"));
+    wait_for_allocatable("nvidia.com/gpu.shared", "16", "slice-4", &logs);
+
     step(
-        "kubelet restart (sockets deleted, kubelet.sock created again): the plugin registers again",
+        "a pod asking for one replica: the scheduler binds it, the kubelet's Allocate gives it one GPU (UUID, CDI)",
     );
-    drop(kubelet);
-    let restarted = Instant::now();
-    kubelet = TestKubelet::start(KUBELET_NODE, &root, 1);
-    let took = eventually(WAIT, || {
-        Ok(kubelet
+    let (container, uid) = run_gpu_pod(
+        &kubelet,
+        "e2e-shared-gpu",
+        "nvidia.com/gpu.shared",
+        1,
+        &logs,
+    );
+    let visible = visible_devices(&container);
+    assert!(
+        visible.len() == 1 && visible[0].starts_with("GPU-"),
+        "{container}"
+    );
+
+    step(
+        "relabel slice-4 -> slice-10: allocatable 40, the pod keeps running, the plugin is not restarted",
+    );
+    let took = {
+        label_node(KUBELET_NODE, Some("slice-10"));
+        wait_for_allocatable("nvidia.com/gpu.shared", "40", "relabel", &logs)
+    };
+    eprintln!("relabel reached allocatable after {took:?}");
+
+    step("edit the ConfigMap (slice-10 now has 5 replicas): allocatable 20");
+    assert!(kubectl_apply(&kubelet_config_map(5), &[]).success);
+    let took = wait_for_allocatable("nvidia.com/gpu.shared", "20", "ConfigMap edit", &logs);
+    eprintln!("ConfigMap edit reached allocatable after {took:?}");
+    let pod = kubectl_json(&["get", "pod", "e2e-shared-gpu", "-n", "default"]);
+    assert_eq!(pod["metadata"]["uid"], uid.as_str(), "the pod was replaced");
+    assert_eq!(pod["status"]["phase"], "Running");
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    step(
+        "kubelet restart (it deletes every socket and serves kubelet.sock again): the plugin registers again",
+    );
+    let registrations = || {
+        plugin
             .output()
-            .contains("registered nvidia.com/gpu.shared")
-            .then(|| restarted.elapsed()))
+            .matches("registered with the kubelet")
+            .count()
+    };
+    let before = registrations();
+    let restarted = Instant::now();
+    kubelet.restart();
+    let took = eventually(WAIT, || {
+        Ok((registrations() > before).then(|| restarted.elapsed()))
     })
     .unwrap_or_else(|error| panic!("no re-registration: {error:#}\n{}", logs()));
-    eprintln!("re-registered {took:?} after the kubelet started again");
+    eprintln!("re-registered {took:?} after the kubelet was restarted");
     wait_for_allocatable(
         "nvidia.com/gpu.shared",
-        "40",
+        "20",
         "after the kubelet restart",
         &logs,
     );
@@ -433,27 +535,41 @@ fn device_plugin_on_a_kubelet_built_on_the_generated_api() {
         plugin.serves("nvidia.com/gpu.shared"),
         "a fresh socket after the restart"
     );
-}
+    delete_pod("e2e-shared-gpu");
 
-/// Every log in the test's folder (the test kubelets' and the plugin's), for a failure message.
-fn all_logs(dir: &std::path::Path) -> String {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .collect();
-    logs.retain(|path| path.extension().is_some_and(|extension| extension == "log"));
-    logs.sort();
-    logs.iter()
-        .map(|path| {
-            format!(
-                "==> {}\n{}",
-                path.display(),
-                std::fs::read_to_string(path).unwrap_or_default()
-            )
-        })
-        .collect()
+    step(
+        "MIG 2x2g.10gb + 3x1g.5gb on every GPU, mixed strategy: mig-1g.5gb 12, mig-2g.10gb 8 (the guide's numbers)",
+    );
+    mig_apply(
+        KUBELET_NODE,
+        &state,
+        &dir,
+        "e2e-mixed",
+        "{\"2g.10gb\": 2, \"1g.5gb\": 3}",
+    );
+    label_node(KUBELET_NODE, Some("mixed"));
+    wait_for_allocatable("nvidia.com/mig-1g.5gb", "12", "mixed", &logs);
+    wait_for_allocatable("nvidia.com/mig-2g.10gb", "8", "mixed", &logs);
+    let (container, _) = run_gpu_pod(&kubelet, "e2e-mig-2g", "nvidia.com/mig-2g.10gb", 1, &logs);
+    let visible = visible_devices(&container);
+    assert!(
+        visible.len() == 1 && visible[0].starts_with("MIG-"),
+        "{container}"
+    );
+    delete_pod("e2e-mig-2g");
+
+    step(
+        "7x1g.5gb on every GPU, single strategy: nvidia.com/gpu 28 (the guide's number), pods get MIG devices",
+    );
+    mig_apply(KUBELET_NODE, &state, &dir, "e2e-single", "{\"1g.5gb\": 7}");
+    label_node(KUBELET_NODE, Some("single"));
+    wait_for_allocatable("nvidia.com/gpu", "28", "single", &logs);
+    let (container, _) = run_gpu_pod(&kubelet, "e2e-single-mig", "nvidia.com/gpu", 2, &logs);
+    let visible = visible_devices(&container);
+    assert!(
+        visible.len() == 2 && visible.iter().all(|id| id.starts_with("MIG-")),
+        "{container}"
+    );
 }
 
 /// Deletes a test pod when dropped.

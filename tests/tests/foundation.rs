@@ -313,11 +313,10 @@ fn kubectl_get_shows_the_columns() {
         "{table}"
     );
     assert!(table.contains("cluster-policy"));
+    // Other tests' GPUNodes may still be on their way out (garbage collection follows Node deletion), so this
+    // checks that the listing works, not that it is empty.
     let gpunodes = run("kubectl", &["get", "gpunodes"]);
-    assert!(
-        gpunodes.success && gpunodes.stderr.contains("No resources found"),
-        "{gpunodes:?}"
-    );
+    assert!(gpunodes.success, "{gpunodes:?}");
     let columns = kubectl_json(&["get", "crd", "gpunodes.nvidia.com"]);
     let names: Vec<&str> = columns["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()

@@ -73,14 +73,12 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         "E2E_DEVICE_PLUGIN_BIN".into(),
         bin_dir.join("gpu-device-plugin").display().to_string(),
     ));
-    let test_kubelet = bin_dir.join("testkubelet");
-    cluster::build_go_binary(
-        &root.join("crates/device-plugin/testkubelet"),
-        &test_kubelet,
-    )?;
+    let fake_cri = bin_dir.join("fake-cri");
+    cluster::build_go_binary(&root.join("tests/fake-cri"), &fake_cri)?;
+    env.push(("E2E_FAKE_CRI_BIN".into(), fake_cri.display().to_string()));
     env.push((
-        "E2E_TEST_KUBELET_BIN".into(),
-        test_kubelet.display().to_string(),
+        "E2E_KUBELET_BIN".into(),
+        info.bin_dir.join("kubelet").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     env.push((

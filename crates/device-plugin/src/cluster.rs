@@ -42,7 +42,11 @@ pub fn config_updates(
     source: Option<ConfigSource>,
 ) -> watch::Receiver<Option<ConfigUpdate>> {
     let Some(source) = source else {
-        return watch::channel(Some(Ok(ChosenConfig::default()))).1;
+        // The built-in config never changes, but the sender must live as long as the plugin: a closed channel
+        // tells the plugin to withdraw everything and stop.
+        let (sender, receiver) = watch::channel(Some(Ok(ChosenConfig::default())));
+        tokio::spawn(async move { sender.closed().await });
+        return receiver;
     };
     let mut inputs =
         kube_io::watch_inputs(node, client, &source.namespace, Some(&source.config_map));
@@ -111,6 +115,9 @@ pub async fn publish_reports(client: Client, node: Node, mut reports: watch::Rec
             if let Err(error) = written.await {
                 warn!(%error, "cannot write the GPUNode status; retrying");
                 backoff.wait_or(reports.changed()).await;
+                if reports.has_changed().is_err() {
+                    break;
+                }
                 continue;
             }
             backoff.reset();
@@ -153,6 +160,22 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
+
+    #[tokio::test]
+    async fn without_a_config_map_the_built_in_config_stays_in_effect() {
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let node = NodeApi::new(client.clone(), "gpu-0");
+        let mut configs = config_updates(client, &node, None);
+        assert_eq!(
+            *configs.borrow_and_update(),
+            Some(Ok(ChosenConfig::default()))
+        );
+        // A closed channel makes the plugin withdraw its resources and stop, so it must stay open.
+        let closed_or_changed =
+            tokio::time::timeout(std::time::Duration::from_millis(100), configs.changed()).await;
+        assert!(closed_or_changed.is_err(), "{closed_or_changed:?}");
+    }
 
     #[test]
     fn the_label_and_the_config_map_choose() {

@@ -3,7 +3,8 @@
 //! Bumping a version here changes the name of that tool's build directory in the cache, so the next `cluster up`
 //! rebuilds exactly that tool.
 
-/// `k8s.io/kubernetes`, the control plane and kubectl. v1.37.2 is not usable: the Go module proxy refuses its zip.
+/// `k8s.io/kubernetes`: the control plane, kubectl, and the kubelet the device-plugin tests join to the cluster.
+/// v1.37.2 is not usable: the Go module proxy refuses its zip.
 pub const KUBERNETES: &str = "v1.37.1";
 /// The version of the `k8s.io/*` staging modules that belong to [`KUBERNETES`].
 pub const KUBERNETES_STAGING: &str = "v0.37.1";
@@ -148,12 +149,14 @@ pub fn kubernetes() -> GoTool {
             "k8s.io/kubernetes/cmd/kube-controller-manager",
             "k8s.io/kubernetes/cmd/kube-scheduler",
             "k8s.io/kubernetes/cmd/kubectl",
+            "k8s.io/kubernetes/cmd/kubelet",
         ],
         binaries: &[
             "kube-apiserver",
             "kube-controller-manager",
             "kube-scheduler",
             "kubectl",
+            "kubelet",
         ],
         output: Output::Directory,
         version_ldflags: ldflags,

@@ -1,0 +1,119 @@
+// Command fake-cri is the container runtime of the end-to-end tests' real kubelets: this machine has no
+// container runtime (and no GPU), so the kubelet talks CRI to the fake runtime of k8s.io/cri-client, the one
+// kubemark's hollow nodes use. Pods "run" without processes; everything else (admission, the device manager and
+// its calls to device plugins, node status, the pod-resources API) is the kubelet's own code.
+//
+// Every CreateContainer is recorded as one JSON line (pod, container, environment, CDI devices, mounts, device
+// nodes), so tests can see exactly what the kubelet passed on from a device plugin's Allocate answer.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-client/pkg/fake"
+)
+
+// createdContainer is one recorded CreateContainer request.
+type createdContainer struct {
+	Namespace  string            `json:"namespace"`
+	Pod        string            `json:"pod"`
+	Container  string            `json:"container"`
+	Env        map[string]string `json:"env"`
+	CDIDevices []string          `json:"cdiDevices"`
+	Mounts     map[string]string `json:"mounts"`
+	Devices    []string          `json:"devices"`
+}
+
+// recordingRuntime is the fake runtime with CreateContainer recorded first.
+type recordingRuntime struct {
+	*fake.RemoteRuntime
+	lock    sync.Mutex
+	records *os.File
+}
+
+func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	config := req.GetConfig()
+	record := createdContainer{
+		Namespace: req.GetSandboxConfig().GetMetadata().GetNamespace(),
+		Pod:       req.GetSandboxConfig().GetMetadata().GetName(),
+		Container: config.GetMetadata().GetName(),
+		Env:       map[string]string{},
+		Mounts:    map[string]string{},
+	}
+	for _, env := range config.GetEnvs() {
+		record.Env[env.GetKey()] = string(env.GetValue())
+	}
+	for _, device := range config.GetCDIDevices() {
+		record.CDIDevices = append(record.CDIDevices, device.GetName())
+	}
+	for _, mount := range config.GetMounts() {
+		record.Mounts[mount.GetContainerPath()] = mount.GetHostPath()
+	}
+	for _, device := range config.GetDevices() {
+		record.Devices = append(record.Devices, device.GetContainerPath())
+	}
+	line, err := json.Marshal(record)
+	if err != nil {
+		return nil, err
+	}
+	r.lock.Lock()
+	_, err = r.records.Write(append(line, '\n'))
+	r.lock.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return r.RemoteRuntime.CreateContainer(ctx, req)
+}
+
+func main() {
+	socket := flag.String("socket", "", "the unix socket to serve the CRI on (the kubelet's --container-runtime-endpoint)")
+	recordsPath := flag.String("records", "", "the file that receives one JSON line per created container")
+	flag.Parse()
+	if *socket == "" || *recordsPath == "" {
+		log.Fatal("--socket and --records are required")
+	}
+	records, err := os.OpenFile(*recordsPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		log.Fatalf("cannot open the records file: %v", err)
+	}
+	runtime := &recordingRuntime{RemoteRuntime: fake.NewFakeRemoteRuntime(), records: records}
+	// A pulled image needs a size, or the kubelet refuses to create containers from it.
+	runtime.ImageService.SetFakeImageSize(1 << 20)
+	// What fake.RemoteRuntime.Start sets before serving: the runtime and its network are ready.
+	runtime.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
+		Conditions: []*runtimeapi.RuntimeCondition{
+			{Type: runtimeapi.RuntimeReady, Status: true},
+			{Type: runtimeapi.NetworkReady, Status: true},
+		},
+	}
+
+	_ = os.Remove(*socket)
+	listener, err := net.Listen("unix", *socket)
+	if err != nil {
+		log.Fatalf("cannot listen on %s: %v", *socket, err)
+	}
+	server := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(server, runtime)
+	runtimeapi.RegisterImageServiceServer(server, runtime)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-stop
+		server.Stop()
+	}()
+	log.Printf("serving the CRI on %s, recording containers in %s", *socket, *recordsPath)
+	if err := server.Serve(listener); err != nil {
+		log.Fatalf("serving: %v", err)
+	}
+}

@@ -1,0 +1,260 @@
+//! A real kubelet joined to the local cluster: the `kubelet` binary built from the same Kubernetes module as the
+//! control plane (`E2E_KUBELET_BIN`), talking CRI to `tests/fake-cri` (`E2E_FAKE_CRI_BIN`), the fake runtime of
+//! k8s.io/cri-client, because this machine has no container runtime. Registration with the API server, node
+//! status and allocatable, pod admission, the device manager (plugin registration, ListAndWatch, Allocate, its
+//! checkpoint) and the pod-resources API are the kubelet's own code; only containers are not real processes.
+//!
+//! What a device plugin's Allocate answer turned into is visible in the runtime's records: one JSON line per
+//! created container with its environment, CDI devices and mounts ([`Kubelet::created`]).
+//!
+//! Limits of this machine, and how the kubelet is configured around them: cgroup v1 (`failCgroupV1: false`), no
+//! QoS cgroups or node-allocatable enforcement, no eviction thresholds, no swap check. Test pods should set
+//! `automountServiceAccountToken: false`, since mounting a token volume needs a tmpfs mount. The kubelet's
+//! device-plugin directory is fixed at `/var/lib/kubelet/device-plugins` (not under `--root-dir`), so one real
+//! kubelet can run on a machine at a time: starting fails if another one answers on that socket.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{eventually, kubectl_json, run};
+
+/// Where every kubelet serves device-plugin registration, whatever its `--root-dir`.
+pub const DEVICE_PLUGIN_ROOT: &str = "/var/lib/kubelet";
+
+/// How long the kubelet gets to register its node and become Ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn binary(env_var: &str, what: &str) -> PathBuf {
+    std::env::var_os(env_var).map_or_else(
+        || panic!("{env_var} is not set: {what} is built by `cargo xtask e2e`"),
+        PathBuf::from,
+    )
+}
+
+/// A kubelet and its fake runtime for one node; both stopped, and the Node deleted, when dropped.
+#[derive(Debug)]
+pub struct Kubelet {
+    node: String,
+    dir: PathBuf,
+    /// The running kubelet process and how many have been started (their logs are numbered).
+    kubelet: Mutex<(Option<Child>, u32)>,
+    runtime: Child,
+}
+
+impl Kubelet {
+    /// Starts the runtime and a kubelet that registers node `node` with `labels`, keeping its state, config and
+    /// logs in `dir`; returns once the Node is Ready.
+    pub fn start(node: &str, dir: &Path, labels: &[(&str, &str)]) -> Self {
+        let registration = Path::new(DEVICE_PLUGIN_ROOT).join("device-plugins");
+        assert!(
+            UnixStream::connect(registration.join("kubelet.sock")).is_err(),
+            "another kubelet serves {}: the device-plugin tests need this machine's kubelet socket to themselves",
+            registration.display()
+        );
+        std::fs::create_dir_all(&registration).expect("the kubelet's device-plugin directory");
+        // A previous run's device assignments would be restored for pods that no longer exist.
+        let _ = std::fs::remove_file(registration.join("kubelet_internal_checkpoint"));
+        std::fs::create_dir_all(dir).expect("the kubelet's directory");
+
+        let socket = dir.join("cri.sock");
+        let runtime = Command::new(binary("E2E_FAKE_CRI_BIN", "fake-cri"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--records")
+            .arg(dir.join("containers.jsonl"))
+            .stdout(Stdio::null())
+            .stderr(log_file(&dir.join("fake-cri.log")))
+            .spawn()
+            .expect("start fake-cri");
+        eventually(Duration::from_secs(10), || {
+            Ok(UnixStream::connect(&socket).is_ok().then_some(()))
+        })
+        .expect("fake-cri serves its socket");
+
+        let config = dir.join("kubelet.yaml");
+        std::fs::write(&config, kubelet_config(&socket, free_port(), free_port()))
+            .expect("kubelet config");
+        let labels = labels
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        std::fs::write(dir.join("node-labels"), labels).expect("node labels");
+        let kubelet = Self {
+            node: node.to_owned(),
+            dir: dir.to_owned(),
+            kubelet: Mutex::default(),
+            runtime,
+        };
+        kubelet.start_kubelet();
+        kubelet
+    }
+
+    /// Starts the kubelet process and waits until the Node is Ready.
+    fn start_kubelet(&self) {
+        let mut process = self.kubelet.lock().expect("kubelet lock");
+        process.1 += 1;
+        let log = self.dir.join(format!("kubelet-{}.log", process.1));
+        let labels = std::fs::read_to_string(self.dir.join("node-labels")).unwrap_or_default();
+        let kubeconfig =
+            std::env::var_os("KUBECONFIG").expect("KUBECONFIG is set by cargo xtask e2e");
+        let child = Command::new(binary("E2E_KUBELET_BIN", "the kubelet"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--config")
+            .arg(self.dir.join("kubelet.yaml"))
+            .arg("--root-dir")
+            .arg(self.root())
+            .arg("--cert-dir")
+            .arg(self.dir.join("pki"))
+            .args(["--hostname-override", &self.node])
+            .arg(format!("--node-labels={labels}"))
+            .stdout(Stdio::null())
+            .stderr(log_file(&log))
+            .spawn()
+            .expect("start the kubelet");
+        process.0 = Some(child);
+        drop(process);
+        let node = self.node.clone();
+        eventually(READY_TIMEOUT, || {
+            let got = run("kubectl", &["get", "node", &node, "-o", "json"]);
+            if !got.success {
+                return Ok(None);
+            }
+            let node: Value = serde_json::from_str(&got.stdout)?;
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|condition| condition["type"] == "Ready" && condition["status"] == "True");
+            Ok(ready.then_some(()))
+        })
+        .unwrap_or_else(|error| {
+            panic!(
+                "node {node} never became Ready: {error:#}\n{}",
+                self.output()
+            )
+        });
+    }
+
+    /// Stops the kubelet (the runtime and its pods stay) and starts it again, as a kubelet upgrade or crash does.
+    pub fn restart(&self) {
+        self.stop_kubelet();
+        self.start_kubelet();
+    }
+
+    fn stop_kubelet(&self) {
+        if let Some(mut child) = self.kubelet.lock().expect("kubelet lock").0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The kubelet's `--root-dir` (pods, pod-resources socket).
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    /// Every container the kubelet created, oldest first: `{namespace, pod, container, env, cdiDevices, mounts}`.
+    pub fn created(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.join("containers.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// The newest container the kubelet created for pod `name` (namespace `default`), once there is one.
+    pub fn container_of(&self, pod: &str) -> Option<Value> {
+        self.created()
+            .into_iter()
+            .rev()
+            .find(|created| created["pod"] == pod && created["namespace"] == "default")
+    }
+
+    /// The current kubelet's log (its last 60 lines) and the runtime's, for failure messages.
+    pub fn output(&self) -> String {
+        let read = |name: String| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        let starts = self.kubelet.lock().map_or(0, |process| process.1);
+        let kubelet = read(format!("kubelet-{starts}.log"));
+        let lines: Vec<&str> = kubelet.lines().collect();
+        format!(
+            "kubelet log (tail):\n{}\nfake-cri log:\n{}",
+            lines[lines.len().saturating_sub(60)..].join("\n"),
+            read("fake-cri.log".into())
+        )
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop_kubelet();
+        let _ = self.runtime.kill();
+        let _ = self.runtime.wait();
+        let _ = run(
+            "kubectl",
+            &[
+                "delete",
+                "node",
+                &self.node,
+                "--ignore-not-found",
+                "--wait=false",
+            ],
+        );
+    }
+}
+
+/// The node's allocatable amount of `resource`, as the scheduler sees it.
+pub fn allocatable(node: &str, resource: &str) -> Option<String> {
+    kubectl_json(&["get", "node", node])["status"]["allocatable"][resource]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn log_file(path: &Path) -> Stdio {
+    Stdio::from(std::fs::File::create(path).expect("log file"))
+}
+
+/// A TCP port nothing listens on right now (the kubelet's API and healthz ports must not collide with anything).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The KubeletConfiguration for this machine (see the module docs for why each setting).
+fn kubelet_config(runtime: &Path, port: u16, healthz_port: u16) -> String {
+    let endpoint = format!("unix://{}", runtime.display());
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: {port}
+healthzBindAddress: 127.0.0.1
+healthzPort: {healthz_port}
+readOnlyPort: 0
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+authorization: {{mode: AlwaysAllow}}
+containerRuntimeEndpoint: {endpoint}
+imageServiceEndpoint: {endpoint}
+failCgroupV1: false
+failSwapOn: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.available: \"0%\"}}
+localStorageCapacityIsolation: false
+protectKernelDefaults: false
+resolvConf: \"\"
+nodeStatusUpdateFrequency: 2s
+"
+    )
+}
