@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -72,7 +73,19 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	if err != nil {
 		return nil, err
 	}
-	return r.RemoteRuntime.CreateContainer(ctx, req)
+	created, err := r.RemoteRuntime.CreateContainer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The fake runtime leaves a container's log path empty, and the kubelet removes a deleted container's log
+	// at that path: an empty one resolves against the kubelet's working directory and deletes files there. The
+	// path the kubelet asked for (under its pod log directory) is what a real runtime reports.
+	r.RuntimeService.Lock()
+	if container, ok := r.RuntimeService.Containers[created.GetContainerId()]; ok {
+		container.LogPath = filepath.Join(req.GetSandboxConfig().GetLogDirectory(), config.GetLogPath())
+	}
+	r.RuntimeService.Unlock()
+	return created, nil
 }
 
 func main() {

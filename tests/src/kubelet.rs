@@ -67,6 +67,7 @@ impl Kubelet {
             .arg(&socket)
             .arg("--records")
             .arg(dir.join("containers.jsonl"))
+            .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(log_file(&dir.join("fake-cri.log")))
             .spawn()
@@ -77,8 +78,11 @@ impl Kubelet {
         .expect("fake-cri serves its socket");
 
         let config = dir.join("kubelet.yaml");
-        std::fs::write(&config, kubelet_config(&socket, free_port(), free_port()))
-            .expect("kubelet config");
+        std::fs::write(
+            &config,
+            kubelet_config(&socket, &dir.join("logs"), free_port(), free_port()),
+        )
+        .expect("kubelet config");
         let labels = labels
             .iter()
             .map(|(key, value)| format!("{key}={value}"))
@@ -114,6 +118,8 @@ impl Kubelet {
             .arg(self.dir.join("pki"))
             .args(["--hostname-override", &self.node])
             .arg(format!("--node-labels={labels}"))
+            // It deletes container logs by path; a path the runtime got wrong must not reach the checkout.
+            .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(log_file(&log))
             .spawn()
@@ -229,8 +235,9 @@ fn free_port() -> u16 {
 }
 
 /// The KubeletConfiguration for this machine (see the module docs for why each setting).
-fn kubelet_config(runtime: &Path, port: u16, healthz_port: u16) -> String {
+fn kubelet_config(runtime: &Path, pod_logs: &Path, port: u16, healthz_port: u16) -> String {
     let endpoint = format!("unix://{}", runtime.display());
+    let pod_logs = pod_logs.display();
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -254,6 +261,7 @@ evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.avai
 localStorageCapacityIsolation: false
 protectKernelDefaults: false
 resolvConf: \"\"
+podLogsDirectory: {pod_logs}
 nodeStatusUpdateFrequency: 2s
 "
     )

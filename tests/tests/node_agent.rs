@@ -1,12 +1,16 @@
 //! The node agent (`gpu-node-agent`) against the local cluster: MIG manager and feature discovery as local
 //! processes per simulated node, with the chart's ServiceAccounts (so its RBAC is tested). The test adds its own
 //! two nodes (copies of the harness's kwok nodes, with one A100-80GB and with eight H100s) and deletes them at the
-//! end, so the other tests find the cluster as they expect. One scenario, in the order an admin meets it.
+//! end, so the other tests find the cluster as they expect. One scenario, in the order an admin meets it; and one
+//! on a real kubelet ([`e2e::kubelet`]), whose pod-resources API tells the MIG manager which pod holds which GPU.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable};
+use e2e::plugin::DevicePlugin;
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -170,6 +174,14 @@ fn mig_config_map() -> String {
     - devices: all
       mig-enabled: true
       mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
+  e2e-gpu-0-only:
+    - devices: [0]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
+  e2e-gpu-1-only:
+    - devices: [1]
+      mig-enabled: true
+      mig-devices: {"1g.10gb": 7}
   e2e-first-gpu:
     - devices: [0]
       mig-enabled: true
@@ -247,10 +259,11 @@ fn warning_events(node: &str, reason: &str) -> Vec<String> {
         .collect()
 }
 
-/// Removes what the test added (its nodes, with their GPUNodes; its DaemonSet, ConfigMap, pod and budget) when
+/// Removes what a test added (its nodes, with their GPUNodes; its DaemonSet, ConfigMap, pods and budget) when
 /// dropped, also when an assertion fails, so that the tests after this one find the cluster as they expect.
 struct Cleanup {
-    nodes: [&'static str; 2],
+    nodes: Vec<&'static str>,
+    pods: Vec<&'static str>,
 }
 
 impl Drop for Cleanup {
@@ -280,8 +293,11 @@ impl Drop for Cleanup {
             "default",
             "--ignore-not-found",
         ]);
+        for pod in &self.pods {
+            quiet(&["delete", "pod", pod, "-n", "default", "--ignore-not-found"]);
+        }
         let mut nodes = vec!["delete", "node", "--ignore-not-found"];
-        nodes.extend(self.nodes);
+        nodes.extend(&self.nodes);
         quiet(&nodes);
     }
 }
@@ -295,7 +311,8 @@ fn node_agent_mig_manager_and_feature_discovery() {
     let a100 = "e2e-a100-80gb";
     let h100 = "e2e-h100";
     let cleanup = Cleanup {
-        nodes: [a100, h100],
+        nodes: vec![a100, h100],
+        pods: Vec::new(),
     };
     let marker = [(TEST_NODE_LABEL, "true"), (PLUGIN_LABEL, "true")];
     add_simulated_node("gpu-a100-0", a100, "a100-80gb:1", &marker);
@@ -588,4 +605,144 @@ fn node_agent_mig_manager_and_feature_discovery() {
     })
     .expect("GPUNodes deleted with their Nodes");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The GPU index of each GPU UUID of `node`, from GPUNode status.
+fn gpu_indexes(node: &str) -> BTreeMap<String, u64> {
+    gpunode(node)["status"]["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|gpu| Some((gpu["uuid"].as_str()?.to_owned(), gpu["index"].as_u64()?)))
+        .collect()
+}
+
+/// A pod holding one whole GPU on `node`, left to the scheduler and the kubelet.
+fn whole_gpu_pod(name: &str, node: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+        }
+    })
+    .to_string()
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn mig_manager_evicts_only_the_pods_on_the_gpus_it_changes() {
+    chart_installed();
+    let node = "e2e-mig-kubelet";
+    let dir = std::env::temp_dir().join(format!("e2e-mig-kubelet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("state folder");
+    let state = dir.join(format!("{node}.json"));
+    let pods = ["e2e-gpu-pod-a", "e2e-gpu-pod-b"];
+    let _cleanup = Cleanup {
+        nodes: vec![node],
+        pods: pods.to_vec(),
+    };
+    assert!(kubectl_apply(&mig_config_map(), &[]).success);
+
+    step(
+        "a real kubelet with 2 A100-80GB (simulated), the device plugin, the MIG manager reading pod-resources",
+    );
+    let kubelet = Kubelet::start(node, &dir.join("kubelet"), &[]);
+    kubectl(&[
+        "annotate",
+        "node",
+        node,
+        "nvidia.com/gpu.simulator=a100-80gb:2",
+        "--overwrite",
+    ]);
+    let plugin = DevicePlugin::start_on(Path::new(DEVICE_PLUGIN_ROOT), node, &state, &[]);
+    let root = kubelet.root().display().to_string();
+    let agent = mig_manager(node, &state, &[("KUBELET_ROOT", root.as_str())]);
+    let logs = || {
+        format!(
+            "{}\nplugin log:\n{}\nMIG manager log:\n{}",
+            kubelet.output(),
+            plugin.output(),
+            agent.output()
+        )
+    };
+    wait_for_state(node, "all-disabled", "success", Instant::now());
+    eventually(WAIT, || {
+        Ok((allocatable(node, "nvidia.com/gpu").as_deref() == Some("2")).then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("allocatable nvidia.com/gpu never 2: {error:#}\n{}", logs()));
+
+    step("two pods, one GPU each: the kubelet gives them different GPUs");
+    let mut holders = BTreeMap::new();
+    for pod in pods {
+        assert!(kubectl_apply(&whole_gpu_pod(pod, node), &[]).success);
+    }
+    let indexes = gpu_indexes(node);
+    for pod in pods {
+        let (gpu, uid) = eventually(WAIT, || {
+            let got = kubectl_json(&["get", "pod", pod, "-n", "default"]);
+            let Some(container) = kubelet.container_of(pod) else {
+                return Ok(None);
+            };
+            let uuid = container["env"]["NVIDIA_VISIBLE_DEVICES"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let running = got["status"]["phase"] == "Running";
+            Ok(running
+                .then(|| indexes.get(&uuid).copied())
+                .flatten()
+                .map(|gpu| {
+                    (
+                        gpu,
+                        got["metadata"]["uid"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    )
+                }))
+        })
+        .unwrap_or_else(|error| panic!("{pod} never ran on a known GPU: {error:#}\n{}", logs()));
+        holders.insert(pod, (gpu, uid));
+    }
+    let (gpu_a, _) = holders[pods[0]];
+    let (gpu_b, uid_b) = holders[pods[1]].clone();
+    assert_ne!(gpu_a, gpu_b, "{holders:?}");
+
+    step("MIG on pod A's GPU only: pod A is evicted, pod B (on the other GPU) keeps running");
+    let config = format!("e2e-gpu-{gpu_a}-only");
+    let since = set_mig_config(node, &config);
+    let took = wait_for_state(node, &config, "success", since);
+    eprintln!("label -> success, with one eviction: {took:?}");
+    let gone = run(
+        "kubectl",
+        &["get", "pod", pods[0], "-n", "default", "-o", "name"],
+    );
+    assert!(!gone.success, "pod A is still there:\n{}", logs());
+    let b = kubectl_json(&["get", "pod", pods[1], "-n", "default"]);
+    assert_eq!(b["metadata"]["uid"], uid_b.as_str(), "pod B was replaced");
+    assert_eq!(b["status"]["phase"], "Running", "{b}");
+    assert!(
+        b["metadata"]["deletionTimestamp"].is_null(),
+        "pod B is being deleted: {b}"
+    );
+    let output = agent.output();
+    for line in output.lines().filter(|line| line.contains("evict")) {
+        eprintln!("agent: {line}");
+    }
+    assert!(
+        output.contains(&format!("default/{}", pods[0]))
+            && !output.contains(&format!("evicted pod=default/{}", pods[1])),
+        "{output}"
+    );
+    let geometry = current_geometry(node);
+    let changed = geometry
+        .iter()
+        .find(|gpu| gpu["gpu"] == gpu_a)
+        .expect("pod A's GPU");
+    assert_eq!(changed["devices"], json!({"1g.10gb": 7}), "{geometry:?}");
 }

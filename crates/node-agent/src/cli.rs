@@ -91,6 +91,10 @@ pub struct MigArgs {
     /// How long to keep evicting the pods that use the GPUs being changed (PodDisruptionBudgets may hold them).
     #[arg(long, value_parser = seconds, default_value = "300")]
     pub eviction_timeout: Duration,
+    /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which pods hold which GPU, so that only
+    /// the pods on the GPUs being changed are evicted (without it, every pod that requests a GPU is).
+    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    pub kubelet_root: PathBuf,
     /// The node (required for the role).
     #[command(flatten)]
     pub node: Option<NodeArgs>,
@@ -276,6 +280,8 @@ mod tests {
             "all-disabled",
             "--gpu-clients-config-map",
             "gpu-clients",
+            "--kubelet-root",
+            "/var/lib/k0s/kubelet",
             "--node-name",
             "n1",
         ])
@@ -285,6 +291,12 @@ mod tests {
         };
         assert_eq!(mig.config_map.as_deref(), Some("custom-mig-parted-config"));
         assert!(mig.action.is_none());
+        assert_eq!(mig.kubelet_root, PathBuf::from("/var/lib/k0s/kubelet"));
+        let cli = parse(&["mig", "--config-map", "m", "--node-name", "n1"]).unwrap();
+        let Command::Mig(mig) = cli.command else {
+            panic!("mig")
+        };
+        assert_eq!(mig.kubelet_root, PathBuf::from("/var/lib/kubelet"));
 
         let cli = parse(&[
             "discovery",

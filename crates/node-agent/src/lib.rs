@@ -9,7 +9,8 @@
 //!
 //! Every role that talks to the cluster keeps the node's GPUNode status current ([`gpunode`]). GPUs come from
 //! NVML or the simulator ([`backend`]). Decisions are pure functions (`mig::state`, `mig::assess`,
-//! `mig::clients`, `discovery::labels`); I/O sits in `kube_io`, `gpunode`, `mig::drain` and the runners.
+//! `mig::clients`, `mig::holders`, `discovery::labels`); I/O sits in `kube_io`, `gpunode`, `mig::drain`,
+//! `pod_resources` (the kubelet's PodResources API) and the runners.
 
 pub mod backend;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod inventory;
 pub mod kube_io;
 pub mod mig;
 pub mod node_patch;
+pub mod pod_resources;
 pub mod simulator_tool;
 pub mod validate;
 

@@ -2,12 +2,16 @@
 //! workloads that use the GPUs being disturbed, through the Eviction API so that PodDisruptionBudgets hold. A
 //! budget that refuses (HTTP 429) means wait and retry until the timeout; a pod is never deleted directly.
 //!
-//! Which pods use which GPU: the kubelet's pod-resources API would tell, but the agent does not query it yet, and
-//! on the simulator no pod holds a particular GPU. So every pod on the node that requests a GPU resource
-//! (`nvidia.com/gpu*` or `nvidia.com/mig-*`) counts as using every disturbed GPU; a change that disturbs no GPU
-//! (it only adds instances) evicts nothing.
+//! Which pods use which GPU: the kubelet's pod-resources API ([`pod_resources`]) says which device IDs each pod
+//! holds, and [`holders`](super::holders) traces them to GPUs. A pod that requests a GPU resource
+//! (`nvidia.com/gpu*` or `nvidia.com/mig-*`) is evicted unless the answer shows it holding GPU devices on GPUs
+//! the change leaves alone; pods the answer does not place (not admitted yet, unknown IDs) are evicted too. The
+//! answer is asked again on every retry, as pods come and go. When the kubelet cannot be asked (no socket, no
+//! answer), every pod on the node that requests a GPU resource counts as using every disturbed GPU, as before the
+//! agent asked. A change that disturbs no GPU (it only adds instances) evicts nothing.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,7 +23,9 @@ use tokio::time::{Instant, sleep};
 use tracing::{debug, info};
 
 use super::clients::GPU_CLIENTS;
+use super::holders::{Disturbed, is_gpu_resource};
 use crate::kube_io::KubeError;
+use crate::pod_resources;
 
 /// Time between looks while waiting for pods to go, and between eviction retries.
 const RETRY: Duration = Duration::from_secs(1);
@@ -57,14 +63,12 @@ pub fn uses_gpus(pod: &Pod) -> bool {
     let Some(spec) = &pod.spec else {
         return false;
     };
-    let is_gpu =
-        |name: &String| name.starts_with("nvidia.com/gpu") || name.starts_with("nvidia.com/mig-");
     let requests = |container: &Container| {
         container.resources.as_ref().is_some_and(|resources| {
             [&resources.requests, &resources.limits]
                 .into_iter()
                 .flatten()
-                .any(|amounts| amounts.keys().any(is_gpu))
+                .any(|amounts| amounts.keys().any(|name| is_gpu_resource(name)))
         })
     };
     spec.containers
@@ -82,6 +86,13 @@ pub fn finished(pod: &Pod) -> bool {
         .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"))
 }
 
+/// Whether a pod must leave before the GPUs change: it runs and requests a GPU resource, and it is not among the
+/// pods the kubelet's answer spares (none are when the kubelet could not be asked).
+#[must_use]
+pub fn must_leave(pod: &Pod, spared: &BTreeSet<String>) -> bool {
+    uses_gpus(pod) && !finished(pod) && !spared.contains(&pod_name(pod))
+}
+
 /// `namespace/name`.
 fn pod_name(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
@@ -93,26 +104,30 @@ pub struct NodePods {
     client: Client,
     node: String,
     namespace: String,
+    kubelet_root: PathBuf,
 }
 
 impl std::fmt::Debug for NodePods {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodePods")
             .field("node", &self.node)
+            .field("kubelet_root", &self.kubelet_root)
             .finish()
     }
 }
 
 impl NodePods {
-    /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's). `client` must not
-    /// retry 429 answers itself ([`client_without_retries`](crate::kube_io::client_without_retries)), or one
-    /// refused eviction would block for minutes instead of being reported.
+    /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's), and which pod holds
+    /// which GPU is asked of the kubelet whose root directory is `kubelet_root`. `client` must not retry 429
+    /// answers itself ([`client_without_retries`](crate::kube_io::client_without_retries)), or one refused
+    /// eviction would block for minutes instead of being reported.
     #[must_use]
-    pub fn new(client: Client, node: &str, namespace: &str) -> Self {
+    pub fn new(client: Client, node: &str, namespace: &str, kubelet_root: &Path) -> Self {
         Self {
             client,
             node: node.to_owned(),
             namespace: namespace.to_owned(),
+            kubelet_root: kubelet_root.to_owned(),
         }
     }
 
@@ -171,13 +186,15 @@ impl NodePods {
         })
     }
 
-    /// Evicts every running pod on the node that uses GPUs, retrying refused evictions until `timeout`, and waits
-    /// until they are gone. `on_refused` hears each refusal (a PodDisruptionBudget), to report it while waiting.
+    /// Evicts every running pod on the node that uses a GPU of `disturbed` (as the module doc tells), retrying
+    /// refused evictions until `timeout`, and waits until they are gone. `on_refused` hears each refusal (a
+    /// PodDisruptionBudget), to report it while waiting.
     ///
     /// # Errors
     /// `EvictionTimedOut` when pods remain at the timeout; other API failures.
     pub async fn evict_gpu_pods(
         &self,
+        disturbed: &Disturbed,
         timeout: Duration,
         mut on_refused: impl AsyncFnMut(&str),
     ) -> Result<(), DrainError> {
@@ -185,12 +202,22 @@ impl NodePods {
         let deadline = Instant::now() + timeout;
         let mut refusal = String::new();
         let mut evicted = BTreeSet::new();
+        let (mut fell_back, mut kept) = (false, BTreeSet::new());
         loop {
+            let spared = self.spared(disturbed, &mut fell_back).await;
+            if spared != kept && !spared.is_empty() {
+                info!(
+                    pods = ?spared,
+                    gpus = ?disturbed.gpus(),
+                    "pods on GPUs the change leaves alone are not evicted"
+                );
+            }
+            kept = spared;
             let remaining: Vec<Pod> = self
                 .list(&all)
                 .await?
                 .into_iter()
-                .filter(|pod| uses_gpus(pod) && !finished(pod))
+                .filter(|pod| must_leave(pod, &kept))
                 .collect();
             if remaining.is_empty() {
                 return Ok(());
@@ -239,6 +266,23 @@ impl NodePods {
                 }
             }
             sleep(RETRY).await;
+        }
+    }
+
+    /// The GPU pods that may stay, asked of the kubelet afresh (pods come and go while evictions wait on budgets).
+    /// None may stay when the kubelet cannot be asked; the first time (`fell_back` unset), the log says why.
+    async fn spared(&self, disturbed: &Disturbed, fell_back: &mut bool) -> BTreeSet<String> {
+        match pod_resources::list(&self.kubelet_root).await {
+            Ok(answer) => disturbed.spared(&answer),
+            Err(error) => {
+                if !std::mem::replace(fell_back, true) {
+                    info!(
+                        %error,
+                        "cannot tell which pods use the disturbed GPUs; evicting every pod on the node that requests a GPU"
+                    );
+                }
+                BTreeSet::new()
+            }
         }
     }
 }
@@ -290,5 +334,23 @@ mod tests {
         assert!(finished(&pod(json!({}), "Failed")));
         assert!(!finished(&pod(json!({}), "Running")));
         assert_eq!(pod_name(&pod(json!({}), "Running")), "default/p");
+    }
+
+    #[test]
+    fn only_gpu_pods_the_kubelet_places_elsewhere_stay() {
+        let gpu = pod(json!({"limits": {"nvidia.com/gpu": "1"}}), "Running");
+        let spared = |pods: &[&str]| pods.iter().map(|pod| (*pod).to_owned()).collect();
+        assert!(!must_leave(&gpu, &spared(&["default/p"])));
+        // Not in the answer (not admitted yet, or holding a disturbed GPU), or no answer at all: it goes.
+        assert!(must_leave(&gpu, &spared(&["default/other"])));
+        assert!(must_leave(&gpu, &BTreeSet::new()));
+        assert!(!must_leave(
+            &pod(json!({"limits": {"cpu": "1"}}), "Running"),
+            &BTreeSet::new()
+        ));
+        assert!(!must_leave(
+            &pod(json!({"limits": {"nvidia.com/gpu": "1"}}), "Succeeded"),
+            &BTreeSet::new()
+        ));
     }
 }

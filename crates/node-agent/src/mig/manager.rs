@@ -17,6 +17,7 @@ use super::assess::{GpuChange, assess};
 use super::clients::{Progress, pause, rebooting, restore};
 use super::drain::NodePods;
 use super::gpus::{Changed, Target, change, simulated_reboot, verify};
+use super::holders::Disturbed;
 use super::state::{
     Context, Decision, MigState, Next, Observation, Outcome, Request, Step, decide, next,
 };
@@ -283,7 +284,16 @@ impl MigManager {
             }
             Step::Evict => {
                 let pods = self.parts.pods.clone();
-                pods.evict_gpu_pods(self.settings.eviction_timeout, async |refusal: &str| {
+                // The views are from before the change: the MIG device UUIDs pods hold are those.
+                let disturbed = Disturbed::new(
+                    &self.report.views,
+                    run.changes
+                        .iter()
+                        .filter(|change| change.disrupts())
+                        .map(|change| change.gpu),
+                );
+                let timeout = self.settings.eviction_timeout;
+                pods.evict_gpu_pods(&disturbed, timeout, async |refusal: &str| {
                     self.report.error = Some(node_error(COMPONENT, refusal));
                     if let Err(error) = self.publish().await {
                         warn!(%error, "cannot report the refused eviction");

@@ -1,7 +1,8 @@
 //! The `mig` role, NVIDIA's MIG manager: applies the geometry that the node's `nvidia.com/mig.config` label names
 //! (from the mig-parted config in the ConfigMap `--config-map`), and reports `nvidia.com/mig.config.state` and the
 //! node's GPUNode status. The modules split it into the pure decisions ([`assess`], [`state`], [`clients`]), the
-//! GPU work ([`gpus`]), the pod work ([`drain`]) and the runner (`manager`); [`admin`] is the admin CLI.
+//! GPU work ([`gpus`]), the pod work ([`drain`], told which pods use which GPU by [`holders`]) and the runner
+//! (`manager`); [`admin`] is the admin CLI.
 //!
 //! `--gpu-clients-config-map` (host services that use the GPUs, stopped by NVIDIA's manager around a change) is
 //! accepted so that the operator's command line works, but host services are not stopped: the agent logs that.
@@ -11,6 +12,7 @@ pub mod assess;
 pub mod clients;
 pub mod drain;
 pub mod gpus;
+pub mod holders;
 mod manager;
 pub mod state;
 
@@ -76,6 +78,7 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
                 kube_io::client_without_retries().await?,
                 &node_args.node_name,
                 &node_args.namespace,
+                &args.kubelet_root,
             ),
         },
         settings,

@@ -1,6 +1,7 @@
 //! The MIG manager (`gpu-node-agent mig`): applies the geometry each node's `nvidia.com/mig.config` label names,
 //! from the mig-parted ConfigMap. `WITH_REBOOT=true` reaches it through `migManager.env`, which the shared
-//! builder layers over the operator's env.
+//! builder layers over the operator's env. It asks the kubelet's pod-resources socket which pods hold the GPUs a
+//! change disturbs, so that only those are evicted.
 
 use super::RenderedObject;
 use super::common::{
@@ -11,10 +12,18 @@ use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec.mig_manager;
+    let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
     // Without a `config` section, the schema's defaults (default-mig-parted-config, all-disabled).
     let config = spec.config.clone().unwrap_or_default();
     let (config_map, default) = (config.name.as_str(), config.default.as_str());
-    let mut command = vec![NODE_AGENT, "mig", "--config-map", config_map];
+    let mut command = vec![
+        NODE_AGENT,
+        "mig",
+        "--config-map",
+        config_map,
+        "--kubelet-root",
+        kubelet_root,
+    ];
     // An empty default leaves unlabelled nodes alone: no flag.
     if !default.is_empty() {
         command.extend(["--default-config", default]);
@@ -33,6 +42,11 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.host_ipc = true;
     ds.mount(&HostMount::same("sys", "/sys"));
     ds.mount(&HostMount::validations());
+    // At the same path, so that `--kubelet-root` names it inside the container too. Read-only: the agent only
+    // connects to the socket, which a read-only mount allows.
+    ds.mount(
+        &HostMount::same("pod-resources", &format!("{kubelet_root}/pod-resources")).read_only(),
+    );
     ds.mount(
         &HostMount::new("host-root", &policy.spec.host_paths.root_fs, "/host")
             .propagation("HostToContainer"),

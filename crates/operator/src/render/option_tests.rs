@@ -227,11 +227,14 @@ fn device_plugin_config_mig_mixed_cdi_off() {
 
 #[test]
 fn mig_manager_with_reboot_and_gpu_clients() {
-    let spec = json!({"migManager": {
-        "env": [{"name": "WITH_REBOOT", "value": "true"}],
-        "config": {"name": "custom-mig-parted-config", "default": ""},
-        "gpuClientsConfig": {"name": "gpu-clients"},
-    }});
+    let spec = json!({
+        "migManager": {
+            "env": [{"name": "WITH_REBOOT", "value": "true"}],
+            "config": {"name": "custom-mig-parted-config", "default": ""},
+            "gpuClientsConfig": {"name": "gpu-clients"},
+        },
+        "hostPaths": {"kubeletRootDir": "/var/lib/k0s/kubelet"},
+    });
     let managers = render_component(spec, &one_node(), Component::MigManager);
     let manager = container(&managers[0], "nvidia-mig-manager");
     assert_eq!(env_value(manager, "WITH_REBOOT"), Some("true"));
@@ -241,9 +244,32 @@ fn mig_manager_with_reboot_and_gpu_clients() {
             "mig",
             "--config-map",
             "custom-mig-parted-config",
+            "--kubelet-root",
+            "/var/lib/k0s/kubelet",
             "--gpu-clients-config-map",
             "gpu-clients"
         ])
+    );
+    // The kubelet's pod-resources socket, at the same path inside, so that the flag names it there too.
+    let volumes = &managers[0]["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        volumes.as_array().unwrap().contains(&json!({
+            "name": "pod-resources",
+            "hostPath": {"path": "/var/lib/k0s/kubelet/pod-resources"}
+        })),
+        "{volumes}"
+    );
+    assert!(
+        manager["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({
+                "name": "pod-resources",
+                "mountPath": "/var/lib/k0s/kubelet/pod-resources",
+                "readOnly": true
+            })),
+        "{}",
+        manager["volumeMounts"]
     );
     snapshot("mig_manager_reboot_gpu_clients", &managers);
 }

@@ -1,0 +1,263 @@
+//! The kubelet's PodResources API (v1): which pod holds which device. The MIG manager asks it so that a change
+//! evicts only the pods on the GPUs it disturbs ([`mig::holders`](crate::mig::holders) decides from the answer).
+//!
+//! The kubelet serves it on `<kubelet root>/pod-resources/kubelet.sock`; the MIG manager's DaemonSet mounts that
+//! folder from the host. The answer is read whole on each call: pods come and go while a change waits for them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::error::Error as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Endpoint, Uri};
+
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+mod api {
+    tonic::include_proto!("v1");
+}
+
+use api::ListPodResourcesRequest;
+use api::pod_resources_lister_client::PodResourcesListerClient;
+
+/// The socket, under the kubelet's root directory.
+pub const SOCKET: &str = "pod-resources/kubelet.sock";
+/// A kubelet on the same machine answers a connection at once; waiting longer would only hold up the eviction
+/// loop, which then falls back to evicting every GPU pod.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The whole List call, for the same reason: a wedged kubelet must not stall the change.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The devices one pod holds, as the kubelet allocated them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDevices {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Device IDs by resource name (`nvidia.com/gpu` → `GPU-...::3`, ...), over all of its containers.
+    pub devices: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Why the kubelet could not say which pod holds which device.
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    /// No socket: no kubelet on this path (a wrong `--kubelet-root`, or the folder not mounted).
+    #[error("the kubelet's pod-resources socket {} does not exist", socket.display())]
+    SocketMissing {
+        /// The socket.
+        socket: PathBuf,
+    },
+    /// The socket is there but nobody answers on it.
+    #[error("cannot connect to the kubelet's pod-resources socket {}: {}", socket.display(), causes(source))]
+    Connect {
+        /// The socket.
+        socket: PathBuf,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The kubelet refused or failed the call.
+    #[error("the kubelet's pod-resources List call failed: {0}")]
+    List(#[source] tonic::Status),
+}
+
+/// An error with its causes: a transport error alone says only "transport error".
+fn causes(error: &tonic::transport::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
+}
+
+/// The pod-resources socket of the kubelet whose root directory is `kubelet_root`.
+#[must_use]
+pub fn socket(kubelet_root: &Path) -> PathBuf {
+    kubelet_root.join(SOCKET)
+}
+
+/// Every pod the kubelet knows, with the devices it holds (pods not admitted yet hold none).
+///
+/// # Errors
+/// [`PodResourcesError::SocketMissing`] when the socket does not exist; the other variants when the kubelet does
+/// not answer or fails the call.
+pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesError> {
+    let socket = socket(kubelet_root);
+    if matches!(tokio::fs::try_exists(&socket).await, Ok(false)) {
+        return Err(PodResourcesError::SocketMissing { socket });
+    }
+    let dial = socket.clone();
+    // The URI is a placeholder gRPC needs; the connector dials the socket.
+    let channel = Endpoint::from_static("http://localhost")
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let dial = dial.clone();
+            async move { UnixStream::connect(dial).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| PodResourcesError::Connect { socket, source })?;
+    let answer = PodResourcesListerClient::new(channel)
+        .list(ListPodResourcesRequest {})
+        .await
+        .map_err(PodResourcesError::List)?
+        .into_inner();
+    Ok(answer
+        .pod_resources
+        .into_iter()
+        .map(|pod| {
+            let mut devices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for held in pod
+                .containers
+                .into_iter()
+                .flat_map(|container| container.devices)
+            {
+                devices
+                    .entry(held.resource_name)
+                    .or_default()
+                    .extend(held.device_ids);
+            }
+            PodDevices {
+                pod: format!("{}/{}", pod.namespace, pod.name),
+                devices,
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::UnixListener;
+    use tokio_stream::wrappers::UnixListenerStream;
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    /// The server side, generated apart from the agent's client (see build.rs), with its own message types: the
+    /// test goes through the wire encoding.
+    #[allow(
+        missing_docs,
+        missing_debug_implementations,
+        clippy::all,
+        clippy::pedantic
+    )]
+    mod fake {
+        include!(concat!(env!("OUT_DIR"), "/server/v1.rs"));
+    }
+
+    use fake::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+
+    /// A kubelet that gives one fixed answer.
+    struct Kubelet(fake::ListPodResourcesResponse);
+
+    #[tonic::async_trait]
+    impl PodResourcesLister for Kubelet {
+        async fn list(
+            &self,
+            _: Request<fake::ListPodResourcesRequest>,
+        ) -> Result<Response<fake::ListPodResourcesResponse>, Status> {
+            Ok(Response::new(self.0.clone()))
+        }
+    }
+
+    fn container(name: &str, devices: &[(&str, &[&str])]) -> fake::ContainerResources {
+        fake::ContainerResources {
+            name: name.into(),
+            devices: devices
+                .iter()
+                .map(|(resource, ids)| fake::ContainerDevices {
+                    resource_name: (*resource).into(),
+                    device_ids: ids.iter().map(|id| (*id).into()).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Serves `answer` on `<root>/pod-resources/kubelet.sock`.
+    fn serve(root: &Path, answer: fake::ListPodResourcesResponse) {
+        std::fs::create_dir_all(root.join("pod-resources")).unwrap();
+        let listener = UnixListener::bind(socket(root)).unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(PodResourcesListerServer::new(Kubelet(answer)))
+                .serve_with_incoming(UnixListenerStream::new(listener)),
+        );
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_read_per_pod_and_resource() {
+        let root = tempfile::tempdir().unwrap();
+        serve(
+            root.path(),
+            fake::ListPodResourcesResponse {
+                pod_resources: vec![
+                    fake::PodResources {
+                        name: "trainer".into(),
+                        namespace: "ml".into(),
+                        containers: vec![
+                            container("main", &[("nvidia.com/gpu", &["GPU-a::1", "GPU-a::2"])]),
+                            container(
+                                "side",
+                                &[
+                                    ("nvidia.com/gpu", &["GPU-b::0"]),
+                                    ("nvidia.com/mig-1g.10gb", &["MIG-c"]),
+                                ],
+                            ),
+                        ],
+                    },
+                    fake::PodResources {
+                        name: "web".into(),
+                        namespace: "default".into(),
+                        containers: vec![container("main", &[])],
+                    },
+                ],
+            },
+        );
+        let pods = list(root.path()).await.unwrap();
+        let set = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect();
+        assert_eq!(
+            pods,
+            [
+                PodDevices {
+                    pod: "ml/trainer".into(),
+                    devices: BTreeMap::from([
+                        (
+                            "nvidia.com/gpu".into(),
+                            set(&["GPU-a::1", "GPU-a::2", "GPU-b::0"])
+                        ),
+                        ("nvidia.com/mig-1g.10gb".into(), set(&["MIG-c"])),
+                    ]),
+                },
+                PodDevices {
+                    pod: "default/web".into(),
+                    devices: BTreeMap::new(),
+                },
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_told_apart() {
+        let root = tempfile::tempdir().unwrap();
+        let error = list(root.path()).await.unwrap_err();
+        assert!(
+            matches!(&error, PodResourcesError::SocketMissing { socket: path } if *path == socket(root.path())),
+            "{error}"
+        );
+        // A socket file nobody listens on (a kubelet that died) is a connection failure instead.
+        std::fs::create_dir_all(root.path().join("pod-resources")).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(socket(root.path())).unwrap());
+        let error = list(root.path()).await.unwrap_err();
+        assert!(
+            matches!(error, PodResourcesError::Connect { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("refused"), "{error}");
+    }
+}
