@@ -455,7 +455,7 @@ fn device_plugin_on_a_real_kubelet() {
             "any",
             "--cdi",
             "--health-recovery-seconds",
-            "3",
+            "5",
         ],
     );
     let logs = || format!("{}\nplugin log:\n{}", kubelet.output(), plugin.output());
@@ -464,11 +464,27 @@ fn device_plugin_on_a_real_kubelet() {
     let took = wait_for_allocatable("nvidia.com/gpu", "4", "start", &logs);
     eprintln!("allocatable {took:?} after the plugin started");
 
-    step("an XID on GPU 0: allocatable drops by one, then recovers after the quiet period (3 s)");
+    step(
+        "an XID on GPU 0: allocatable drops by one and GPUNode says Degraded, then both recover after the quiet period (5 s)",
+    );
+    let health = |expected: (Value, Value)| {
+        eventually(WAIT, || {
+            let status = &kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"];
+            let seen = (
+                status["health"].clone(),
+                status["devicePlugin"]["unhealthyGpus"].clone(),
+            );
+            Ok((seen == expected).then_some(()))
+        })
+        .unwrap_or_else(|error| panic!("GPUNode health never {expected:?}: {error:#}\n{}", logs()));
+    };
+    health((json!("Healthy"), Value::Null));
     inject_xid(KUBELET_NODE, &state, 0, 79);
     wait_for_allocatable("nvidia.com/gpu", "3", "XID", &logs);
+    health((json!("Degraded"), json!([0])));
     let took = wait_for_allocatable("nvidia.com/gpu", "4", "recovery", &logs);
     eprintln!("recovered {took:?} after the drop was seen");
+    health((json!("Healthy"), Value::Null));
 
     step("slice-4 with renameByDefault: allocatable nvidia.com/gpu.shared 16 (the guide's number)");
     label_node(KUBELET_NODE, Some("slice-4"));

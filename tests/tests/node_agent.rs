@@ -331,10 +331,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     wait_for_state(a100, "all-disabled", "success", started);
     let status = eventually(WAIT, || {
         let node = gpunode(a100);
-        Ok(
-            (node["status"]["gpuCount"] == 1 && node["status"]["health"] == "Healthy")
-                .then_some(node),
-        )
+        Ok((node["status"]["gpuCount"] == 1).then_some(node))
     })
     .unwrap_or_else(|error| panic!("GPUNode {a100}: {error:#}\n{}", a100_mig.output()));
     assert_eq!(status["status"]["product"], "NVIDIA A100-SXM4-80GB");
@@ -504,8 +501,7 @@ fn node_agent_mig_manager_and_feature_discovery() {
     eventually(WAIT, || {
         let labels = node_labels(h100);
         Ok((labels["nvidia.com/mig-1g.10gb.count"] == "56"
-            && labels["nvidia.com/gpu.family"] == "hopper"
-            && gpunode(h100)["status"]["health"] == "Healthy")
+            && labels["nvidia.com/gpu.family"] == "hopper")
             .then_some(()))
     })
     .expect("H100 feature labels: 56 1g.10gb devices");

@@ -79,7 +79,8 @@ pub struct GpuNodeStatus {
     /// What the device plugin advertises to the kubelet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_plugin: Option<DevicePluginStatus>,
-    /// Healthy when every GPU is usable, Degraded when some are not, Unhealthy when none are.
+    /// Healthy when the device plugin offers every GPU, Degraded when a critical XID made some Unhealthy (they
+    /// recover after a quiet period), Unhealthy when none are usable. Empty while no device plugin runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
     /// The most recent error any agent on the node hit, kept until a later success of the same component.
@@ -168,6 +169,9 @@ pub struct DevicePluginStatus {
     /// Each advertised resource with its healthy device count.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<AdvertisedResource>,
+    /// Indexes of the GPUs whose devices are reported Unhealthy to the kubelet after a critical XID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unhealthy_gpus: Vec<u32>,
 }
 
 /// One extended resource registered with the kubelet.

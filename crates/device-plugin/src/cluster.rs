@@ -128,6 +128,15 @@ pub async fn publish_reports(client: Client, node: Node, mut reports: watch::Rec
     }
 }
 
+/// The node's health as GPUNode status shows it, from how many of its `gpus` are Unhealthy.
+fn health(gpus: usize, unhealthy: usize) -> &'static str {
+    match unhealthy {
+        0 => "Healthy",
+        some if some < gpus => "Degraded",
+        _ => "Unhealthy",
+    }
+}
+
 /// The plugin's part of GPUNode status. The inventory fields are sent too, with the same values the node agent
 /// sends: server-side apply then shares them instead of one side removing what the other wrote.
 #[must_use]
@@ -144,7 +153,9 @@ pub fn status(report: &Report) -> GpuNodeStatus {
         device_plugin: Some(DevicePluginStatus {
             config: report.config.clone(),
             resources,
+            unhealthy_gpus: report.unhealthy.iter().copied().collect(),
         }),
+        health: Some(health(report.gpus.len(), report.unhealthy.len()).into()),
         last_error: report
             .error
             .as_ref()
@@ -155,7 +166,7 @@ pub fn status(report: &Report) -> GpuNodeStatus {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -221,6 +232,7 @@ mod tests {
             resources: BTreeMap::from([("nvidia.com/gpu.shared".into(), 16)]),
             gpus: Vec::new(),
             error: Some("bad".into()),
+            unhealthy: BTreeSet::new(),
         };
         let status = status(&report);
         let plugin = status.device_plugin.unwrap();
@@ -237,5 +249,19 @@ mod tests {
             (error.component.as_str(), error.message.as_str()),
             ("device-plugin", "bad")
         );
+    }
+
+    #[test]
+    fn health_follows_the_unhealthy_gpus() {
+        assert_eq!(health(4, 0), "Healthy");
+        assert_eq!(health(4, 1), "Degraded");
+        assert_eq!(health(4, 4), "Unhealthy");
+        let report = Report {
+            unhealthy: BTreeSet::from([2]),
+            ..Report::default()
+        };
+        let status = status(&report);
+        assert_eq!(status.device_plugin.unwrap().unhealthy_gpus, [2]);
+        assert_eq!(status.health.as_deref(), Some("Unhealthy"), "no GPUs read");
     }
 }

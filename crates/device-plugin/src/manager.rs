@@ -70,6 +70,8 @@ pub struct Report {
     pub gpus: Vec<GpuView>,
     /// Why the latest config or GPU change could not be applied, if it could not.
     pub error: Option<String>,
+    /// The GPUs whose devices are Unhealthy (a recent critical XID).
+    pub unhealthy: BTreeSet<u32>,
 }
 
 /// Runs the plugin until `configs` closes. `configs` holds `None` until the first config is known; nothing is
@@ -110,11 +112,13 @@ pub async fn run(
             .reconcile(&state.plan, state.settings.as_ref(), &unhealthy)
             .await;
         report.send_if_modified(|current| {
-            state.report(&servers, &gpus).is_some_and(|next| {
-                let changed = *current != next;
-                *current = next;
-                changed
-            })
+            state
+                .report(&servers, &gpus, &unhealthy)
+                .is_some_and(|next| {
+                    let changed = *current != next;
+                    *current = next;
+                    changed
+                })
         });
         let recovery = tracker.next_recovery(now.into_std()).map(Instant::from_std);
         tokio::select! {
@@ -233,7 +237,12 @@ impl State {
     }
 
     /// The report, once a config has arrived.
-    fn report(&self, servers: &Servers, gpus: &[PlannedGpu]) -> Option<Report> {
+    fn report(
+        &self,
+        servers: &Servers,
+        gpus: &[PlannedGpu],
+        unhealthy: &BTreeSet<u32>,
+    ) -> Option<Report> {
         self.started.then(|| Report {
             config: self.good.as_ref().and_then(|good| good.name.clone()),
             resources: servers.healthy_counts(),
@@ -242,6 +251,7 @@ impl State {
                 .plan_error
                 .clone()
                 .or_else(|| self.config_error.clone()),
+            unhealthy: unhealthy.clone(),
         })
     }
 }

@@ -80,7 +80,6 @@ async fn reconcile(
         Err(error) => {
             status
                 .publish(GpuNodeStatus {
-                    health: Some("Unhealthy".into()),
                     last_error: Some(node_error(COMPONENT, format!("reading the GPUs: {error}"))),
                     ..GpuNodeStatus::default()
                 })
@@ -110,7 +109,6 @@ async fn reconcile(
     };
     status
         .publish(GpuNodeStatus {
-            health: Some("Healthy".into()),
             last_error: problem.map(|message| node_error(COMPONENT, message)),
             ..inventory_status(&views)
         })
