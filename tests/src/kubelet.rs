@@ -215,6 +215,23 @@ impl Drop for Kubelet {
     }
 }
 
+/// A pod asking for `count` of `resource` on `node`, left to the scheduler and the kubelet. It mounts no
+/// ServiceAccount token (see the module docs) and stops at once when deleted.
+pub fn gpu_pod(name: &str, node: &str, resource: &str, count: u32) -> String {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                            "resources": {"limits": {resource: count}}}]
+        }
+    })
+    .to_string()
+}
+
 /// The node's allocatable amount of `resource`, as the scheduler sees it.
 pub fn allocatable(node: &str, resource: &str) -> Option<String> {
     kubectl_json(&["get", "node", node])["status"]["allocatable"][resource]

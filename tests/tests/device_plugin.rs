@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::agents::{add_simulated_node, node_agent_bin};
-use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::{DevicePlugin, inject_xid};
 use e2e::*;
 use serde_json::{Value, json};
@@ -283,22 +283,6 @@ fn wait_for_allocatable(
     })
 }
 
-/// A pod asking for `count` of `resource` on the kubelet's node, left to the scheduler.
-fn gpu_pod(name: &str, resource: &str, count: u32) -> String {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "nodeSelector": {"kubernetes.io/hostname": KUBELET_NODE},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                            "resources": {"limits": {resource: count}}}]
-        }
-    })
-    .to_string()
-}
-
 /// Creates a pod asking for `count` of `resource` and waits until the kubelet runs it; returns the container as
 /// the runtime got it (environment and CDI devices from the plugin's Allocate answer) and the pod's UID.
 fn run_gpu_pod(
@@ -308,7 +292,7 @@ fn run_gpu_pod(
     count: u32,
     logs: &dyn Fn() -> String,
 ) -> (Value, String) {
-    assert!(kubectl_apply(&gpu_pod(name, resource, count), &[]).success);
+    assert!(kubectl_apply(&gpu_pod(name, KUBELET_NODE, resource, count), &[]).success);
     let uid = eventually(WAIT, || {
         let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
         let running = pod["status"]["phase"] == "Running";

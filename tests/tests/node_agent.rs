@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
-use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
 use serde_json::{Value, json};
@@ -613,22 +613,6 @@ fn gpu_indexes(node: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// A pod holding one whole GPU on `node`, left to the scheduler and the kubelet.
-fn whole_gpu_pod(name: &str, node: &str) -> String {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                            "resources": {"limits": {"nvidia.com/gpu": 1}}}]
-        }
-    })
-    .to_string()
-}
-
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn mig_manager_evicts_only_the_pods_on_the_gpus_it_changes() {
@@ -675,7 +659,7 @@ fn mig_manager_evicts_only_the_pods_on_the_gpus_it_changes() {
     step("two pods, one GPU each: the kubelet gives them different GPUs");
     let mut holders = BTreeMap::new();
     for pod in pods {
-        assert!(kubectl_apply(&whole_gpu_pod(pod, node), &[]).success);
+        assert!(kubectl_apply(&gpu_pod(pod, node, "nvidia.com/gpu", 1), &[]).success);
     }
     let indexes = gpu_indexes(node);
     for pod in pods {
