@@ -172,6 +172,11 @@ pub fn chart_installed() {
     });
 }
 
+/// Announces a step of a scenario in the test log, so a failure reads in the order a user would meet it.
+pub fn step(name: &str) {
+    eprintln!("--- {name}");
+}
+
 /// Polls `check` until it returns `Ok(Some(value))` or the timeout passes; the last error explains a timeout.
 pub fn eventually<T>(
     timeout: Duration,
@@ -195,6 +200,11 @@ pub fn eventually<T>(
 
 /// The HTTP status of `GET path` on 127.0.0.1:port, or `None` when nothing answers.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_get(port, path).map(|(status, _)| status)
+}
+
+/// The status and body of `GET path` on 127.0.0.1:port, or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -205,7 +215,11 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or_else(String::new, |(_, body)| body.to_owned());
+    Some((status, body))
 }
 
 /// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a one-hour token), against

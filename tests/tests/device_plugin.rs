@@ -21,10 +21,6 @@ const NODE: &str = "e2e-dp-a100";
 const CONFIG_MAP: &str = "e2e-device-plugin-config";
 const CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
 
-fn step(name: &str) {
-    eprintln!("--- {name}");
-}
-
 /// A device-plugin config that time-slices nvidia.com/gpu into `replicas`.
 fn time_slicing(replicas: u32, rename: bool) -> String {
     format!(

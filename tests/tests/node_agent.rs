@@ -22,10 +22,6 @@ const TEST_NODE_LABEL: &str = "e2e.gpu-operator/node-agent";
 const PLUGIN_LABEL: &str = "nvidia.com/gpu.deploy.device-plugin";
 const STATE_LABEL: &str = "nvidia.com/mig.config.state";
 
-fn step(name: &str) {
-    eprintln!("--- {name}");
-}
-
 fn node_labels(node: &str) -> Value {
     kubectl_json(&["get", "node", node])["metadata"]["labels"].clone()
 }

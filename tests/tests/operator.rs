@@ -11,10 +11,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn step(name: &str) {
-    eprintln!("--- {name}");
-}
-
 /// The operand DaemonSets that exist, by name.
 fn daemonsets() -> BTreeSet<String> {
     let list = kubectl_json(&[

@@ -1,6 +1,7 @@
 //! The command line. The role command lines are the ones the operator renders into its DaemonSets
 //! (`crates/operator/src/render/`), so every flag here that a DaemonSet passes must keep its name.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::backend::GpuSource;
 #[command(
     name = "gpu-node-agent",
     version,
-    about = "GPU node agent: MIG manager, GPU feature discovery, validation; reports the node's GPUNode status"
+    about = "GPU node agent: MIG manager, GPU feature discovery, validation, DCGM-compatible metrics; reports the node's GPUNode status"
 )]
 pub struct Cli {
     /// Log format.
@@ -48,6 +49,9 @@ pub enum Command {
     Discovery(DiscoveryArgs),
     /// Validation for init containers: marks the driver and toolkit ready, or waits for the marks.
     Validate(ValidateArgs),
+    /// DCGM-exporter compatible GPU metrics on `/metrics` (and `/healthz`), with pod, namespace and container
+    /// labels from the kubelet's pod-resources API.
+    Exporter(ExporterArgs),
     /// Test tool for the simulator: inject faults into a simulated node's GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
 }
@@ -151,6 +155,38 @@ pub struct DiscoveryArgs {
     pub node: NodeArgs,
 }
 
+/// `gpu-node-agent exporter`.
+#[derive(Debug, Args)]
+pub struct ExporterArgs {
+    /// Where to serve `/metrics` and `/healthz`: `:PORT` (every IPv4 address) or `ADDRESS:PORT` (an IP address;
+    /// `[::]:PORT` for every IPv6 one).
+    #[arg(long, value_parser = listen_address, default_value = ":9400")]
+    pub listen: SocketAddr,
+    /// ConfigMap (in the operator's namespace) with the fields to export, as dcgm-exporter's CSV (`field, type,
+    /// help` a line; type gauge, counter or label), in the key `dcgm-metrics.csv` or the ConfigMap's only key.
+    /// Followed live; a config with a bad line is not applied (the warning names the line). Without it, the
+    /// default set: every DCGM field this exporter can read.
+    #[arg(long)]
+    pub metrics_config_map: Option<String>,
+    /// Namespace of that ConfigMap; by default the exporter's own (the operator's, where its DaemonSet runs).
+    #[arg(long, env = "OPERATOR_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which container holds which GPU, for
+    /// the pod, namespace and container labels (without it, series have none).
+    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    pub kubelet_root: PathBuf,
+    /// DCGM_FI_DEV_XID_ERRORS holds a GPU's last critical XID until the GPU has had none for this many seconds,
+    /// then reads 0 again (DCGM holds it forever, so alerts never resolve); 0 holds it forever too.
+    #[arg(long, value_parser = seconds, default_value = "300")]
+    pub xid_clear_seconds: Duration,
+    /// Seconds between readings of the GPUs and the kubelet; scrapes serve the latest reading.
+    #[arg(long, value_parser = seconds, default_value = "5")]
+    pub collect_interval: Duration,
+    /// This node: the `Hostname` label, and the node whose annotation `--simulate node` reads.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+}
+
 /// `gpu-node-agent validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -231,6 +267,34 @@ pub enum SimulatorAction {
     /// Print every MIG device as `<GPU index> <MIG device UUID>`, one per line (to check which devices survive
     /// a change).
     Devices,
+    /// Start a simulated process on one GPU (with MIG on, in one of its MIG devices) using GPU memory: the GPU
+    /// reads busy (utilization, clocks, power, temperature) and its memory used, until `stop-process`.
+    StartProcess {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// Its process id.
+        #[arg(long)]
+        pid: u32,
+        /// GPU memory it uses, in MiB.
+        #[arg(long)]
+        memory_mib: u64,
+        /// The GPU instance it runs in, on a GPU with MIG on.
+        #[arg(long, requires = "compute_instance")]
+        gpu_instance: Option<u32>,
+        /// The compute instance it runs in, on a GPU with MIG on.
+        #[arg(long, requires = "gpu_instance")]
+        compute_instance: Option<u32>,
+    },
+    /// End a simulated process.
+    StopProcess {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// Its process id.
+        #[arg(long)]
+        pid: u32,
+    },
 }
 
 /// How simulated resets fail.
@@ -249,6 +313,20 @@ fn seconds(text: &str) -> Result<Duration, String> {
     text.parse::<u64>()
         .map(Duration::from_secs)
         .map_err(|_| format!("expected a number of seconds, got {text:?}"))
+}
+
+/// A listen address as dcgm-exporter takes it: `:9400` for every IPv4 address, or `ADDRESS:PORT`.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    let parsed = match text.strip_prefix(':') {
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .map(|port| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))),
+        None => text.parse().ok(),
+    };
+    parsed.ok_or_else(|| {
+        format!("expected :PORT or ADDRESS:PORT (an IP address, e.g. 127.0.0.1:9400 or [::]:9400), got {text:?}")
+    })
 }
 
 /// The strategy as the operator writes it.
@@ -314,6 +392,30 @@ mod tests {
             matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed)
         );
 
+        let cli = parse(&[
+            "exporter",
+            "--listen",
+            ":9400",
+            "--metrics-config-map",
+            "metrics-config",
+            "--kubelet-root",
+            "/var/lib/k0s/kubelet",
+            "--node-name",
+            "n1",
+        ])
+        .unwrap();
+        let Command::Exporter(exporter) = cli.command else {
+            panic!("exporter")
+        };
+        assert_eq!(exporter.listen, "0.0.0.0:9400".parse().unwrap());
+        assert_eq!(
+            exporter.metrics_config_map.as_deref(),
+            Some("metrics-config")
+        );
+        assert_eq!(exporter.kubelet_root, PathBuf::from("/var/lib/k0s/kubelet"));
+        assert_eq!(exporter.xid_clear_seconds, Duration::from_secs(300));
+        assert_eq!(exporter.collect_interval, Duration::from_secs(5));
+
         for line in [
             &["validate", "driver"][..],
             &["validate", "toolkit"],
@@ -346,6 +448,61 @@ mod tests {
             matches!(mig.action, Some(MigAction::Plan(ref file)) if file.config == "all-1g.10gb")
         );
         assert!(cli.gpus.simulate.is_some());
+    }
+
+    #[test]
+    fn simulated_processes_take_a_mig_place_as_both_ids() {
+        let line = [
+            "simulator",
+            "--node-name",
+            "n1",
+            "start-process",
+            "--gpu",
+            "1",
+            "--pid",
+            "42",
+            "--memory-mib",
+            "2048",
+        ];
+        let cli = parse(&line).unwrap();
+        let Command::Simulator(simulator) = cli.command else {
+            panic!("simulator")
+        };
+        assert!(matches!(
+            simulator.action,
+            SimulatorAction::StartProcess {
+                gpu: 1,
+                pid: 42,
+                memory_mib: 2048,
+                gpu_instance: None,
+                compute_instance: None
+            }
+        ));
+        let half: Vec<&str> = line
+            .iter()
+            .copied()
+            .chain(["--gpu-instance", "1"])
+            .collect();
+        assert!(parse(&half).is_err());
+    }
+
+    #[test]
+    fn listen_addresses_are_a_port_or_an_address_and_port() {
+        assert_eq!(
+            listen_address("127.0.0.1:0"),
+            Ok("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(
+            listen_address("[::]:9400"),
+            Ok("[::]:9400".parse().unwrap())
+        );
+        for bad in ["9400", ":http", "localhost:9400", ":70000"] {
+            let error = listen_address(bad).unwrap_err();
+            assert!(
+                error.starts_with("expected :PORT or ADDRESS:PORT"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -5,16 +5,19 @@
 //!   leaving GPU clients paused, and its admin CLI (`mig plan|apply|assert`).
 //! - [`discovery`]: GPU feature discovery, the `nvidia.com/gpu.*` node labels.
 //! - [`validate`]: the validator's steps, ready files that operands' init containers wait for.
+//! - [`exporter`]: DCGM-exporter compatible GPU metrics, attributed to pods through the kubelet.
 //! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
 //!
 //! Every role that talks to the cluster keeps the node's GPUNode status current ([`gpunode`]). GPUs come from
 //! NVML or the simulator ([`backend`]). Decisions are pure functions (`mig::state`, `mig::assess`,
-//! `mig::clients`, `mig::holders`, `discovery::labels`); I/O sits in `kube_io`, `gpunode`, `mig::drain`,
-//! `pod_resources` (the kubelet's PodResources API) and the runners.
+//! `mig::clients`, `mig::holders`, `discovery::labels`, `exporter::config`, `exporter::families`); I/O sits in
+//! `kube_io`, `gpunode`, `mig::drain`, `pod_resources` (the kubelet's PodResources API), `exporter::collect`,
+//! `exporter::server` and the runners.
 
 pub mod backend;
 pub mod cli;
 pub mod discovery;
+pub mod exporter;
 pub mod gpunode;
 pub mod inventory;
 pub mod kube_io;

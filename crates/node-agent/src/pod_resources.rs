@@ -1,8 +1,13 @@
-//! The kubelet's PodResources API (v1): which pod holds which device. The MIG manager asks it so that a change
-//! evicts only the pods on the GPUs it disturbs ([`mig::holders`](crate::mig::holders) decides from the answer).
+//! The kubelet's PodResources API (v1): which pod (and container) holds which device. The MIG manager asks it so
+//! that a change evicts only the pods on the GPUs it disturbs ([`mig::holders`](crate::mig::holders) decides from
+//! the answer); the exporter asks it for the pod, namespace and container labels of each GPU's metrics.
 //!
-//! The kubelet serves it on `<kubelet root>/pod-resources/kubelet.sock`; the MIG manager's DaemonSet mounts that
-//! folder from the host. The answer is read whole on each call: pods come and go while a change waits for them.
+//! The kubelet serves it on `<kubelet root>/pod-resources/kubelet.sock`; the DaemonSets mount that folder from the
+//! host. The answer is read whole on each call: pods come and go while a change waits for them.
+//!
+//! Our device plugin advertises device IDs that are a GPU UUID (`GPU-...`), a MIG device UUID (`MIG-...`), or
+//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); [`device_uuid`] names the device
+//! behind an ID.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as _;
@@ -39,8 +44,42 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PodDevices {
     /// `namespace/name`.
     pub pod: String,
-    /// Device IDs by resource name (`nvidia.com/gpu` → `GPU-...::3`, ...), over all of its containers.
+    /// Its containers, as the kubelet lists them (those holding no device included).
+    pub containers: Vec<ContainerDevices>,
+}
+
+/// The devices one container of a pod holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerDevices {
+    /// The container's name in the pod spec.
+    pub name: String,
+    /// Device IDs by resource name (`nvidia.com/gpu` → `GPU-...::3`, ...).
     pub devices: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl PodDevices {
+    /// The pod's namespace and name (`pod` split at its `/`, which a namespace cannot contain).
+    #[must_use]
+    pub fn namespace_and_name(&self) -> (&str, &str) {
+        self.pod.split_once('/').unwrap_or(("", &self.pod))
+    }
+
+    /// Every device the pod holds, as `(resource name, device ID)`, over all of its containers.
+    pub fn devices(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.containers.iter().flat_map(|container| {
+            container.devices.iter().flat_map(|(resource, ids)| {
+                ids.iter().map(move |id| (resource.as_str(), id.as_str()))
+            })
+        })
+    }
+}
+
+/// The GPU or MIG device UUID a device ID names, without a replica suffix (`GPU-abc::3` → `GPU-abc`).
+#[must_use]
+pub fn device_uuid(device_id: &str) -> &str {
+    device_id
+        .split_once("::")
+        .map_or(device_id, |(uuid, _)| uuid)
 }
 
 /// Why the kubelet could not say which pod holds which device.
@@ -111,28 +150,31 @@ pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesEr
     Ok(answer
         .pod_resources
         .into_iter()
-        .map(|pod| {
-            let mut devices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for held in pod
+        .map(|pod| PodDevices {
+            pod: format!("{}/{}", pod.namespace, pod.name),
+            containers: pod
                 .containers
                 .into_iter()
-                .flat_map(|container| container.devices)
-            {
-                devices
-                    .entry(held.resource_name)
-                    .or_default()
-                    .extend(held.device_ids);
-            }
-            PodDevices {
-                pod: format!("{}/{}", pod.namespace, pod.name),
-                devices,
-            }
+                .map(|container| {
+                    let mut devices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                    for held in container.devices {
+                        devices
+                            .entry(held.resource_name)
+                            .or_default()
+                            .extend(held.device_ids);
+                    }
+                    ContainerDevices {
+                        name: container.name,
+                        devices,
+                    }
+                })
+                .collect(),
         })
         .collect())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use tokio::net::UnixListener;
     use tokio_stream::wrappers::UnixListenerStream;
     use tonic::{Request, Response, Status};
@@ -147,7 +189,7 @@ mod tests {
         clippy::all,
         clippy::pedantic
     )]
-    mod fake {
+    pub(crate) mod fake {
         include!(concat!(env!("OUT_DIR"), "/server/v1.rs"));
     }
 
@@ -166,7 +208,7 @@ mod tests {
         }
     }
 
-    fn container(name: &str, devices: &[(&str, &[&str])]) -> fake::ContainerResources {
+    pub(crate) fn container(name: &str, devices: &[(&str, &[&str])]) -> fake::ContainerResources {
         fake::ContainerResources {
             name: name.into(),
             devices: devices
@@ -179,8 +221,8 @@ mod tests {
         }
     }
 
-    /// Serves `answer` on `<root>/pod-resources/kubelet.sock`.
-    fn serve(root: &Path, answer: fake::ListPodResourcesResponse) {
+    /// Serves `answer` on `<root>/pod-resources/kubelet.sock` (the exporter's tests use it too).
+    pub(crate) fn serve(root: &Path, answer: fake::ListPodResourcesResponse) {
         std::fs::create_dir_all(root.join("pod-resources")).unwrap();
         let listener = UnixListener::bind(socket(root)).unwrap();
         tokio::spawn(
@@ -191,7 +233,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_answer_is_read_per_pod_and_resource() {
+    async fn the_answer_is_read_per_pod_container_and_resource() {
         let root = tempfile::tempdir().unwrap();
         serve(
             root.path(),
@@ -226,20 +268,51 @@ mod tests {
             [
                 PodDevices {
                     pod: "ml/trainer".into(),
-                    devices: BTreeMap::from([
-                        (
-                            "nvidia.com/gpu".into(),
-                            set(&["GPU-a::1", "GPU-a::2", "GPU-b::0"])
-                        ),
-                        ("nvidia.com/mig-1g.10gb".into(), set(&["MIG-c"])),
-                    ]),
+                    containers: vec![
+                        ContainerDevices {
+                            name: "main".into(),
+                            devices: BTreeMap::from([(
+                                "nvidia.com/gpu".into(),
+                                set(&["GPU-a::1", "GPU-a::2"])
+                            )]),
+                        },
+                        ContainerDevices {
+                            name: "side".into(),
+                            devices: BTreeMap::from([
+                                ("nvidia.com/gpu".into(), set(&["GPU-b::0"])),
+                                ("nvidia.com/mig-1g.10gb".into(), set(&["MIG-c"])),
+                            ]),
+                        },
+                    ],
                 },
                 PodDevices {
                     pod: "default/web".into(),
-                    devices: BTreeMap::new(),
+                    containers: vec![ContainerDevices {
+                        name: "main".into(),
+                        devices: BTreeMap::new(),
+                    }],
                 },
             ]
         );
+        assert_eq!(pods[0].namespace_and_name(), ("ml", "trainer"));
+        let held: Vec<_> = pods[0].devices().collect();
+        assert_eq!(
+            held,
+            [
+                ("nvidia.com/gpu", "GPU-a::1"),
+                ("nvidia.com/gpu", "GPU-a::2"),
+                ("nvidia.com/gpu", "GPU-b::0"),
+                ("nvidia.com/mig-1g.10gb", "MIG-c"),
+            ]
+        );
+        assert_eq!(pods[1].devices().count(), 0);
+    }
+
+    #[test]
+    fn replica_suffixes_are_stripped() {
+        assert_eq!(device_uuid("GPU-abc::3"), "GPU-abc");
+        assert_eq!(device_uuid("MIG-def::10"), "MIG-def");
+        assert_eq!(device_uuid("GPU-abc"), "GPU-abc");
     }
 
     #[tokio::test]

@@ -1,17 +1,18 @@
 //! `gpu-node-agent simulator`: for end-to-end tests, injects faults into a simulated node from outside the agent
-//! (a slow MIG change that a test can kill the agent in the middle of, GPUs that cannot be reset) and lists its MIG devices (to show that a
-//! change keeps the devices of the GPUs it does not touch).
+//! (a slow MIG change that a test can kill the agent in the middle of, GPUs that cannot be reset, processes using
+//! GPU memory, which the exporter's metrics show) and lists its MIG devices (to show that a change keeps the
+//! devices of the GPUs it does not touch).
 
 use std::time::Duration;
 
 use anyhow::Context;
-use gpu::GpuBackend;
 use gpu::simulator::ResetFailure;
+use gpu::{GpuBackend, GpuProcess};
 
 use crate::backend::{GpuSource, Gpus};
 use crate::cli::{ResetFailureArg, SimulatorAction, SimulatorArgs};
 
-/// Injects the fault into every GPU of the node, or lists the MIG devices.
+/// Injects the fault (into every GPU of the node, or the one named), or lists the MIG devices.
 ///
 /// # Errors
 /// Without `--simulate`, or when the state file cannot be changed.
@@ -36,6 +37,22 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
                 simulator.set_reset_failure(gpu, failure)?;
             }
         }
+        SimulatorAction::StartProcess {
+            gpu,
+            pid,
+            memory_mib,
+            gpu_instance,
+            compute_instance,
+        } => simulator.start_process(
+            gpu,
+            GpuProcess {
+                pid,
+                used_memory_mib: Some(memory_mib),
+                gpu_instance_id: gpu_instance,
+                compute_instance_id: compute_instance,
+            },
+        )?,
+        SimulatorAction::StopProcess { gpu, pid } => simulator.stop_process(gpu, pid)?,
         SimulatorAction::Devices => {
             for gpu in 0..simulator.gpu_count()? {
                 for device in simulator.mig_devices(gpu)? {

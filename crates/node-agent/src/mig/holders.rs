@@ -1,30 +1,22 @@
 //! Which pods may stay through a MIG change: those the kubelet's pod-resources answer shows holding GPU devices on
 //! GPUs the change leaves alone, and only those. Pure, from one answer and one reading of the GPUs.
 //!
-//! Our device plugin advertises device IDs that are a GPU UUID (`GPU-...`), a MIG device UUID (`MIG-...`), or
-//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); an ID is traced to its GPU through
-//! the UUIDs the agent read. Wherever the answer leaves a doubt, the pod counts as using a disturbed GPU: an ID
-//! that matches no GPU read, or a pod that holds no GPU device in the answer (not admitted yet, so it may still
-//! get one there, or unknown to the kubelet). Evicting a pod needlessly costs a restart; resetting a GPU or
+//! A device ID (a GPU or MIG device UUID, with or without a replica suffix: see [`device_uuid`]) is traced to its
+//! GPU through the UUIDs the agent read. Wherever the answer leaves a doubt, the pod counts as using a disturbed
+//! GPU: an ID that matches no GPU read, or a pod that holds no GPU device in the answer (not admitted yet, so it
+//! may still get one there, or unknown to the kubelet). Evicting a pod needlessly costs a restart; resetting a GPU or
 //! destroying a MIG device under a running pod costs its work.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::inventory::GpuView;
-use crate::pod_resources::PodDevices;
+use crate::pod_resources::{PodDevices, device_uuid};
 
 /// Whether a resource is one of our GPU resources: whole or shared GPUs (`nvidia.com/gpu`,
 /// `nvidia.com/gpu.shared`, ...) or MIG devices (`nvidia.com/mig-1g.10gb`, ...).
 #[must_use]
 pub fn is_gpu_resource(name: &str) -> bool {
     name.starts_with("nvidia.com/gpu") || name.starts_with("nvidia.com/mig-")
-}
-
-/// The GPU or MIG device UUID a device ID names, without a replica suffix (`GPU-abc::3` → `GPU-abc`).
-fn uuid(device_id: &str) -> &str {
-    device_id
-        .split_once("::")
-        .map_or(device_id, |(uuid, _)| uuid)
 }
 
 /// The GPUs a change disturbs, and which GPU each device UUID of the node is on.
@@ -66,7 +58,7 @@ impl Disturbed {
     /// Whether a device ID is on a disturbed GPU; an ID of no GPU read counts as on one.
     fn touches(&self, device_id: &str) -> bool {
         self.owners
-            .get(uuid(device_id))
+            .get(device_uuid(device_id))
             .is_none_or(|gpu| self.gpus.contains(gpu))
     }
 
@@ -78,10 +70,9 @@ impl Disturbed {
         for pod in answer {
             // Other device plugins' devices (NICs, FPGAs) say nothing about the GPUs.
             let mut ids = pod
-                .devices
-                .iter()
+                .devices()
                 .filter(|(resource, _)| is_gpu_resource(resource))
-                .flat_map(|(_, ids)| ids)
+                .map(|(_, id)| id)
                 .peekable();
             if ids.peek().is_none() {
                 continue;
@@ -101,19 +92,23 @@ mod tests {
     use super::*;
     use crate::inventory::read;
     use crate::inventory::tests::simulated;
+    use crate::pod_resources::ContainerDevices;
 
     fn pod(name: &str, devices: &[(&str, &[&str])]) -> PodDevices {
         PodDevices {
             pod: format!("default/{name}"),
-            devices: devices
-                .iter()
-                .map(|(resource, ids)| {
-                    (
-                        (*resource).to_owned(),
-                        ids.iter().map(|id| (*id).to_owned()).collect(),
-                    )
-                })
-                .collect(),
+            containers: vec![ContainerDevices {
+                name: "main".into(),
+                devices: devices
+                    .iter()
+                    .map(|(resource, ids)| {
+                        (
+                            (*resource).to_owned(),
+                            ids.iter().map(|id| (*id).to_owned()).collect(),
+                        )
+                    })
+                    .collect(),
+            }],
         }
     }
 
@@ -214,10 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn replica_suffixes_are_stripped() {
-        assert_eq!(uuid("GPU-abc::3"), "GPU-abc");
-        assert_eq!(uuid("MIG-def::10"), "MIG-def");
-        assert_eq!(uuid("GPU-abc"), "GPU-abc");
+    fn gpu_resources_are_told_apart() {
         assert!(is_gpu_resource("nvidia.com/gpu.shared"));
         assert!(is_gpu_resource("nvidia.com/mig-3g.40gb"));
         assert!(!is_gpu_resource("nvidia.com/nic"));

@@ -26,11 +26,19 @@ const SERVICE_PORT_NAME: &str = "gpu-metrics";
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec.dcgm_exporter;
     let listen = format!(":{METRICS_PORT}");
-    let mut command = vec![NODE_AGENT, "exporter", "--listen", &listen];
+    let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
+    // `--kubelet-root` names the mounted pod-resources folder below, which is at the host's path.
+    let mut command = vec![
+        NODE_AGENT,
+        "exporter",
+        "--listen",
+        &listen,
+        "--kubelet-root",
+        kubelet_root,
+    ];
     if let Some(name) = config_map_name(spec.config.as_ref()) {
         command.extend(["--metrics-config-map", name]);
     }
-    let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
 
     let mut ds = OperandDaemonSet::new(policy, facts, Component::DcgmExporter);
     ds.main = container(Component::DcgmExporter.app_name(), command);

@@ -1,0 +1,397 @@
+//! The pure heart of the exporter: one collection's readings (GPUs, MIG devices, processes, XIDs and which pod
+//! holds which device) in, metric families out, and the families in the text exposition format.
+//!
+//! Series, and their labels as dcgm-exporter names them:
+//! - every GPU: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia<index>`), `modelName`, `Hostname`, with the GPU's
+//!   readings (clocks, temperature, power, energy, utilization, memory, XID);
+//! - every MIG GPU instance, with `GPU_I_PROFILE` and `GPU_I_ID` added: the memory its processes use and the
+//!   memory left. The GPU-wide readings stay on the GPU's series, so that summing over a GPU's series counts its
+//!   power and energy once;
+//! - `pod`, `namespace`, `container` when the kubelet says a container holds the GPU or a MIG device of the
+//!   instance. Under time-slicing or MPS every container sharing the GPU gets its own series (dcgm-exporter
+//!   names one pod per GPU), each with the GPU's value: sum per pod, take the max per GPU;
+//! - label fields (`DCGM_FI_DRIVER_VERSION`) as one more label on every series of the GPU, as dcgm-exporter does.
+//!
+//! A reading the backend does not give (`None`, e.g. utilization with MIG on) is left out, never shown as 0.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gpu::{GpuInventory, GpuProcess, MigDevice, Telemetry};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::config::Selection;
+use super::fields::{Field, Kind};
+use super::xid::XidGauge;
+use crate::inventory::profile_name;
+use crate::pod_resources::{PodDevices, device_uuid};
+
+/// One MIG GPU instance as read at one collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceReading {
+    /// GPU-instance id, `GPU_I_ID`.
+    pub id: u32,
+    /// GPU-instance profile name (`1g.10gb`), `GPU_I_PROFILE`; `profile-<id>` for a model the catalog lacks.
+    pub profile: String,
+    /// The UUIDs of its MIG devices (one per compute instance): what pods hold.
+    pub device_uuids: Vec<String>,
+    /// Its memory in MiB.
+    pub memory_mib: u64,
+    /// Memory its processes use in MiB; `None` when a process's use is not reported.
+    pub used_memory_mib: Option<u64>,
+}
+
+/// One GPU as read at one collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuReading {
+    /// Identity, model, driver.
+    pub inventory: GpuInventory,
+    /// Its readings; all `None` when the GPU did not answer (its XID gauge is still exported).
+    pub telemetry: Telemetry,
+    /// Its MIG GPU instances, by id; empty with MIG off.
+    pub instances: Vec<InstanceReading>,
+}
+
+impl GpuReading {
+    /// A GPU's reading from what the backend reported: its MIG devices grouped into GPU instances (several
+    /// compute instances may share one, and its memory), with the memory use of the processes in each.
+    #[must_use]
+    pub fn new(
+        inventory: GpuInventory,
+        telemetry: Telemetry,
+        devices: &[MigDevice],
+        processes: &[GpuProcess],
+    ) -> Self {
+        let model = inventory.model();
+        let mut instances: BTreeMap<u32, InstanceReading> = BTreeMap::new();
+        for device in devices {
+            let instance =
+                instances
+                    .entry(device.gpu_instance_id)
+                    .or_insert_with(|| InstanceReading {
+                        id: device.gpu_instance_id,
+                        profile: model
+                            .and_then(|model| profile_name(model, device))
+                            .map_or_else(
+                                || format!("profile-{}", device.gpu_instance_profile_id),
+                                |name| name.gpu_instance.to_string(),
+                            ),
+                        device_uuids: Vec::new(),
+                        memory_mib: device.memory_mib,
+                        used_memory_mib: processes
+                            .iter()
+                            .filter(|process| {
+                                process.gpu_instance_id == Some(device.gpu_instance_id)
+                            })
+                            .map(|process| process.used_memory_mib)
+                            .sum(),
+                    });
+            instance.device_uuids.push(device.uuid.clone());
+        }
+        Self {
+            inventory,
+            telemetry,
+            instances: instances.into_values().collect(),
+        }
+    }
+}
+
+/// A container that holds devices.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    /// Namespace of its pod.
+    pub namespace: String,
+    /// Its pod.
+    pub pod: String,
+    /// The container.
+    pub container: String,
+}
+
+/// Which containers hold which GPU or MIG device, from the kubelet's pod-resources answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holders {
+    /// Device UUID (replica suffix removed) → the containers holding it or one of its replicas.
+    by_uuid: BTreeMap<String, BTreeSet<Holder>>,
+}
+
+impl Holders {
+    /// Reads the answer. Devices of other resources (NICs, ...) never match a GPU UUID, so need no filtering.
+    #[must_use]
+    pub fn new(answer: &[PodDevices]) -> Self {
+        let mut by_uuid: BTreeMap<String, BTreeSet<Holder>> = BTreeMap::new();
+        for pod in answer {
+            let (namespace, name) = pod.namespace_and_name();
+            for container in &pod.containers {
+                for id in container.devices.values().flatten() {
+                    by_uuid
+                        .entry(device_uuid(id).to_owned())
+                        .or_default()
+                        .insert(Holder {
+                            namespace: namespace.to_owned(),
+                            pod: name.to_owned(),
+                            container: container.name.clone(),
+                        });
+                }
+            }
+        }
+        Self { by_uuid }
+    }
+
+    /// The containers holding any of the devices.
+    fn of<'a>(&self, uuids: impl IntoIterator<Item = &'a str>) -> BTreeSet<&Holder> {
+        uuids
+            .into_iter()
+            .filter_map(|uuid| self.by_uuid.get(uuid))
+            .flatten()
+            .collect()
+    }
+}
+
+/// Everything one collection read on the node.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeReading<'a> {
+    /// This node's name, the `Hostname` label.
+    pub hostname: &'a str,
+    /// Its GPUs.
+    pub gpus: &'a [GpuReading],
+    /// Who holds which device.
+    pub holders: &'a Holders,
+    /// The XID gauge, already fed with this collection's events.
+    pub xids: &'a XidGauge,
+}
+
+/// A sample value: counts and MiB stay integers, watts are fractional.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// A whole number.
+    Integer(u64),
+    /// A fractional number.
+    Float(f64),
+}
+
+/// The labels of one series, in dcgm-exporter's order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One series of a family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Its labels.
+    pub labels: Labels,
+    /// Its value.
+    pub value: Value,
+}
+
+/// One metric family: a field's series over the node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricFamily {
+    /// The field.
+    pub field: Field,
+    /// Gauge or counter.
+    pub kind: Kind,
+    /// The HELP text.
+    pub help: String,
+    /// Its series; never empty (a field without any value is left out).
+    pub series: Vec<Series>,
+}
+
+/// What a series is about: a whole GPU, or one of its MIG GPU instances.
+#[derive(Debug, Clone, Copy)]
+struct Entity<'a> {
+    gpu: &'a GpuReading,
+    instance: Option<&'a InstanceReading>,
+}
+
+impl<'a> Entity<'a> {
+    /// The field's value for this entity, if the backend gave one.
+    fn value(self, field: Field, xids: &XidGauge) -> Option<Value> {
+        let Some(instance) = self.instance else {
+            return gpu_value(field, self.gpu, xids);
+        };
+        match field {
+            Field::FbUsed => instance.used_memory_mib.map(Value::Integer),
+            Field::FbFree => instance
+                .used_memory_mib
+                .map(|used| Value::Integer(instance.memory_mib.saturating_sub(used))),
+            _ => None,
+        }
+    }
+
+    /// The device UUIDs that attribute this entity to a container.
+    fn uuids(self) -> Vec<&'a str> {
+        match self.instance {
+            Some(instance) => instance.device_uuids.iter().map(String::as_str).collect(),
+            None => vec![self.gpu.inventory.uuid.as_str()],
+        }
+    }
+}
+
+/// A whole GPU's value of a field.
+fn gpu_value(field: Field, gpu: &GpuReading, xids: &XidGauge) -> Option<Value> {
+    let telemetry = &gpu.telemetry;
+    let integer = |reading: Option<u32>| reading.map(|value| Value::Integer(value.into()));
+    match field {
+        Field::SmClock => integer(telemetry.sm_clock_mhz),
+        Field::MemClock => integer(telemetry.memory_clock_mhz),
+        Field::GpuTemp => integer(telemetry.temperature_celsius),
+        // DCGM reports watts; NVML milliwatts.
+        Field::PowerUsage => telemetry
+            .power_milliwatts
+            .map(|milliwatts| Value::Float(f64::from(milliwatts) / 1000.0)),
+        Field::TotalEnergyConsumption => telemetry.total_energy_millijoules.map(Value::Integer),
+        Field::GpuUtil => integer(telemetry.gpu_utilization_percent),
+        Field::MemCopyUtil => integer(telemetry.memory_utilization_percent),
+        Field::XidErrors => Some(Value::Integer(xids.value(gpu.inventory.index))),
+        Field::FbFree => telemetry.memory_free_mib.map(Value::Integer),
+        Field::FbUsed => telemetry.memory_used_mib.map(Value::Integer),
+        // No reading in the backend (see `Field::sourced`); the driver version is a label, not a value.
+        Field::MemoryTemp
+        | Field::EncUtil
+        | Field::DecUtil
+        | Field::PcieReplayCounter
+        | Field::FbReserved
+        | Field::DriverVersion => None,
+    }
+}
+
+/// The labels every series of an entity has, before pod attribution.
+fn entity_labels(node: &NodeReading<'_>, entity: Entity<'_>, selection: &Selection) -> Labels {
+    let inventory = &entity.gpu.inventory;
+    let mut labels: Labels = vec![
+        ("gpu", inventory.index.to_string()),
+        ("UUID", inventory.uuid.clone()),
+        ("pci_bus_id", inventory.pci_bus_id.clone()),
+        ("device", format!("nvidia{}", inventory.index)),
+        ("modelName", inventory.product_name.clone()),
+        ("Hostname", node.hostname.to_owned()),
+    ];
+    if let Some(instance) = entity.instance {
+        labels.push(("GPU_I_PROFILE", instance.profile.clone()));
+        labels.push(("GPU_I_ID", instance.id.to_string()));
+    }
+    for selected in selection.fields() {
+        if selected.kind == Kind::Label
+            && let Some(value) = label_value(selected.field, inventory)
+        {
+            labels.push((selected.field.name(), value));
+        }
+    }
+    labels
+}
+
+/// The value of a text field, which shows as a label.
+fn label_value(field: Field, inventory: &GpuInventory) -> Option<String> {
+    (field == Field::DriverVersion).then(|| inventory.driver_version.clone())
+}
+
+/// The metric families of one collection, in the selection's order; fields without any value are left out.
+#[must_use]
+pub fn families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFamily> {
+    let entities: Vec<Entity<'_>> = node
+        .gpus
+        .iter()
+        .flat_map(|gpu| {
+            std::iter::once(Entity {
+                gpu,
+                instance: None,
+            })
+            .chain(gpu.instances.iter().map(move |instance| Entity {
+                gpu,
+                instance: Some(instance),
+            }))
+        })
+        .collect();
+    // Every label set of every entity, attributed or not, computed once for all fields.
+    let label_sets: Vec<Vec<Labels>> = entities
+        .iter()
+        .map(|&entity| {
+            let base = entity_labels(node, entity, selection);
+            let holders = node.holders.of(entity.uuids());
+            if holders.is_empty() {
+                return vec![base];
+            }
+            holders
+                .into_iter()
+                .map(|holder| {
+                    let mut labels = base.clone();
+                    labels.push(("pod", holder.pod.clone()));
+                    labels.push(("namespace", holder.namespace.clone()));
+                    labels.push(("container", holder.container.clone()));
+                    labels
+                })
+                .collect()
+        })
+        .collect();
+    selection
+        .fields()
+        .iter()
+        .filter(|selected| selected.kind != Kind::Label)
+        .filter_map(|selected| {
+            let series: Vec<Series> = entities
+                .iter()
+                .zip(&label_sets)
+                .filter_map(|(entity, sets)| {
+                    entity
+                        .value(selected.field, node.xids)
+                        .map(|value| (sets, value))
+                })
+                .flat_map(|(sets, value)| {
+                    sets.iter().map(move |labels| Series {
+                        labels: labels.clone(),
+                        value,
+                    })
+                })
+                .collect();
+            (!series.is_empty()).then(|| MetricFamily {
+                field: selected.field,
+                kind: selected.kind,
+                help: selected.help.clone(),
+                series,
+            })
+        })
+        .collect()
+}
+
+/// The families as prometheus-client encodes them, for one scrape.
+#[derive(Debug)]
+struct Snapshot(Arc<Vec<MetricFamily>>);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in self.0.iter() {
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge | Kind::Label => MetricType::Gauge,
+            };
+            let mut metric =
+                encoder.encode_descriptor(family.field.name(), &family.help, None, metric_type)?;
+            for series in &family.series {
+                let mut sample = metric.encode_family(&series.labels)?;
+                // Counters too are written as plain samples: dashboards query DCGM's names, which the `_total`
+                // suffix of an OpenMetrics counter sample would change (see `server::CONTENT_TYPE`).
+                match series.value {
+                    Value::Integer(value) => sample.encode_gauge(&value)?,
+                    Value::Float(value) => sample.encode_gauge(&value)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The families in the text exposition format.
+#[must_use]
+pub fn encode(families: Arc<Vec<MetricFamily>>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot(families)));
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+    text
+}
+
+#[cfg(test)]
+#[path = "families_tests.rs"]
+mod tests;

@@ -1,0 +1,546 @@
+//! The readings → families mapping, over the simulator.
+
+use std::time::{Duration, Instant};
+
+use gpu::{GpuBackend, GpuProcess, Simulator};
+
+use super::*;
+use crate::exporter::collect::read_gpus;
+use crate::inventory::tests::simulated;
+use crate::pod_resources::ContainerDevices;
+
+const HOST: &str = "node-1";
+
+/// Families of a fresh reading of `simulator`, with `holders` and `xids`.
+fn collect(
+    simulator: &Simulator,
+    holders: &Holders,
+    xids: &XidGauge,
+    selection: &Selection,
+) -> Vec<MetricFamily> {
+    let pass = read_gpus(simulator).unwrap();
+    assert!(pass.problems.is_empty(), "{:?}", pass.problems);
+    families(
+        &NodeReading {
+            hostname: HOST,
+            gpus: &pass.gpus,
+            holders,
+            xids,
+        },
+        selection,
+    )
+}
+
+fn family(families: &[MetricFamily], field: Field) -> Option<&MetricFamily> {
+    families.iter().find(|family| family.field == field)
+}
+
+/// A label's value in a series.
+fn label<'s>(series: &'s Series, name: &str) -> Option<&'s str> {
+    series
+        .labels
+        .iter()
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.as_str())
+}
+
+/// `(gpu, pod, value)` of every series of a field.
+fn values(families: &[MetricFamily], field: Field) -> Vec<(String, Option<String>, Value)> {
+    family(families, field)
+        .map(|family| {
+            family
+                .series
+                .iter()
+                .map(|series| {
+                    (
+                        label(series, "gpu").unwrap().to_owned(),
+                        label(series, "pod").map(str::to_owned),
+                        series.value,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn process(pid: u32, mib: u64) -> GpuProcess {
+    GpuProcess {
+        pid,
+        used_memory_mib: Some(mib),
+        gpu_instance_id: None,
+        compute_instance_id: None,
+    }
+}
+
+#[test]
+fn whole_gpus_carry_dcgms_labels_and_their_readings() {
+    let (_dir, simulator) = simulated("a100-40gb:2", &[]);
+    simulator.start_process(1, process(4242, 1500)).unwrap();
+    let families = collect(
+        &simulator,
+        &Holders::default(),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+
+    let gpu_temp = family(&families, Field::GpuTemp).unwrap();
+    assert_eq!(gpu_temp.kind, Kind::Gauge);
+    assert_eq!(gpu_temp.help, "GPU temperature (in C).");
+    let uuid = simulator.gpu(1).unwrap().uuid;
+    assert_eq!(
+        gpu_temp.series[1].labels,
+        [
+            ("gpu", "1".to_owned()),
+            ("UUID", uuid),
+            ("pci_bus_id", "00000000:11:00.0".to_owned()),
+            ("device", "nvidia1".to_owned()),
+            ("modelName", "NVIDIA A100-SXM4-40GB".to_owned()),
+            ("Hostname", HOST.to_owned()),
+            ("DCGM_FI_DRIVER_VERSION", "570.86.15".to_owned()),
+        ]
+    );
+    // GPU 1 runs a process: busy, and its memory in use.
+    assert_eq!(
+        values(&families, Field::FbUsed),
+        [
+            ("0".into(), None, Value::Integer(0)),
+            ("1".into(), None, Value::Integer(1500))
+        ]
+    );
+    assert_eq!(
+        values(&families, Field::FbFree)[1].2,
+        Value::Integer(40960 - 1500)
+    );
+    assert_eq!(
+        values(&families, Field::GpuUtil),
+        [
+            ("0".into(), None, Value::Integer(0)),
+            ("1".into(), None, Value::Integer(100))
+        ]
+    );
+    assert_eq!(values(&families, Field::SmClock)[1].2, Value::Integer(1410));
+    assert_eq!(
+        values(&families, Field::MemClock)[1].2,
+        Value::Integer(1215)
+    );
+    assert_eq!(
+        values(&families, Field::MemCopyUtil)[1].2,
+        Value::Integer(40)
+    );
+    // Watts, as DCGM, from the backend's milliwatts.
+    assert_eq!(
+        values(&families, Field::PowerUsage)[1].2,
+        Value::Float(300.0)
+    );
+    let energy = family(&families, Field::TotalEnergyConsumption).unwrap();
+    assert_eq!(energy.kind, Kind::Counter);
+    assert!(matches!(energy.series[0].value, Value::Integer(_)));
+    assert_eq!(values(&families, Field::XidErrors)[0].2, Value::Integer(0));
+
+    // Nothing made up for what the backend cannot read, and the driver version is a label, not a family.
+    for field in Field::ALL {
+        assert_eq!(
+            family(&families, field).is_some(),
+            field.sourced() && !field.is_text(),
+            "{field}"
+        );
+    }
+    assert_eq!(
+        families
+            .iter()
+            .map(|family| family.field)
+            .collect::<Vec<_>>(),
+        [
+            Field::SmClock,
+            Field::MemClock,
+            Field::GpuTemp,
+            Field::PowerUsage,
+            Field::TotalEnergyConsumption,
+            Field::GpuUtil,
+            Field::MemCopyUtil,
+            Field::XidErrors,
+            Field::FbFree,
+            Field::FbUsed,
+        ],
+        "the default CSV's order"
+    );
+}
+
+#[test]
+fn mig_instances_get_gpu_i_labels_and_their_own_memory() {
+    let (_dir, simulator) = simulated("a100-80gb:1", &[("1g.10gb", 2), ("3g.40gb", 1)]);
+    let devices = simulator.mig_devices(0).unwrap();
+    let big = devices
+        .iter()
+        .find(|device| device.memory_mib > 20_000)
+        .unwrap();
+    simulator
+        .start_process(
+            0,
+            GpuProcess {
+                pid: 7,
+                used_memory_mib: Some(2048),
+                gpu_instance_id: Some(big.gpu_instance_id),
+                compute_instance_id: Some(big.compute_instance_id),
+            },
+        )
+        .unwrap();
+    let families = collect(
+        &simulator,
+        &Holders::default(),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+
+    let used = family(&families, Field::FbUsed).unwrap();
+    assert_eq!(used.series.len(), 4, "the GPU and its three instances");
+    let gpu_only = &used.series[0];
+    assert_eq!(label(gpu_only, "GPU_I_ID"), None);
+    let instances: Vec<(Option<&str>, Option<&str>, Value)> = used.series[1..]
+        .iter()
+        .map(|series| {
+            (
+                label(series, "GPU_I_PROFILE"),
+                label(series, "GPU_I_ID"),
+                series.value,
+            )
+        })
+        .collect();
+    let big_id = big.gpu_instance_id.to_string();
+    assert!(
+        instances.contains(&(Some("3g.40gb"), Some(big_id.as_str()), Value::Integer(2048))),
+        "{instances:?}"
+    );
+    assert_eq!(
+        instances
+            .iter()
+            .filter(|(profile, _, value)| *profile == Some("1g.10gb") && *value == Value::Integer(0))
+            .count(),
+        2,
+        "{instances:?}"
+    );
+    let free = family(&families, Field::FbFree).unwrap();
+    let big_free = free
+        .series
+        .iter()
+        .find(|series| label(series, "GPU_I_ID") == Some(big_id.as_str()))
+        .unwrap();
+    assert_eq!(big_free.value, Value::Integer(big.memory_mib - 2048));
+    // The instance series sit between the GPU's labels and the label fields, as in dcgm-exporter.
+    let keys: Vec<&str> = big_free.labels.iter().map(|(key, _)| *key).collect();
+    assert_eq!(
+        keys,
+        [
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "Hostname",
+            "GPU_I_PROFILE",
+            "GPU_I_ID",
+            "DCGM_FI_DRIVER_VERSION"
+        ]
+    );
+
+    // GPU-wide readings stay on the GPU's series only (summing a GPU's series counts its power once); MIG has
+    // no utilization reading, so none is exported.
+    assert_eq!(
+        family(&families, Field::PowerUsage).unwrap().series.len(),
+        1
+    );
+    assert!(family(&families, Field::GpuUtil).is_none());
+    assert!(family(&families, Field::MemCopyUtil).is_none());
+}
+
+#[test]
+fn compute_instances_sharing_a_gpu_instance_make_one_series() {
+    let (_dir, simulator) = simulated("a100-40gb:1", &[]);
+    let inventory = simulator.gpu(0).unwrap();
+    let device = |uuid: &str, compute_instance_id| MigDevice {
+        uuid: uuid.into(),
+        gpu_instance_id: 1,
+        // The 3g.20gb profile of the A100-40GB.
+        gpu_instance_profile_id: 9,
+        compute_instance_id,
+        compute_slice_count: 1,
+        memory_mib: 19968,
+        multiprocessor_count: 14,
+    };
+    let process = |pid, ci, mib| GpuProcess {
+        pid,
+        used_memory_mib: mib,
+        gpu_instance_id: Some(1),
+        compute_instance_id: Some(ci),
+    };
+    let reading = GpuReading::new(
+        inventory.clone(),
+        Telemetry::default(),
+        &[device("MIG-a", 0), device("MIG-b", 1)],
+        &[process(1, 0, Some(100)), process(2, 1, Some(200))],
+    );
+    assert_eq!(
+        reading.instances,
+        [InstanceReading {
+            id: 1,
+            profile: "3g.20gb".into(),
+            device_uuids: vec!["MIG-a".into(), "MIG-b".into()],
+            memory_mib: 19968,
+            used_memory_mib: Some(300),
+        }]
+    );
+    // One process whose use the driver does not report makes the instance's use unknown, not smaller.
+    let unknown = GpuReading::new(
+        inventory,
+        Telemetry::default(),
+        &[device("MIG-a", 0)],
+        &[process(1, 0, Some(100)), process(2, 0, None)],
+    );
+    assert_eq!(unknown.instances[0].used_memory_mib, None);
+    let xids = XidGauge::new(Duration::from_secs(1));
+    let families = families(
+        &NodeReading {
+            hostname: HOST,
+            gpus: &[unknown],
+            holders: &Holders::default(),
+            xids: &xids,
+        },
+        &Selection::default(),
+    );
+    // Only the XID gauge: the GPU gave no telemetry, the instance no memory use.
+    assert_eq!(
+        families
+            .iter()
+            .map(|family| family.field)
+            .collect::<Vec<_>>(),
+        [Field::XidErrors]
+    );
+}
+
+fn pod(namespace_and_name: &str, containers: &[(&str, &str, &[&str])]) -> PodDevices {
+    PodDevices {
+        pod: namespace_and_name.into(),
+        containers: containers
+            .iter()
+            .map(|(name, resource, ids)| ContainerDevices {
+                name: (*name).into(),
+                devices: std::iter::once((
+                    (*resource).to_owned(),
+                    ids.iter().map(|id| (*id).to_owned()).collect(),
+                ))
+                .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn every_container_holding_a_gpu_or_replica_is_attributed() {
+    let (_dir, simulator) = simulated("a100-80gb:3", &[]);
+    let uuid = |gpu| simulator.gpu(gpu).unwrap().uuid;
+    simulator.start_process(0, process(1, 1000)).unwrap();
+    let answer = [
+        // Time-slicing: two pods share GPU 0 through replicas.
+        pod(
+            "ml/trainer",
+            &[(
+                "main",
+                "nvidia.com/gpu.shared",
+                &[&format!("{}::0", uuid(0))],
+            )],
+        ),
+        pod(
+            "ml/notebook",
+            &[
+                (
+                    "jupyter",
+                    "nvidia.com/gpu.shared",
+                    &[&format!("{}::3", uuid(0))],
+                ),
+                ("sidecar", "example.com/nic", &["nic-0"]),
+            ],
+        ),
+        // A whole GPU.
+        pod(
+            "default/render",
+            &[("blender", "nvidia.com/gpu", &[&uuid(1)])],
+        ),
+        // Devices of no GPU of the node.
+        pod(
+            "default/other",
+            &[("x", "nvidia.com/gpu", &["GPU-elsewhere::1"])],
+        ),
+    ];
+    let families = collect(
+        &simulator,
+        &Holders::new(&answer),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+    let used = family(&families, Field::FbUsed).unwrap();
+    let attributed: Vec<_> = used
+        .series
+        .iter()
+        .map(|series| {
+            (
+                label(series, "gpu").unwrap(),
+                label(series, "namespace"),
+                label(series, "pod"),
+                label(series, "container"),
+                series.value,
+            )
+        })
+        .collect();
+    assert_eq!(
+        attributed,
+        [
+            (
+                "0",
+                Some("ml"),
+                Some("notebook"),
+                Some("jupyter"),
+                Value::Integer(1000)
+            ),
+            (
+                "0",
+                Some("ml"),
+                Some("trainer"),
+                Some("main"),
+                Value::Integer(1000)
+            ),
+            (
+                "1",
+                Some("default"),
+                Some("render"),
+                Some("blender"),
+                Value::Integer(0)
+            ),
+            ("2", None, None, None, Value::Integer(0)),
+        ]
+    );
+    let keys: Vec<&str> = used.series[0].labels.iter().map(|(key, _)| *key).collect();
+    assert_eq!(keys[keys.len() - 3..], ["pod", "namespace", "container"]);
+}
+
+#[test]
+fn mig_devices_are_attributed_to_their_instance() {
+    let (_dir, simulator) = simulated("a100-80gb:1", &[("1g.10gb", 2)]);
+    let devices = simulator.mig_devices(0).unwrap();
+    let held = &devices[1];
+    // The single strategy advertises MIG devices as nvidia.com/gpu, with replicas when shared.
+    let answer = [pod(
+        "batch/job",
+        &[("worker", "nvidia.com/gpu", &[&format!("{}::1", held.uuid)])],
+    )];
+    let families = collect(
+        &simulator,
+        &Holders::new(&answer),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+    let used = family(&families, Field::FbUsed).unwrap();
+    let held_id = held.gpu_instance_id.to_string();
+    for series in &used.series {
+        let expected = (label(series, "GPU_I_ID") == Some(held_id.as_str())).then_some("job");
+        assert_eq!(label(series, "pod"), expected, "{:?}", series.labels);
+    }
+}
+
+#[test]
+fn the_xid_gauge_shows_the_last_critical_xid_then_clears() {
+    let (_dir, simulator) = simulated("a100-40gb:2", &[]);
+    let start = Instant::now();
+    let mut xids = XidGauge::new(Duration::from_secs(300));
+    simulator.inject_xid(1, 48).unwrap();
+    simulator.inject_xid(1, 79).unwrap();
+    xids.record(&simulator.health_events().unwrap(), start);
+    let selection = Selection::parse("DCGM_FI_DEV_XID_ERRORS, gauge, last XID\n").unwrap();
+    let families = collect(&simulator, &Holders::default(), &xids, &selection);
+    assert_eq!(
+        values(&families, Field::XidErrors),
+        [
+            ("0".into(), None, Value::Integer(0)),
+            ("1".into(), None, Value::Integer(79))
+        ]
+    );
+    assert_eq!(families[0].help, "last XID");
+
+    xids.record(
+        &simulator.health_events().unwrap(),
+        start + Duration::from_secs(301),
+    );
+    let families = collect(&simulator, &Holders::default(), &xids, &selection);
+    assert_eq!(values(&families, Field::XidErrors)[1].2, Value::Integer(0));
+    assert!(
+        simulator.health_events().unwrap().is_empty(),
+        "events are read once"
+    );
+}
+
+#[test]
+fn the_selection_decides_fields_types_and_labels() {
+    let (_dir, simulator) = simulated("a100-40gb:1", &[]);
+    let selection = Selection::parse(
+        "DCGM_FI_DEV_POWER_USAGE, counter, watts\nDCGM_FI_DEV_ENC_UTIL, gauge, encoder\n",
+    )
+    .unwrap();
+    let families = collect(
+        &simulator,
+        &Holders::default(),
+        &XidGauge::new(Duration::from_secs(300)),
+        &selection,
+    );
+    assert_eq!(families.len(), 1, "the encoder has no reading");
+    assert_eq!(
+        (
+            families[0].field,
+            families[0].kind,
+            families[0].help.as_str()
+        ),
+        (Field::PowerUsage, Kind::Counter, "watts")
+    );
+    assert!(
+        families[0].series[0]
+            .labels
+            .iter()
+            .all(|(key, _)| *key != "DCGM_FI_DRIVER_VERSION"),
+        "the driver version label only when selected"
+    );
+}
+
+#[test]
+fn the_text_keeps_dcgms_names_for_counters_too() {
+    let (_dir, simulator) = simulated("a100-40gb:1", &[]);
+    let answer = [pod(
+        "ml/quote\"d",
+        &[("main", "nvidia.com/gpu", &[&simulator.gpu(0).unwrap().uuid])],
+    )];
+    let families = collect(
+        &simulator,
+        &Holders::new(&answer),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+    let text = encode(Arc::new(families));
+    assert!(
+        text.contains(
+            "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n\
+             # TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n\
+             DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu=\"0\""
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("_total"), "{text}");
+    assert!(
+        text.contains("# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            ",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"570.86.15\",pod=\"quote\\\"d\",namespace=\"ml\",container=\"main\"} 60.0\n"
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert_eq!(encode(Arc::new(Vec::new())), "# EOF\n");
+}

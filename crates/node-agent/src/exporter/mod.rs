@@ -1,0 +1,136 @@
+//! The `exporter` role: DCGM-exporter compatible GPU metrics on `/metrics` (port 9400 in the operator's
+//! DaemonSet), by the names, labels and types NVIDIA's dcgm-exporter uses, so existing dashboards and alerts keep
+//! working. It needs no DCGM: readings come from the same [`GpuBackend`](gpu::GpuBackend) as every other role,
+//! on NVML or the simulator.
+//!
+//! Layers: [`fields`] (the DCGM fields known), [`config`] (the metrics CSV, pure), [`xid`] and [`families`]
+//! (readings in, metric families and their text out, pure), [`collect`] (reading the GPUs and asking the
+//! kubelet's pod-resources API), [`server`] (HTTP), and here the ConfigMap watch and the wiring.
+//!
+//! Where it differs from dcgm-exporter, on purpose: every container sharing a GPU is attributed (not one pod per
+//! GPU); the XID gauge clears after a quiet period; series of a GPU, MIG device or pod that is gone disappear
+//! with it (each collection is built afresh, so memory stays flat); a reading the backend does not give is left
+//! out rather than shown as 0; fields the backend has no reading for (memory temperature, encoder and decoder
+//! utilization, PCIe replays, reserved framebuffer) are accepted in the config and not exported.
+
+pub mod collect;
+pub mod config;
+pub mod families;
+pub mod fields;
+pub mod server;
+pub mod xid;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use futures::StreamExt;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use self::collect::Collector;
+use self::config::{ConfigMapError, Selection, from_config_map};
+use crate::backend::{GpuSource, Gpus};
+use crate::cli::ExporterArgs;
+use crate::kube_io;
+
+/// Runs the role until the process is stopped.
+///
+/// # Errors
+/// When it cannot start: no GPUs, the address taken, no API access when a ConfigMap is named.
+pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
+    let gpus = Gpus::open_reading_node(source, Some(&args.node_name)).await?;
+    let (selections, selection) = watch::channel(Arc::new(Selection::default()));
+    tell_unsourced(&Selection::default(), "default set");
+    if let Some(name) = &args.metrics_config_map {
+        let client = kube_io::client().await?;
+        // The DaemonSet runs in the operator's namespace, where the ConfigMap is: the client's default namespace
+        // (the pod's own, in a cluster) serves when OPERATOR_NAMESPACE is not set.
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        tokio::spawn(follow_config(client, namespace, name.clone(), selections));
+    }
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    info!(
+        address = %listener.local_addr()?,
+        node = %args.node_name,
+        interval_seconds = args.collect_interval.as_secs(),
+        "exporter serving /metrics"
+    );
+    let collector = Collector::new(
+        gpus,
+        &args.node_name,
+        args.kubelet_root.clone(),
+        args.xid_clear_seconds,
+    );
+    server::serve(listener, collector, selection, args.collect_interval)
+        .await
+        .context("serving /metrics")
+}
+
+/// Logs the selected fields that are never exported, once per selection.
+fn tell_unsourced(selection: &Selection, origin: &str) {
+    let unsourced: Vec<&str> = selection.unsourced().map(|field| field.name()).collect();
+    if !unsourced.is_empty() {
+        info!(
+            fields = %unsourced.join(", "),
+            origin,
+            "not exported: the GPU backend has no reading for these fields"
+        );
+    }
+}
+
+/// Follows the metrics ConfigMap, publishing each good selection; a bad or missing one keeps the current
+/// selection (at start, the default set) and says what to fix.
+async fn follow_config(
+    client: Client,
+    namespace: String,
+    name: String,
+    selections: watch::Sender<Arc<Selection>>,
+) {
+    let mut changes = kube_io::watch_config_map(client, &namespace, &name).boxed();
+    // A watch re-delivers the same object when it restarts: act only on changed data.
+    let mut seen: Option<Option<BTreeMap<String, String>>> = None;
+    while let Some(config_map) = changes.next().await {
+        let data = config_map
+            .as_ref()
+            .map(|cm| cm.data.clone().unwrap_or_default());
+        if seen.as_ref() == Some(&data) {
+            continue;
+        }
+        seen = Some(data);
+        match from_config_map(config_map.as_ref()) {
+            Ok((key, selection)) => {
+                info!(
+                    config_map = %format!("{namespace}/{name}"),
+                    %key,
+                    fields = selection.fields().len(),
+                    "metrics config applied"
+                );
+                tell_unsourced(&selection, &format!("{namespace}/{name}"));
+                selections.send_replace(Arc::new(selection));
+            }
+            Err(error) => {
+                let kept = selections.borrow().fields().len();
+                match error {
+                    // One warning a line, each naming its line and fix.
+                    ConfigMapError::Csv { key, errors } => {
+                        for error in errors {
+                            warn!("metrics ConfigMap {namespace}/{name}, key {key}: {error}");
+                        }
+                    }
+                    other => warn!("metrics ConfigMap {namespace}/{name} {other}"),
+                }
+                warn!(
+                    "metrics ConfigMap {namespace}/{name} not applied; still exporting the previous selection ({kept} fields)"
+                );
+            }
+        }
+    }
+}

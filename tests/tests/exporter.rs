@@ -1,0 +1,272 @@
+//! The DCGM-compatible exporter (`gpu-node-agent exporter`) against the local cluster: a real kubelet's node
+//! ([`e2e::kubelet`]) with 2 simulated A100-40GB, the device plugin giving a pod one GPU, and the exporter as a
+//! local process under the chart's `nvidia-dcgm-exporter` ServiceAccount, scraped over HTTP as Prometheus does.
+//! What it shows: the DCGM names and labels, the pod that holds a GPU on that GPU's series (from the kubelet's
+//! pod-resources API), values that follow the GPU (a process's memory, an XID that clears again), and a metrics
+//! ConfigMap whose edits apply without a restart while a bad edit keeps the last good selection.
+
+use std::path::Path;
+use std::time::Duration;
+
+use e2e::agents::{NodeAgent, simulator_tool};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
+use e2e::plugin::{DevicePlugin, inject_xid};
+use e2e::*;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+const NODE: &str = "e2e-exporter";
+const CONFIG_MAP: &str = "e2e-dcgm-metrics";
+const POD: &str = "e2e-metrics-pod";
+
+/// The metrics ConfigMap, in dcgm-exporter's CSV format.
+fn metrics_config_map(csv: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": CONFIG_MAP, "namespace": NAMESPACE},
+        "data": {"dcgm-metrics.csv": csv}
+    })
+    .to_string()
+}
+
+const SELECTED: &str = "# field, type, help\n\
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n\
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n\
+DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.\n";
+
+/// The body of `GET /metrics`, once the exporter answers 200.
+fn scrape(port: u16) -> Option<String> {
+    let (status, body) = http_get(port, "/metrics")?;
+    (status == 200).then_some(body)
+}
+
+/// The value of `metric` on the series of GPU `gpu` that carries every label of `labels` (`key="value"`).
+fn sample(body: &str, metric: &str, gpu: u32, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")))
+        .filter(|line| line.contains(&format!("gpu=\"{gpu}\"")))
+        .find(|line| labels.iter().all(|label| line.contains(label)))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Scrapes until `check` accepts the body; panics with the last body and the exporter's log otherwise.
+fn wait_for_metrics(
+    port: u16,
+    what: &str,
+    exporter: &NodeAgent,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let mut last = String::new();
+    eventually(WAIT, || {
+        let Some(body) = scrape(port) else {
+            return Ok(None);
+        };
+        let accepted = check(&body).then(|| body.clone());
+        last = body;
+        Ok(accepted)
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "{what}: {error:#}\nlast scrape:\n{last}\nexporter log:\n{}",
+            exporter.output()
+        )
+    })
+}
+
+/// Removes the test's ConfigMap and pod when dropped (the kubelet's Drop removes the Node).
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| drop(run("kubectl", args));
+        quiet(&[
+            "delete",
+            "configmap",
+            CONFIG_MAP,
+            "-n",
+            NAMESPACE,
+            "--ignore-not-found",
+        ]);
+        quiet(&["delete", "pod", POD, "-n", "default", "--ignore-not-found"]);
+    }
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
+    chart_installed();
+    let dir = std::env::temp_dir().join(format!("e2e-exporter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("state folder");
+    let state = dir.join(format!("{NODE}.json"));
+    let _cleanup = Cleanup;
+    assert!(kubectl_apply(&metrics_config_map(SELECTED), &[]).success);
+
+    step("a real kubelet with 2 A100-40GB, the device plugin, and a pod holding one GPU");
+    let kubelet = Kubelet::start(NODE, &dir.join("kubelet"), &[]);
+    kubectl(&[
+        "annotate",
+        "node",
+        NODE,
+        "nvidia.com/gpu.simulator=a100-40gb:2",
+        "--overwrite",
+    ]);
+    let plugin = DevicePlugin::start_on(Path::new(DEVICE_PLUGIN_ROOT), NODE, &state, &[]);
+    eventually(WAIT, || {
+        Ok((allocatable(NODE, "nvidia.com/gpu").as_deref() == Some("2")).then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("no GPUs allocatable: {error:#}\n{}", plugin.output()));
+    assert!(kubectl_apply(&gpu_pod(POD, NODE, "nvidia.com/gpu", 1), &[]).success);
+    let held = eventually(WAIT, || {
+        let running =
+            kubectl_json(&["get", "pod", POD, "-n", "default"])["status"]["phase"] == "Running";
+        Ok(running.then(|| kubelet.container_of(POD)).flatten())
+    })
+    .unwrap_or_else(|error| panic!("{POD} never ran: {error:#}\n{}", kubelet.output()));
+    let uuid = held["env"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let gpus = kubectl_json(&["get", "gpunode", NODE])["status"]["gpus"].clone();
+    let held_gpu = gpus
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|gpu| gpu["uuid"] == uuid.as_str())
+        .and_then(|gpu| gpu["index"].as_u64())
+        .unwrap_or_else(|| panic!("{uuid} is none of {gpus}")) as u32;
+    let free_gpu = 1 - held_gpu;
+
+    step("the exporter, scraped: DCGM names and labels, only the fields the ConfigMap selects");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let root = kubelet.root().display().to_string();
+    let exporter = NodeAgent::start(
+        NODE,
+        "nvidia-dcgm-exporter",
+        &state,
+        &[
+            "exporter",
+            "--listen",
+            &listen,
+            "--metrics-config-map",
+            CONFIG_MAP,
+            "--collect-interval",
+            "1",
+            "--xid-clear-seconds",
+            "3",
+            "--kubelet-root",
+            &root,
+        ],
+        &[],
+    );
+    let hostname = format!("Hostname=\"{NODE}\"");
+    let held_by_pod = [
+        format!("pod=\"{POD}\""),
+        "namespace=\"default\"".to_owned(),
+        "container=\"cuda\"".to_owned(),
+        format!("UUID=\"{uuid}\""),
+    ];
+    let held_labels: Vec<&str> = held_by_pod.iter().map(String::as_str).collect();
+    let body = wait_for_metrics(port, "the pod's GPU series", &exporter, |body| {
+        sample(body, "DCGM_FI_DEV_GPU_TEMP", held_gpu, &held_labels).is_some()
+    });
+    if let Some(line) = body
+        .lines()
+        .find(|line| line.starts_with("DCGM_FI_DEV_GPU_TEMP{") && line.contains(&held_by_pod[0]))
+    {
+        eprintln!("{line}");
+    }
+    for label in [
+        hostname.as_str(),
+        "modelName=\"NVIDIA A100-SXM4-40GB\"",
+        &format!("device=\"nvidia{held_gpu}\""),
+    ] {
+        assert!(
+            sample(&body, "DCGM_FI_DEV_GPU_TEMP", held_gpu, &[label]).is_some(),
+            "{label}:\n{body}"
+        );
+    }
+    assert!(
+        sample(&body, "DCGM_FI_DEV_GPU_TEMP", free_gpu, &[&hostname]).is_some()
+            && sample(&body, "DCGM_FI_DEV_GPU_TEMP", free_gpu, &["pod=\""]).is_none(),
+        "the free GPU has a series, and no pod on it:\n{body}"
+    );
+    assert!(
+        !body.contains("DCGM_FI_DEV_SM_CLOCK"),
+        "not selected:\n{body}"
+    );
+
+    step("a process using 3000 MiB on the free GPU: DCGM_FI_DEV_FB_USED follows");
+    let gpu = free_gpu.to_string();
+    simulator_tool(
+        NODE,
+        &state,
+        &[
+            "start-process",
+            "--gpu",
+            &gpu,
+            "--pid",
+            "4242",
+            "--memory-mib",
+            "3000",
+        ],
+    );
+    wait_for_metrics(port, "FB_USED 3000", &exporter, |body| {
+        sample(body, "DCGM_FI_DEV_FB_USED", free_gpu, &[]) == Some(3000.0)
+    });
+    simulator_tool(
+        NODE,
+        &state,
+        &["stop-process", "--gpu", &gpu, "--pid", "4242"],
+    );
+
+    step(
+        "an XID 79 on the pod's GPU: DCGM_FI_DEV_XID_ERRORS reads 79, then 0 after the quiet period (3 s)",
+    );
+    inject_xid(NODE, &state, held_gpu, 79);
+    wait_for_metrics(port, "XID 79", &exporter, |body| {
+        sample(body, "DCGM_FI_DEV_XID_ERRORS", held_gpu, &held_labels) == Some(79.0)
+    });
+    wait_for_metrics(port, "XID cleared", &exporter, |body| {
+        sample(body, "DCGM_FI_DEV_XID_ERRORS", held_gpu, &held_labels) == Some(0.0)
+    });
+
+    step("the ConfigMap adds DCGM_FI_DEV_SM_CLOCK: exported without a restart");
+    let with_clock =
+        format!("{SELECTED}DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n");
+    assert!(kubectl_apply(&metrics_config_map(&with_clock), &[]).success);
+    wait_for_metrics(port, "SM clock selected", &exporter, |body| {
+        sample(body, "DCGM_FI_DEV_SM_CLOCK", held_gpu, &[]).is_some()
+    });
+
+    step("a bad line (unknown field): the previous selection stays and the log names the line");
+    let bad = format!("{with_clock}DCGM_FI_DEV_NOT_A_FIELD, gauge, nothing\n");
+    assert!(kubectl_apply(&metrics_config_map(&bad), &[]).success);
+    eventually(WAIT, || {
+        Ok(exporter
+            .output()
+            .contains("DCGM_FI_DEV_NOT_A_FIELD")
+            .then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("no warning: {error:#}\n{}", exporter.output()));
+    let body = scrape(port).expect("the exporter still answers");
+    assert!(
+        sample(&body, "DCGM_FI_DEV_SM_CLOCK", held_gpu, &[]).is_some()
+            && sample(&body, "DCGM_FI_DEV_FB_USED", held_gpu, &[]).is_some(),
+        "the last good selection is exported:\n{body}"
+    );
+    let warning = exporter
+        .output()
+        .lines()
+        .find(|line| line.contains("DCGM_FI_DEV_NOT_A_FIELD"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(warning.contains("line 6"), "{warning}");
+    eprintln!("{warning}");
+}
