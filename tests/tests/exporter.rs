@@ -3,7 +3,8 @@
 //! local process under the chart's `nvidia-dcgm-exporter` ServiceAccount, scraped over HTTP as Prometheus does.
 //! What it shows: the DCGM names and labels, the pod that holds a GPU on that GPU's series (from the kubelet's
 //! pod-resources API), values that follow the GPU (a process's memory, an XID that clears again), and a metrics
-//! ConfigMap whose edits apply without a restart while a bad edit keeps the last good selection.
+//! ConfigMap whose edits apply without a restart while a bad edit keeps the last good selection. Beside it, the
+//! node status exporter (`gpu-node-agent status-exporter`): the validator's marks and the node's GPUNode status.
 
 use std::path::Path;
 use std::time::Duration;
@@ -227,12 +228,81 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
     );
 
     step(
-        "an XID 79 on the pod's GPU: DCGM_FI_DEV_XID_ERRORS reads 79, then 0 after the quiet period (3 s)",
+        "the node status exporter: the validator's driver mark, the device plugin's devices, health Healthy",
+    );
+    let validations = dir.join("validations");
+    let validated = std::process::Command::new(e2e::agents::node_agent_bin())
+        .args(["validate", "--validations-dir"])
+        .arg(&validations)
+        .args(["--node-name", NODE, "--simulate", "node", "--sim-state"])
+        .arg(&state)
+        .arg("driver")
+        .output()
+        .expect("gpu-node-agent validate driver");
+    assert!(
+        validated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&validated.stderr)
+    );
+    let status_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let status_listen = format!("127.0.0.1:{status_port}");
+    let validations_dir = validations.display().to_string();
+    let status_exporter = NodeAgent::start(
+        NODE,
+        "nvidia-node-status-exporter",
+        &state,
+        &[
+            "status-exporter",
+            "--listen",
+            &status_listen,
+            "--validations-dir",
+            &validations_dir,
+        ],
+        &[],
+    );
+    let status_line = |metric: &str, labels: &str| format!("{metric}{{node=\"{NODE}\"{labels}}}");
+    let expected = [
+        format!("{} 1", status_line("gpu_operator_node_driver_ready", "")),
+        format!("{} 0", status_line("gpu_operator_node_toolkit_ready", "")),
+        format!("{} 2", status_line("gpu_operator_node_gpus", "")),
+        format!(
+            "{} 2",
+            status_line(
+                "gpu_operator_node_device_plugin_devices",
+                ",resource=\"nvidia.com/gpu\""
+            )
+        ),
+        format!(
+            "{} 1",
+            status_line("gpu_operator_node_health", ",health=\"Healthy\"")
+        ),
+    ];
+    wait_for_metrics(status_port, "node status", &status_exporter, |body| {
+        expected
+            .iter()
+            .all(|line| body.lines().any(|seen| seen == line))
+    });
+
+    step(
+        "an XID 79 on the pod's GPU: DCGM_FI_DEV_XID_ERRORS reads 79 and the node status says Degraded; the gauge clears after 3 s",
     );
     inject_xid(NODE, &state, held_gpu, 79);
     wait_for_metrics(port, "XID 79", &exporter, |body| {
         sample(body, "DCGM_FI_DEV_XID_ERRORS", held_gpu, &held_labels) == Some(79.0)
     });
+    let degraded = format!(
+        "{} 1",
+        status_line("gpu_operator_node_health", ",health=\"Degraded\"")
+    );
+    wait_for_metrics(
+        status_port,
+        "node status Degraded",
+        &status_exporter,
+        |body| body.lines().any(|line| line == degraded),
+    );
     wait_for_metrics(port, "XID cleared", &exporter, |body| {
         sample(body, "DCGM_FI_DEV_XID_ERRORS", held_gpu, &held_labels) == Some(0.0)
     });

@@ -52,6 +52,8 @@ pub enum Command {
     /// DCGM-exporter compatible GPU metrics on `/metrics` (and `/healthz`), with pod, namespace and container
     /// labels from the kubelet's pod-resources API.
     Exporter(ExporterArgs),
+    /// The node's readiness as the operator sees it (validations, GPUNode status) as Prometheus metrics.
+    StatusExporter(StatusExporterArgs),
     /// Test tool for the simulator: inject faults into a simulated node's GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
 }
@@ -130,6 +132,24 @@ pub struct MigFileArgs {
     /// Node name, for `--simulate node` and the simulator's GPU identities.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+}
+
+/// `gpu-node-agent status-exporter`.
+#[derive(Debug, Args)]
+pub struct StatusExporterArgs {
+    /// Where to serve `/metrics` and `/healthz`: `:PORT` (every IPv4 address) or `ADDRESS:PORT`.
+    #[arg(long, value_parser = listen_address, default_value = ":8000")]
+    pub listen: SocketAddr,
+    /// Folder of the validator's ready files.
+    #[arg(
+        long,
+        env = "VALIDATIONS_DIR",
+        default_value = "/run/nvidia/validations"
+    )]
+    pub validations_dir: PathBuf,
+    /// This node (its GPUNode has the same name).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
 }
 
 /// `gpu-node-agent discovery`.

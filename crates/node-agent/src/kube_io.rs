@@ -138,6 +138,14 @@ pub fn watch_config_map(
     object_changes(Api::namespaced(client, namespace), name)
 }
 
+/// Every state of one GPUNode: `None` while it does not exist.
+pub fn watch_gpu_node(
+    client: Client,
+    name: &str,
+) -> impl Stream<Item = Option<crd::gpu_node::GPUNode>> + Send + use<> {
+    object_changes(Api::all(client), name)
+}
+
 /// The latest Node and ConfigMap a role works from.
 #[derive(Debug, Clone)]
 pub struct Watched {

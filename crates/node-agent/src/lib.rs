@@ -25,6 +25,7 @@ pub mod mig;
 pub mod node_patch;
 pub mod pod_resources;
 pub mod simulator_tool;
+pub mod status_exporter;
 pub mod validate;
 
 use std::time::Duration;

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use node_agent::cli::{Cli, Command, LogFormat};
-use node_agent::{discovery, exporter, mig, simulator_tool, validate};
+use node_agent::{discovery, exporter, mig, simulator_tool, status_exporter, validate};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -16,6 +16,7 @@ async fn main() -> std::process::ExitCode {
         Command::Discovery(args) => discovery::run(args, &cli.gpus).await,
         Command::Validate(args) => validate::run(args, &cli.gpus).await,
         Command::Exporter(args) => exporter::run(args, &cli.gpus).await,
+        Command::StatusExporter(args) => status_exporter::run(args).await,
         Command::Simulator(args) => simulator_tool::run(&args, &cli.gpus).await,
     };
     match result {
