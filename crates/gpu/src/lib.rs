@@ -25,5 +25,5 @@ pub use planner::{ExistingInstance, MigPlan, PlanError, plan};
 pub use simulator::{SimulatedGpus, Simulator};
 pub use types::{
     ComputeInstance, CudaVersion, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
-    HealthEvent, MigDevice, MigMode, Placement, Telemetry,
+    HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
 };

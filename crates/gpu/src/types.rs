@@ -179,6 +179,25 @@ pub struct MigDevice {
     pub memory_mib: u64,
     /// Streaming multiprocessors of the device.
     pub multiprocessor_count: u32,
+    /// Its copy and media engines; `None` where the backend does not know them (the simulator: the MIG tables it
+    /// is built from carry no engine counts).
+    pub engines: Option<MigEngines>,
+}
+
+/// The engines of a MIG device, as NVML's device attributes count them (shared with other devices of the same
+/// GPU instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MigEngines {
+    /// Copy engines.
+    pub copy: u32,
+    /// Video decoders (NVDEC).
+    pub decoder: u32,
+    /// Video encoders (NVENC).
+    pub encoder: u32,
+    /// JPEG decoders (NVJPG).
+    pub jpeg: u32,
+    /// Optical flow accelerators (OFA).
+    pub ofa: u32,
 }
 
 /// A process using a GPU, and where on it.

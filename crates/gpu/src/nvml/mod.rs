@@ -27,7 +27,7 @@ use crate::compute::compute_profile_index;
 use crate::error::{GpuError, Result};
 use crate::types::{
     ComputeInstance, CudaVersion, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
-    HealthEvent, MigDevice, MigMode, Placement, Telemetry,
+    HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
 };
 use crd::mig::ComputeCapability;
 
@@ -303,6 +303,13 @@ impl GpuBackend for NvmlBackend {
                 compute_slice_count: attributes.compute_instance_slice_count,
                 memory_mib: mig.memory_info().map_err(failed(&context))?.total / MIB,
                 multiprocessor_count: attributes.multiprocessor_count,
+                engines: Some(MigEngines {
+                    copy: attributes.shared_copy_engine_count,
+                    decoder: attributes.shared_decoder_count,
+                    encoder: attributes.shared_encoder_count,
+                    jpeg: attributes.shared_jpeg_count,
+                    ofa: attributes.shared_ofa_count,
+                }),
             });
         }
         devices.sort_by_key(|device| (device.gpu_instance_id, device.compute_instance_id));

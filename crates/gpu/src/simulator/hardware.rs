@@ -462,6 +462,7 @@ pub(crate) fn mig_devices(gpu: &GpuState) -> Result<Vec<MigDevice>> {
                 memory_mib: profile.memory_mib,
                 multiprocessor_count: profile.sm_count * compute.slice_count
                     / u32::from(profile.name.slices),
+                engines: None,
             });
         }
     }

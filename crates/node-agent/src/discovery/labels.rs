@@ -248,6 +248,18 @@ impl Labels {
         );
         self.set(&format!("{prefix}.slices.gi"), profile.gpu_instance.slices);
         self.set(&format!("{prefix}.slices.ci"), profile.compute_slices);
+        // Only a backend that counts them (NVML) gives engine labels; they are never guessed.
+        if let Some(engines) = device.engines {
+            for (engine, count) in [
+                ("copy", engines.copy),
+                ("decoder", engines.decoder),
+                ("encoder", engines.encoder),
+                ("jpeg", engines.jpeg),
+                ("ofa", engines.ofa),
+            ] {
+                self.set(&format!("{prefix}.engines.{engine}"), count);
+            }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::inventory::{read, tests::simulated};
+use crate::inventory::{GpuView, read, tests::simulated};
 
 fn with_sharing(text: &str) -> Sharing {
     Sharing::of(&crd::config::device_plugin::parse(text).unwrap()).unwrap()
@@ -135,6 +135,43 @@ fn mixed_strategy_labels_every_profile() {
     );
     assert_eq!(get(&labels, "gpu.count"), "4");
     assert_eq!(get(&labels, "gpu.product"), "NVIDIA-A100-SXM4-40GB");
+}
+
+/// The labels of `gpus` under the mixed strategy, without sharing.
+fn mixed(gpus: &[GpuView]) -> BTreeMap<String, String> {
+    labels(Facts {
+        gpus,
+        strategy: MigStrategy::Mixed,
+        sharing: None,
+        machine: "DGX A100",
+    })
+    .unwrap()
+}
+
+#[test]
+fn engine_labels_come_only_from_a_backend_that_counts_engines() {
+    let (_dir, simulator) = simulated("a100-40gb:1", &[("2g.10gb", 3)]);
+    let mut gpus = read(simulator.as_ref()).unwrap();
+    assert!(
+        !mixed(&gpus).keys().any(|key| key.contains(".engines.")),
+        "the simulator knows no engine counts"
+    );
+    // As NVML's device attributes give them.
+    for (_, device) in &mut gpus[0].devices {
+        device.engines = Some(gpu::MigEngines {
+            copy: 2,
+            decoder: 1,
+            encoder: 0,
+            jpeg: 0,
+            ofa: 0,
+        });
+    }
+    let counted = mixed(&gpus);
+    assert_eq!(get(&counted, "mig-2g.10gb.engines.copy"), "2");
+    assert_eq!(get(&counted, "mig-2g.10gb.engines.decoder"), "1");
+    assert_eq!(get(&counted, "mig-2g.10gb.engines.encoder"), "0");
+    assert_eq!(get(&counted, "mig-2g.10gb.engines.jpeg"), "0");
+    assert_eq!(get(&counted, "mig-2g.10gb.engines.ofa"), "0");
 }
 
 #[test]

@@ -266,6 +266,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
         compute_slice_count: 1,
         memory_mib: 19968,
         multiprocessor_count: 14,
+        engines: None,
     };
     let process = |pid, ci, mib| GpuProcess {
         pid,
