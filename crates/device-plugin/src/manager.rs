@@ -20,9 +20,10 @@ use node_agent::backend::Gpus;
 use node_agent::inventory::{self, GpuView};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::allocate::AllocateSettings;
+use crate::api::KUBELET_SOCKET;
 use crate::cdi;
 use crate::config::ChosenConfig;
 use crate::health::{Checks, HealthTracker};
@@ -74,6 +75,9 @@ pub struct Report {
     pub unhealthy: BTreeSet<u32>,
 }
 
+/// Time between registration attempts while the kubelet's socket exists but it does not accept them yet.
+const REGISTRATION_RETRY: Duration = Duration::from_millis(200);
+
 /// Runs the plugin until `configs` closes. `configs` holds `None` until the first config is known; nothing is
 /// advertised before.
 ///
@@ -89,12 +93,15 @@ pub async fn run(
     let mut servers = Servers {
         dir: options.plugin_dir.clone(),
         running: BTreeMap::new(),
+        unregistered: BTreeSet::new(),
     };
     let mut tracker = HealthTracker::new(options.checks.clone(), options.recovery);
     let mut gpus = read_gpus(&gpus_source).await?;
     let mut mig_tick = tokio::time::interval(options.mig_poll);
     let mut health_tick = tokio::time::interval(options.health_poll);
-    for tick in [&mut mig_tick, &mut health_tick] {
+    // An interval, not a sleep per pass: the other ticks end passes more often than a retry is due.
+    let mut registration_tick = tokio::time::interval(REGISTRATION_RETRY);
+    for tick in [&mut mig_tick, &mut health_tick, &mut registration_tick] {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     }
     let mut state = State::default();
@@ -145,6 +152,9 @@ pub async fn run(
                 }
             }
             Some(()) = kubelet_started.recv() => servers.reregister().await,
+            _ = registration_tick.tick(), if !servers.unregistered.is_empty() => {
+                servers.retry_registration().await;
+            }
             () = sleep_until(recovery) => info!("quiet period over: GPUs are Healthy again"),
         }
     }
@@ -261,6 +271,9 @@ impl State {
 struct Servers {
     dir: PathBuf,
     running: BTreeMap<ResourceName, RunningServer>,
+    /// Served but not registered: the kubelet was gone, or its socket existed before it accepted connections
+    /// (it appears when the kubelet binds, before it listens). Retried every [`REGISTRATION_RETRY`].
+    unregistered: BTreeSet<ResourceName>,
 }
 
 impl Servers {
@@ -280,6 +293,7 @@ impl Servers {
         for name in gone {
             if let Some(server) = self.running.remove(&name) {
                 server.stop().await;
+                self.unregistered.remove(&name);
                 info!(resource = %name, "resource withdrawn");
             }
         }
@@ -296,7 +310,7 @@ impl Servers {
             }
             match RunningServer::start(&self.dir, name, snapshot) {
                 Ok(server) => {
-                    register_logged(&self.dir, &server, name).await;
+                    self.register(&server, name).await;
                     self.running.insert(name.clone(), server);
                 }
                 Err(error) => warn!(resource = %name, %error, "cannot serve the resource"),
@@ -310,11 +324,47 @@ impl Servers {
         for (name, server) in std::mem::take(&mut self.running) {
             match server.restart(&self.dir).await {
                 Ok(server) => {
-                    register_logged(&self.dir, &server, &name).await;
+                    self.register(&server, &name).await;
                     self.running.insert(name, server);
                 }
                 Err(error) => warn!(resource = %name, %error, "cannot serve the resource again"),
             }
+        }
+    }
+
+    /// Registers a resource, remembering it for a retry when the kubelet does not answer.
+    async fn register(&mut self, server: &RunningServer, name: &ResourceName) {
+        let span = info_span!("register", resource = %name);
+        match register(&self.dir, &server.endpoint(), name.as_str())
+            .instrument(span)
+            .await
+        {
+            Ok(()) => {
+                self.unregistered.remove(name);
+                info!(resource = %name, "registered with the kubelet");
+            }
+            // Said once; the retries stay quiet until one succeeds.
+            Err(error) if self.unregistered.insert(name.clone()) => {
+                warn!(resource = %name, %error, "not registered (yet); retrying");
+            }
+            Err(error) => debug!(resource = %name, %error, "still not registered"),
+        }
+    }
+
+    /// Registers again every resource the kubelet has not accepted yet, while its socket exists (a kubelet that
+    /// is gone is waited for: the socket's creation triggers [`reregister`](Self::reregister)).
+    async fn retry_registration(&mut self) {
+        if !self.dir.join(KUBELET_SOCKET).exists() {
+            return;
+        }
+        let pending: Vec<ResourceName> = self.unregistered.iter().cloned().collect();
+        for name in pending {
+            let Some(server) = self.running.remove(&name) else {
+                self.unregistered.remove(&name);
+                continue;
+            };
+            self.register(&server, &name).await;
+            self.running.insert(name, server);
         }
     }
 
@@ -328,18 +378,6 @@ impl Servers {
                 )
             })
             .collect()
-    }
-}
-
-/// Registers a resource; a kubelet that is not there is no error (its socket's creation triggers registration).
-async fn register_logged(dir: &std::path::Path, server: &RunningServer, name: &ResourceName) {
-    let span = info_span!("register", resource = %name);
-    match register(dir, &server.endpoint(), name.as_str())
-        .instrument(span)
-        .await
-    {
-        Ok(()) => info!(resource = %name, "registered with the kubelet"),
-        Err(error) => warn!(resource = %name, %error, "not registered (yet)"),
     }
 }
 

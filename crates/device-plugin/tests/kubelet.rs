@@ -17,7 +17,7 @@ use device_plugin::kubelet::connect;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
 use gpu::Simulator;
 use node_agent::backend::Gpus;
-use tokio::net::UnixListener;
+use tokio::net::UnixSocket;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
@@ -41,12 +41,17 @@ impl Registration for TestKubelet {
         let (socket, lists) = (self.dir.join(&request.endpoint), self.lists.clone());
         // As the kubelet does: dial the plugin back and follow its device list.
         tokio::spawn(async move {
-            let channel = connect(&socket).await.expect("plugin socket");
-            let mut stream = DevicePluginClient::new(channel)
+            // A plugin that stops (the end of the test) while being dialled back ends the stream, as in the kubelet.
+            let Ok(channel) = connect(&socket).await else {
+                return;
+            };
+            let Ok(response) = DevicePluginClient::new(channel)
                 .list_and_watch(Empty {})
                 .await
-                .expect("ListAndWatch")
-                .into_inner();
+            else {
+                return;
+            };
+            let mut stream = response.into_inner();
             while let Ok(Some(update)) = stream.message().await {
                 let devices = update
                     .devices
@@ -65,10 +70,19 @@ impl Registration for TestKubelet {
 impl TestKubelet {
     /// Serves Registration on `<dir>/kubelet.sock`; the returned sender stops it.
     fn serve(&self) -> tokio::sync::oneshot::Sender<()> {
-        let listener = UnixListener::bind(self.dir.join(KUBELET_SOCKET)).unwrap();
+        self.serve_after(Duration::ZERO)
+    }
+
+    /// As [`serve`](Self::serve), with `kubelet.sock` existing (bound) for `delay` before connections are
+    /// accepted, as a starting kubelet's socket can: the file appears when it binds, before it listens.
+    fn serve_after(&self, delay: Duration) -> tokio::sync::oneshot::Sender<()> {
+        let socket = UnixSocket::new_stream().unwrap();
+        socket.bind(self.dir.join(KUBELET_SOCKET)).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let service = RegistrationServer::new(self.clone());
         tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let listener = socket.listen(64).unwrap();
             tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
@@ -273,7 +287,8 @@ async fn registers_streams_allocates_recovers_and_reregisters() {
     );
     assert!(injected.elapsed() >= Duration::from_secs(2));
 
-    // A kubelet restart: it deletes every socket and creates kubelet.sock again; the plugin registers again.
+    // A kubelet restart: it deletes every socket and creates kubelet.sock again, accepting connections only
+    // 300 ms later; the plugin's first attempt is refused, and it registers again once the kubelet listens.
     stop_kubelet.send(()).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -286,14 +301,15 @@ async fn registers_streams_allocates_recovers_and_reregisters() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let listening_late = Duration::from_millis(300);
     let restarted = Instant::now();
-    let _stop_again = kubelet.serve();
+    let _stop_again = kubelet.serve_after(listening_late);
     let (at, request) = tokio::time::timeout(Duration::from_secs(5), registered.recv())
         .await
-        .unwrap()
+        .expect("registered again once the kubelet listens")
         .unwrap();
-    let reregistered = at.duration_since(restarted);
-    println!("re-registered {reregistered:?} after kubelet.sock was created again");
+    let reregistered = at.duration_since(restarted + listening_late);
+    println!("re-registered {reregistered:?} after the new kubelet.sock accepted connections");
     assert_eq!(request.resource_name, "nvidia.com/gpu");
     assert!(reregistered < Duration::from_secs(1), "{reregistered:?}");
     assert!(dir.join("nvidia-gpu.sock").exists());
