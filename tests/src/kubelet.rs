@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{eventually, kubectl_json, run};
+use crate::{eventually, free_port, kubectl_json, run};
 
 /// Where every kubelet serves device-plugin registration, whatever its `--root-dir`.
 pub const DEVICE_PLUGIN_ROOT: &str = "/var/lib/kubelet";
@@ -241,14 +241,6 @@ pub fn allocatable(node: &str, resource: &str) -> Option<String> {
 
 fn log_file(path: &Path) -> Stdio {
     Stdio::from(std::fs::File::create(path).expect("log file"))
-}
-
-/// A TCP port nothing listens on right now (the kubelet's API and healthz ports must not collide with anything).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// The KubeletConfiguration for this machine (see the module docs for why each setting).

@@ -172,6 +172,21 @@ pub fn chart_installed() {
     });
 }
 
+/// A TCP port on 127.0.0.1 that nothing listens on right now, for a process under test to serve on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A fresh folder for one scenario's state files and logs: `<temp>/<name>-<pid>`.
+pub fn scenario_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scenario folder");
+    dir
+}
+
 /// Announces a step of a scenario in the test log, so a failure reads in the order a user would meet it.
 pub fn step(name: &str) {
     eprintln!("--- {name}");
@@ -249,10 +264,7 @@ pub struct Operator {
 impl Operator {
     /// Starts the operator and waits until it is ready (CRDs applied, leader, caches synced).
     pub fn start(identity: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = free_port();
         let child = Command::new(operator_bin())
             .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
             .env("KUBECONFIG", service_account_kubeconfig("gpu-operator"))

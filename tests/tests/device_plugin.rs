@@ -113,8 +113,7 @@ impl Drop for Cleanup {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn device_plugin_follows_labels_config_maps_and_mig() {
     chart_installed();
-    let dir = std::env::temp_dir().join(format!("e2e-device-plugin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("state folder");
+    let dir = scenario_dir("e2e-device-plugin");
     let state = dir.join(format!("{NODE}.json"));
     let _cleanup = Cleanup(NODE);
     assert!(kubectl_apply(&config_map(10), &[]).success);
@@ -395,8 +394,7 @@ fn kubelet_config_map(slice_10_replicas: u32) -> String {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn device_plugin_on_a_real_kubelet() {
     chart_installed();
-    let dir = std::env::temp_dir().join(format!("e2e-real-kubelet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("state folder");
+    let dir = scenario_dir("e2e-real-kubelet");
     let state = dir.join(format!("{KUBELET_NODE}.json"));
     let _config_map = Cleanup(KUBELET_NODE);
     let _pods = [

@@ -99,8 +99,7 @@ impl Drop for Cleanup {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
     chart_installed();
-    let dir = std::env::temp_dir().join(format!("e2e-exporter-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("state folder");
+    let dir = scenario_dir("e2e-exporter");
     let state = dir.join(format!("{NODE}.json"));
     let _cleanup = Cleanup;
     assert!(kubectl_apply(&metrics_config_map(SELECTED), &[]).success);
@@ -141,10 +140,7 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
     let free_gpu = 1 - held_gpu;
 
     step("the exporter, scraped: DCGM names and labels, only the fields the ConfigMap selects");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let root = kubelet.root().display().to_string();
     let exporter = NodeAgent::start(
@@ -244,10 +240,7 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
         "{}",
         String::from_utf8_lossy(&validated.stderr)
     );
-    let status_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let status_port = free_port();
     let status_listen = format!("127.0.0.1:{status_port}");
     let validations_dir = validations.display().to_string();
     let status_exporter = NodeAgent::start(

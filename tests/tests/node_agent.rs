@@ -302,8 +302,7 @@ impl Drop for Cleanup {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn node_agent_mig_manager_and_feature_discovery() {
     chart_installed();
-    let dir = std::env::temp_dir().join(format!("e2e-node-agent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("state folder");
+    let dir = scenario_dir("e2e-node-agent");
     let a100 = "e2e-a100-80gb";
     let h100 = "e2e-h100";
     let cleanup = Cleanup {
@@ -614,8 +613,7 @@ fn gpu_indexes(node: &str) -> BTreeMap<String, u64> {
 fn mig_manager_evicts_only_the_pods_on_the_gpus_it_changes() {
     chart_installed();
     let node = "e2e-mig-kubelet";
-    let dir = std::env::temp_dir().join(format!("e2e-mig-kubelet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("state folder");
+    let dir = scenario_dir("e2e-mig-kubelet");
     let state = dir.join(format!("{node}.json"));
     let pods = ["e2e-gpu-pod-a", "e2e-gpu-pod-b"];
     let _cleanup = Cleanup {
