@@ -310,7 +310,7 @@ impl Servers {
             }
             match RunningServer::start(&self.dir, name, snapshot) {
                 Ok(server) => {
-                    self.register(&server, name).await;
+                    self.register_resource(&server, name).await;
                     self.running.insert(name.clone(), server);
                 }
                 Err(error) => warn!(resource = %name, %error, "cannot serve the resource"),
@@ -324,7 +324,7 @@ impl Servers {
         for (name, server) in std::mem::take(&mut self.running) {
             match server.restart(&self.dir).await {
                 Ok(server) => {
-                    self.register(&server, &name).await;
+                    self.register_resource(&server, &name).await;
                     self.running.insert(name, server);
                 }
                 Err(error) => warn!(resource = %name, %error, "cannot serve the resource again"),
@@ -333,7 +333,7 @@ impl Servers {
     }
 
     /// Registers a resource, remembering it for a retry when the kubelet does not answer.
-    async fn register(&mut self, server: &RunningServer, name: &ResourceName) {
+    async fn register_resource(&mut self, server: &RunningServer, name: &ResourceName) {
         let span = info_span!("register", resource = %name);
         match register(&self.dir, &server.endpoint(), name.as_str())
             .instrument(span)
@@ -363,7 +363,7 @@ impl Servers {
                 self.unregistered.remove(&name);
                 continue;
             };
-            self.register(&server, &name).await;
+            self.register_resource(&server, &name).await;
             self.running.insert(name, server);
         }
     }

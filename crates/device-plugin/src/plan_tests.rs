@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use crd::config::device_plugin::parse;
 use crd::mig::MigProfileName;
-use gpu::{GpuBackend, Simulator, apply_plan};
+use gpu::{GpuBackend, Simulator};
 
 use super::*;
 
@@ -20,13 +20,7 @@ pub(crate) fn simulated(spec: &str, devices: &[(&str, u32)]) -> (tempfile::TempD
             .iter()
             .map(|(name, count)| (name.parse().unwrap(), *count))
             .collect();
-        for gpu in 0..simulator.gpu_count().unwrap() {
-            simulator.set_mig_mode(gpu, true).unwrap();
-            simulator.reset(gpu).unwrap();
-            let model = simulator.gpu(gpu).unwrap().model().unwrap();
-            let steps = gpu::plan(model, &[], &desired).unwrap();
-            apply_plan(&simulator, gpu, &steps).unwrap();
-        }
+        simulator.create_on_every_gpu(&desired).unwrap();
     }
     (dir, simulator)
 }

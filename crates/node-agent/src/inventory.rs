@@ -109,8 +109,7 @@ pub fn read(backend: &dyn GpuBackend) -> gpu::Result<Vec<GpuView>> {
 pub(crate) mod tests {
     use std::sync::Arc;
 
-    use gpu::planner::MigPlan;
-    use gpu::{Simulator, apply_plan, plan};
+    use gpu::Simulator;
 
     use super::*;
 
@@ -133,13 +132,7 @@ pub(crate) mod tests {
                 .iter()
                 .map(|(name, count)| (name.parse().unwrap(), *count))
                 .collect();
-            for gpu in 0..simulator.gpu_count().unwrap() {
-                simulator.set_mig_mode(gpu, true).unwrap();
-                simulator.reset(gpu).unwrap();
-                let model = simulator.gpu(gpu).unwrap().model().unwrap();
-                let steps: MigPlan = plan(model, &[], &desired).unwrap();
-                apply_plan(simulator.as_ref(), gpu, &steps).unwrap();
-            }
+            simulator.create_on_every_gpu(&desired).unwrap();
         }
         (dir, simulator)
     }

@@ -82,6 +82,28 @@ impl Simulator {
         })
     }
 
+    /// Turns MIG on and creates `devices` on every GPU, as applying a uniform mig-parted config to a fresh node
+    /// does: the quick way to start a test from a geometry.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when a GPU has no MIG tables or the devices do not fit it; the backend's errors.
+    pub fn create_on_every_gpu(
+        &self,
+        devices: &std::collections::BTreeMap<crd::mig::MigProfileName, u32>,
+    ) -> Result<()> {
+        for gpu in 0..self.gpu_count()? {
+            self.set_mig_mode(gpu, true)?;
+            self.reset(gpu)?;
+            let model = self.gpu(gpu)?.model().ok_or_else(|| {
+                GpuError::InvalidArgument(format!("GPU {gpu} has no MIG profile tables"))
+            })?;
+            let steps = crate::planner::plan(model, &[], devices)
+                .map_err(|error| GpuError::InvalidArgument(format!("GPU {gpu}: {error}")))?;
+            crate::backend::apply_plan(self, gpu, &steps)?;
+        }
+        Ok(())
+    }
+
     /// Runs a read-only operation on one GPU, then waits for the GPU's injected delay.
     fn with_gpu<T>(&self, index: u32, operation: impl FnOnce(&GpuState) -> Result<T>) -> Result<T> {
         let state = self.file.read()?;
