@@ -1,7 +1,8 @@
 //! The foundation against a real kube-apiserver: the chart installs the CRDs and the default ClusterPolicy,
 //! NVIDIA-shaped resources apply unchanged and read back whole, the guides' commands work verbatim, the CEL
 //! rules reject bad input with their messages, `kubectl explain` and `kubectl get` show what users expect, and
-//! the operator upgrades its CRDs at start with nothing but its own RBAC.
+//! the operator upgrades its CRDs at start with nothing but its own RBAC, and that RBAC has no wildcards, no
+//! Secrets and no admin roles.
 
 use std::time::Duration;
 
@@ -393,4 +394,92 @@ fn operator_upgrades_crds_that_helm_upgrade_leaves_alone() {
         "jsonpath={.metadata.managedFields[*].manager}",
     ]);
     assert!(managers.contains("gpu-operator"), "managers: {managers}");
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn chart_rbac_has_no_wildcards_no_secrets_and_no_admin() {
+    chart_installed();
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let roles = kubectl_json(&["get", "clusterroles,roles", "-A", "-l", &selector]);
+    let roles = roles["items"].as_array().cloned().unwrap_or_default();
+    assert!(
+        roles.len() >= 4,
+        "the chart's roles carry its labels: {roles:#?}"
+    );
+    let mut findings = Vec::new();
+    for role in &roles {
+        let name = format!(
+            "{} {}",
+            role["kind"].as_str().unwrap_or_default(),
+            role["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            for key in [
+                "apiGroups",
+                "resources",
+                "verbs",
+                "resourceNames",
+                "nonResourceURLs",
+            ] {
+                let values = rule[key].as_array().into_iter().flatten();
+                if values.filter_map(Value::as_str).any(|v| v.contains('*')) {
+                    findings.push(format!("{name}: wildcard in {key}: {rule}"));
+                }
+            }
+            let resources = rule["resources"].as_array().into_iter().flatten();
+            if resources
+                .filter_map(Value::as_str)
+                .any(|r| r.starts_with("secrets"))
+            {
+                findings.push(format!("{name}: grants Secrets: {rule}"));
+            }
+            let verbs = rule["verbs"].as_array().into_iter().flatten();
+            if verbs
+                .filter_map(Value::as_str)
+                .any(|v| ["escalate", "bind", "impersonate"].contains(&v))
+            {
+                findings.push(format!("{name}: may grant or assume rights: {rule}"));
+            }
+        }
+    }
+    let bindings = kubectl_json(&[
+        "get",
+        "clusterrolebindings,rolebindings",
+        "-A",
+        "-l",
+        &selector,
+    ]);
+    for binding in bindings["items"].as_array().into_iter().flatten() {
+        let role = binding["roleRef"]["name"].as_str().unwrap_or_default();
+        if ["cluster-admin", "admin", "edit"].contains(&role) {
+            let name = binding["metadata"]["name"].as_str().unwrap_or_default();
+            findings.push(format!("{name} binds {role}"));
+        }
+    }
+    assert!(findings.is_empty(), "{findings:#?}");
+
+    // The API server agrees, for every ServiceAccount the chart creates: none may read Secrets or do everything.
+    let accounts = kubectl_json(&["get", "serviceaccounts", "-n", NAMESPACE, "-l", &selector]);
+    let accounts: Vec<String> = accounts["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        accounts.contains(&"gpu-operator".to_string()) && accounts.len() >= 2,
+        "{accounts:?}"
+    );
+    for account in &accounts {
+        let user = format!("--as=system:serviceaccount:{NAMESPACE}:{account}");
+        for (verb, resource) in [("get", "secrets"), ("list", "secrets"), ("*", "*")] {
+            let answer = run("kubectl", &["auth", "can-i", verb, resource, "-A", &user]);
+            assert_eq!(
+                answer.stdout.trim(),
+                "no",
+                "{account} can {verb} {resource}: {answer:?}"
+            );
+        }
+    }
 }

@@ -134,6 +134,25 @@ fn operator_reconciles_the_cluster_policy() {
     assert_eq!(ready["status"]["ready"], "6/6", "{:#}", ready["status"]);
     let table = kubectl(&["get", "clusterpolicy", "cluster-policy"]);
     assert!(table.contains("ready") && table.contains("6/6"), "{table}");
+    assert_eq!(http_status(operator.port, "/healthz"), Some(200));
+    let (code, metrics) = http_get(operator.port, "/metrics").expect("operator serves /metrics");
+    assert_eq!(code, 200);
+    for line in [
+        format!("gpu_operator_gpu_nodes {}", nodes.len()),
+        "gpu_operator_components_enabled 6".to_string(),
+        "gpu_operator_components_ready 6".to_string(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in:\n{metrics}"
+        );
+    }
+    let reconciles = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gpu_operator_reconcile_duration_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_default();
+    assert!(reconciles > 0, "reconciles are timed:\n{metrics}");
     for node in &nodes {
         let labels = kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
         assert_eq!(labels["nvidia.com/gpu.present"], "true", "{node}");
