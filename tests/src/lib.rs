@@ -264,6 +264,13 @@ pub struct Operator {
 impl Operator {
     /// Starts the operator and waits until it is ready (CRDs applied, leader, caches synced).
     pub fn start(identity: &str) -> Self {
+        let operator = Self::launch(identity);
+        operator.wait_ready(Duration::from_secs(90));
+        operator
+    }
+
+    /// Starts the operator without waiting: a second replica stays unready while another one leads.
+    pub fn launch(identity: &str) -> Self {
         let port = free_port();
         let child = Command::new(operator_bin())
             .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
@@ -273,12 +280,15 @@ impl Operator {
             .env("RUST_LOG", "info,operator=debug")
             .spawn()
             .expect("start gpu-operator");
-        let operator = Self { child, port };
-        eventually(Duration::from_secs(90), || {
-            Ok((http_status(port, "/readyz") == Some(200)).then_some(()))
+        Self { child, port }
+    }
+
+    /// Waits until `/readyz` answers 200: the CRDs are applied, this replica leads and its caches are synced.
+    pub fn wait_ready(&self, timeout: Duration) {
+        eventually(timeout, || {
+            Ok((http_status(self.port, "/readyz") == Some(200)).then_some(()))
         })
         .expect("operator became ready");
-        operator
     }
 
     /// Kills the process at once (SIGKILL), as a crash would.

@@ -1,7 +1,7 @@
 //! The operator against the local cluster (3 simulated GPU nodes on two OS versions), running as a local
 //! process with the chart's ServiceAccount token, so that the chart's RBAC is what is tested. One scenario,
-//! in the order a user meets it: install, ready, patch, pause on a node, crash and restart, a second policy,
-//! deletion.
+//! in the order a user meets it: install, ready, patch, pause on a node, crash and restart, a standby
+//! replica taking over, a second policy, deletion.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -71,6 +71,20 @@ fn wait_for_daemonsets(expected: &[&str]) {
 }
 
 /// Nodes where pods with this app label run.
+/// Patches the exporter's image version and waits until its DaemonSet runs that image.
+fn set_exporter_version(version: &str) {
+    patch_policy(json!({"spec": {"dcgmExporter": {"version": version}}}));
+    eventually(WAIT, || {
+        let ds = kubectl_json(&["get", "daemonset", "nvidia-dcgm-exporter", "-n", NAMESPACE]);
+        let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok(image.ends_with(&format!(":{version}")).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("the exporter DaemonSet never ran version {version}: {e:#}"));
+}
+
 fn pod_nodes(app: &str) -> BTreeSet<String> {
     let pods = kubectl_json(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app={app}")]);
     pods["items"]
@@ -257,16 +271,7 @@ fn operator_reconciles_the_cluster_policy() {
 
     step("a new image version changes that DaemonSet only");
     let before = kubectl_json(&["get", "daemonset", "gpu-feature-discovery", "-n", NAMESPACE])["metadata"]["generation"].clone();
-    patch_policy(json!({"spec": {"dcgmExporter": {"version": "9.9.9"}}}));
-    eventually(WAIT, || {
-        let ds = kubectl_json(&["get", "daemonset", "nvidia-dcgm-exporter", "-n", NAMESPACE]);
-        let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        Ok(image.ends_with(":9.9.9").then_some(()))
-    })
-    .expect("exporter image updated");
+    set_exporter_version("9.9.9");
     let after = kubectl_json(&["get", "daemonset", "gpu-feature-discovery", "-n", NAMESPACE])["metadata"]["generation"].clone();
     assert_eq!(before, after, "an unrelated DaemonSet was rewritten");
 
@@ -367,6 +372,46 @@ fn operator_reconciles_the_cluster_policy() {
             object["metadata"]["name"]
         );
     }
+
+    step(
+        "a second replica waits while the first leads, and takes over within the lease's 15 s when the first dies",
+    );
+    let leader = || {
+        run(
+            "kubectl",
+            &[
+                "get",
+                "lease",
+                "gpu-operator-leader",
+                "-n",
+                NAMESPACE,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+        )
+        .stdout
+    };
+    assert_eq!(leader(), "e2e-operator");
+    let standby = Operator::launch("e2e-standby");
+    // Longer than the 3 s retry period: the standby has asked for the lease at least once and been told to wait.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        http_status(standby.port, "/readyz"),
+        Some(503),
+        "a replica that does not lead is not ready"
+    );
+    assert_eq!(leader(), "e2e-operator");
+    operator.kill();
+    let killed = std::time::Instant::now();
+    standby.wait_ready(Duration::from_secs(40));
+    eprintln!(
+        "the standby leads {:.1?} after the leader was killed",
+        killed.elapsed()
+    );
+    assert_eq!(leader(), "e2e-standby");
+    set_exporter_version("9.9.10");
+    wait_for_state("ready");
+    let operator = standby;
 
     step("at rest the operator writes nothing to the API server for 60 s (audit log)");
     let user = format!("system:serviceaccount:{NAMESPACE}:gpu-operator");
