@@ -3,7 +3,7 @@
 //! in the order a user meets it: install, ready, patch, pause on a node, crash and restart, a standby
 //! replica taking over, a second policy, deletion.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::*;
@@ -13,6 +13,12 @@ const WAIT: Duration = Duration::from_secs(90);
 
 /// The operand DaemonSets that exist, by name.
 fn daemonsets() -> BTreeSet<String> {
+    daemonset_uids().into_keys().collect()
+}
+
+/// The operand DaemonSets that exist, name -> UID: a DaemonSet deleted and created again gets a new UID (and
+/// its pods are replaced on every node).
+fn daemonset_uids() -> BTreeMap<String, String> {
     let list = kubectl_json(&[
         "get",
         "daemonsets",
@@ -25,7 +31,11 @@ fn daemonsets() -> BTreeSet<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|d| d["metadata"]["name"].as_str().map(String::from))
+        .filter_map(|d| {
+            let name = d["metadata"]["name"].as_str()?;
+            let uid = d["metadata"]["uid"].as_str()?;
+            Some((name.to_string(), uid.to_string()))
+        })
         .collect()
 }
 
@@ -344,6 +354,8 @@ fn operator_reconciles_the_cluster_policy() {
     step(
         "the operator is killed mid-reconcile and restarted: it converges, nothing duplicated or orphaned",
     );
+    let toolkit = "nvidia-container-toolkit-daemonset";
+    let toolkit_uid = daemonset_uids()[toolkit].clone();
     patch_policy(
         json!({"spec": {"devicePlugin": {"enabled": true}, "driver": {"enabled": false}}}),
     );
@@ -352,6 +364,11 @@ fn operator_reconciles_the_cluster_policy() {
     let expected = with(&[]);
     wait_for_daemonsets(&expected);
     wait_for_state("ready");
+    assert_eq!(
+        daemonset_uids()[toolkit],
+        toolkit_uid,
+        "the restarted operator deleted and re-created a DaemonSet it still renders"
+    );
     let uid = policy()["metadata"]["uid"].clone();
     let all = kubectl_json(&[
         "get",
@@ -401,6 +418,7 @@ fn operator_reconciles_the_cluster_policy() {
         "a replica that does not lead is not ready"
     );
     assert_eq!(leader(), "e2e-operator");
+    let before_takeover = daemonset_uids();
     operator.kill();
     let killed = std::time::Instant::now();
     standby.wait_ready(Duration::from_secs(40));
@@ -411,6 +429,11 @@ fn operator_reconciles_the_cluster_policy() {
     assert_eq!(leader(), "e2e-standby");
     set_exporter_version("9.9.10");
     wait_for_state("ready");
+    assert_eq!(
+        daemonset_uids(),
+        before_takeover,
+        "the new leader deleted and re-created DaemonSets instead of updating them"
+    );
     let operator = standby;
 
     step("at rest the operator writes nothing to the API server for 60 s (audit log)");

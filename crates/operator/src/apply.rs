@@ -11,6 +11,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
+use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info};
@@ -88,6 +89,12 @@ impl Applier {
             services,
             last_applied: Mutex::default(),
         }
+    }
+
+    /// Waits until the caches of the objects it applies hold their first full list.
+    pub async fn caches_synced(&self) -> Result<(), WriterDropped> {
+        self.daemonsets.wait_until_ready().await?;
+        self.services.wait_until_ready().await
     }
 
     pub async fn apply(

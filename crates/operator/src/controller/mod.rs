@@ -18,9 +18,11 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Client, ResourceExt};
+use tokio::sync::watch;
 use tracing::{Instrument, info_span, warn};
 
 use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
@@ -51,6 +53,28 @@ pub struct Context {
     /// Unknown spec fields per policy, with the generation they were found in: the stored spec is read once
     /// per change, not once per reconcile.
     unknown_fields: Mutex<HashMap<String, (i64, Vec<String>)>>,
+    /// True once every watch cache holds its first full list (see [`sync_caches`]).
+    caches_synced: watch::Receiver<bool>,
+}
+
+/// Waits until every cache a reconcile reads holds its first full list. A reconcile on a half-filled Node
+/// cache would find no OS pools or container runtimes, render no per-pool DaemonSets (driver per OS, toolkit
+/// per runtime) and prune the ones that run: a restarted operator would take the drivers away. The
+/// ClusterPolicy cache is not awaited here: the controller holds reconciles until that one is filled itself.
+///
+/// Only this one task waits on the stores: a store's readiness wakes a single waiter, so reconciles wait on
+/// the `synced` channel this task sets instead.
+async fn sync_caches(
+    context: Arc<Context>,
+    synced: watch::Sender<bool>,
+) -> Result<(), WriterDropped> {
+    context.nodes.wait_until_ready().await?;
+    context.gpu_nodes.wait_until_ready().await?;
+    context.daemonsets.wait_until_ready().await?;
+    context.config_maps.wait_until_ready().await?;
+    context.applier.caches_synced().await?;
+    synced.send_replace(true);
+    Ok(())
 }
 
 impl std::fmt::Debug for Context {
@@ -71,6 +95,8 @@ pub enum ReconcileError {
     Status(#[source] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(String),
+    #[error("the watch caches stopped before their first list")]
+    CachesStopped,
 }
 
 /// Boxed: an apply error carries a whole API status, and every reconcile result would pay for its size.
@@ -87,6 +113,7 @@ impl ReconcileError {
             ReconcileError::Label { .. } => "label",
             ReconcileError::Status(_) => "status",
             ReconcileError::Finalizer(_) => "finalizer",
+            ReconcileError::CachesStopped => "caches",
         }
     }
 }
@@ -97,7 +124,7 @@ pub async fn run(
     namespace: String,
     defaults: DefaultImages,
     metrics: Arc<Metrics>,
-    ready: impl FnOnce(),
+    ready: impl FnOnce() + Send + 'static,
 ) {
     let (nodes, node_writer) = reflector::store();
     let node_events = watcher(
@@ -150,6 +177,7 @@ pub async fn run(
         watcher::Config::default().any_semantic(),
     );
     let policies = controller.store();
+    let (synced, caches_synced) = watch::channel(false);
     let context = Arc::new(Context {
         applier: Applier::new(
             client.clone(),
@@ -169,8 +197,15 @@ pub async fn run(
         metrics,
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
+        caches_synced,
     });
-    ready();
+    let caches_context = context.clone();
+    tokio::spawn(async move {
+        match sync_caches(caches_context, synced).await {
+            Ok(()) => ready(),
+            Err(error) => warn!(%error, "the watch caches stopped before their first list"),
+        }
+    });
     controller
         .owns_stream(daemonset_events)
         .owns_stream(service_events)
@@ -220,6 +255,12 @@ async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile", clusterpolicy = %policy.name_any());
     async move {
+        context
+            .caches_synced
+            .clone()
+            .wait_for(|synced| *synced)
+            .await
+            .map_err(|_| ReconcileError::CachesStopped)?;
         let started = Instant::now();
         let api = Api::<ClusterPolicy>::all(context.client.clone());
         let result = finalizer(&api, FINALIZER, policy, |event| async {
