@@ -21,7 +21,7 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{Instrument, info_span, warn};
 
@@ -207,8 +207,8 @@ pub async fn run(
         }
     });
     controller
-        .owns_stream(daemonset_events)
-        .owns_stream(service_events)
+        .watches_stream(daemonset_events, owning_policy)
+        .watches_stream(service_events, owning_policy)
         .watches_stream(node_events, every_policy(policies.clone()))
         .watches_stream(gpu_node_events, every_policy(policies.clone()))
         .watches_stream(config_map_events, every_policy(policies.clone()))
@@ -223,6 +223,16 @@ pub async fn run(
         // Failures are logged once, with their retry delay, by `error_policy`.
         .for_each(|_| async {})
         .await;
+}
+
+/// The ClusterPolicy that owns an operand object. Not `owns_stream`: it keys the owner with the child's
+/// namespace, which for a cluster-scoped owner is a second key for the same ClusterPolicy, and two reconciles
+/// of one policy could then run at once.
+fn owning_policy<K: Resource>(object: K) -> Option<ObjectRef<ClusterPolicy>> {
+    object
+        .owner_references()
+        .iter()
+        .find_map(|owner| ObjectRef::from_owner_ref(None, owner, ()))
 }
 
 /// Maps any watched object to every ClusterPolicy: there is one active policy, and the others short-circuit.
@@ -309,6 +319,33 @@ fn error_policy(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn an_operand_wakes_its_policy_under_the_policy_s_own_key() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owned_by = |api_version: &str, kind: &str| DaemonSet {
+            metadata: ObjectMeta {
+                name: Some("nvidia-device-plugin-daemonset".into()),
+                namespace: Some("gpu-operator".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: "cluster-policy".into(),
+                    uid: "1".into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..DaemonSet::default()
+        };
+        // The same key the ClusterPolicy's own events use: no namespace.
+        assert_eq!(
+            owning_policy(owned_by("nvidia.com/v1", "ClusterPolicy")),
+            Some(ObjectRef::new("cluster-policy"))
+        );
+        assert_eq!(owning_policy(owned_by("apps/v1", "ReplicaSet")), None);
+    }
 
     #[test]
     fn heartbeats_do_not_wake_the_controller_but_labels_do() {
