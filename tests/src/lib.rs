@@ -77,6 +77,21 @@ pub fn kubectl_json(args: &[&str]) -> Value {
     serde_json::from_str(&kubectl(&all)).expect("kubectl printed JSON")
 }
 
+/// The Events about the cluster-scoped object `name` (a Node, the ClusterPolicy): the API server keeps them in
+/// the default namespace.
+pub fn events_about(name: &str) -> Vec<Value> {
+    let field_selector = format!("involvedObject.name={name}");
+    let events = kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &field_selector,
+    ]);
+    events["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// Applies a manifest given as text through `kubectl apply -f -` (kubectl's default strict field validation).
 pub fn kubectl_apply(manifest: &str, extra: &[&str]) -> Run {
     use std::io::Write;

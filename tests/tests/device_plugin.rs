@@ -198,21 +198,9 @@ fn device_plugin_follows_labels_config_maps_and_mig() {
     );
     assert_eq!(plugin_status()["devicePlugin"]["resources"][0]["count"], 20);
     eventually(WAIT, || {
-        let events = kubectl_json(&[
-            "get",
-            "events",
-            "-n",
-            "default",
-            "--field-selector",
-            &format!("involvedObject.name={NODE}"),
-        ]);
-        let rejected = events["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|event| {
-                event["reason"] == "DevicePluginConfigRejected" && event["type"] == "Warning"
-            });
+        let rejected = events_about(NODE).iter().any(|event| {
+            event["reason"] == "DevicePluginConfigRejected" && event["type"] == "Warning"
+        });
         Ok(rejected.then_some(()))
     })
     .expect("a Warning Event on the Node");

@@ -238,19 +238,9 @@ fn mig_devices(node: &str, state: &Path) -> Vec<(u32, String)> {
 }
 
 fn warning_events(node: &str, reason: &str) -> Vec<String> {
-    let events = kubectl_json(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        &format!("involvedObject.name={node},reason={reason}"),
-    ]);
-    events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|event| event["type"] == "Warning")
+    events_about(node)
+        .iter()
+        .filter(|event| event["reason"] == reason && event["type"] == "Warning")
         .filter_map(|event| event["message"].as_str().map(String::from))
         .collect()
 }

@@ -80,7 +80,6 @@ fn wait_for_daemonsets(expected: &[&str]) {
     });
 }
 
-/// Nodes where pods with this app label run.
 /// Patches the exporter's image version and waits until its DaemonSet runs that image.
 fn set_exporter_version(version: &str) {
     patch_policy(json!({"spec": {"dcgmExporter": {"version": version}}}));
@@ -95,6 +94,7 @@ fn set_exporter_version(version: &str) {
     .unwrap_or_else(|e| panic!("the exporter DaemonSet never ran version {version}: {e:#}"));
 }
 
+/// Nodes where pods with this app label run.
 fn pod_nodes(app: &str) -> BTreeSet<String> {
     let pods = kubectl_json(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app={app}")]);
     pods["items"]
@@ -193,20 +193,8 @@ fn operator_reconciles_the_cluster_policy() {
         pod_nodes("nvidia-device-plugin-daemonset").len(),
         nodes.len()
     );
-    let events = kubectl_json(&[
-        "get",
-        "events",
-        "-n",
-        "default",
-        "--field-selector",
-        "involvedObject.name=cluster-policy",
-    ]);
-    let reasons: Vec<&str> = events["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["reason"].as_str())
-        .collect();
+    let events = events_about("cluster-policy");
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
     assert!(
         reasons.contains(&"Ready"),
         "the transition to ready is an Event on the ClusterPolicy: {reasons:?}"
@@ -391,7 +379,7 @@ fn operator_reconciles_the_cluster_policy() {
     }
 
     step(
-        "a second replica waits while the first leads, and takes over within the lease's 15 s when the first dies",
+        "a second replica waits while the first leads, and takes over once the dead leader's lease expires",
     );
     let leader = || {
         run(

@@ -77,18 +77,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     )?;
     // The MIG manager reports the node's geometry once the operator has labelled it all-disabled.
     for node in &gpu_nodes {
-        follow(
-            &env,
-            &format!("{node} nvidia.com/mig.config.state"),
-            &[
-                "get",
-                "node",
-                node,
-                "-o",
-                "jsonpath={.metadata.labels.nvidia\\.com/mig\\.config\\.state}",
-            ],
-            |state| state == "success",
-        )?;
+        follow_mig_change(&env, node, "all-disabled")?;
     }
     command::run(
         root,
@@ -117,18 +106,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
             "kubectl",
             &["label", "node", node, &label, "--overwrite"],
         )?;
-        follow(
-            &env,
-            &format!("{node} nvidia.com/mig.config.state"),
-            &[
-                "get",
-                "gpunode",
-                node,
-                "-o",
-                "jsonpath={.status.mig.config} {.status.mig.state}",
-            ],
-            |state| state == format!("{DEMO_MIG_CONFIG} success"),
-        )?;
+        follow_mig_change(&env, node, DEMO_MIG_CONFIG)?;
         command::run(root, &env, "kubectl", &["get", "gpunodes"])?;
     }
     println!();
@@ -188,6 +166,23 @@ fn start_node_agents(info: &ClusterInfo, binary: &Path, node: &str) -> anyhow::R
         )?;
     }
     Ok(())
+}
+
+/// Follows the MIG config and state in `node`'s GPUNode until its MIG manager has applied `config`.
+fn follow_mig_change(env: &[(String, String)], node: &str, config: &str) -> anyhow::Result<()> {
+    let applied = format!("{config} success");
+    follow(
+        env,
+        &format!("{node} MIG config and state"),
+        &[
+            "get",
+            "gpunode",
+            node,
+            "-o",
+            "jsonpath={.status.mig.config} {.status.mig.state}",
+        ],
+        |state| state == applied,
+    )
 }
 
 /// Prints what `kubectl <args>` answers each time it changes, until `done` accepts it.

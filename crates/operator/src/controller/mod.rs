@@ -70,8 +70,8 @@ async fn sync_caches(
 ) -> Result<(), WriterDropped> {
     context.nodes.wait_until_ready().await?;
     context.gpu_nodes.wait_until_ready().await?;
-    context.daemonsets.wait_until_ready().await?;
     context.config_maps.wait_until_ready().await?;
+    // The DaemonSet and Service caches, which `context.daemonsets` shares.
     context.applier.caches_synced().await?;
     synced.send_replace(true);
     Ok(())
