@@ -73,6 +73,24 @@ impl Backoff {
     }
 }
 
+/// Builders the unit tests of several roles share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A ConfigMap holding `data`, key by key.
+    pub fn config_map(data: &[(&str, &str)]) -> ConfigMap {
+        ConfigMap {
+            data: Some(
+                data.iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                    .collect(),
+            ),
+            ..ConfigMap::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,6 +170,7 @@ fn machine_type(gpus: &Gpus, node: &k8s_openapi::api::core::v1::Node, file: &Pat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::config_map;
     use clap::Parser;
 
     fn args(line: &[&str]) -> DiscoveryArgs {
@@ -182,17 +183,6 @@ mod tests {
         match cli.command {
             crate::cli::Command::Discovery(args) => args,
             _ => unreachable!("parsed as discovery"),
-        }
-    }
-
-    fn config_map(data: &[(&str, &str)]) -> ConfigMap {
-        ConfigMap {
-            data: Some(
-                data.iter()
-                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                    .collect(),
-            ),
-            ..ConfigMap::default()
         }
     }
 

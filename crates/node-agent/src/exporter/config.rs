@@ -311,6 +311,7 @@ pub fn from_config_map(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::config_map;
 
     fn names(selection: &Selection) -> Vec<(&'static str, Kind, &str)> {
         selection
@@ -421,17 +422,6 @@ DCGM_FI_DEV_GPU_TEMP, gauge, again
             Selection::parse("# nothing\n\n").unwrap_err(),
             [ConfigError::NoFields]
         );
-    }
-
-    fn config_map(data: &[(&str, &str)]) -> ConfigMap {
-        ConfigMap {
-            data: Some(
-                data.iter()
-                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                    .collect(),
-            ),
-            ..ConfigMap::default()
-        }
     }
 
     #[test]
