@@ -246,6 +246,7 @@ static CRAMPED_PROFILES: [GpuInstanceProfile; 2] = [
 
 static CRAMPED: GpuModel = GpuModel {
     simulator_name: "cramped",
+    sources: "A test model with too few placements for its counts.",
     product_names: &["NVIDIA Cramped"],
     pci_device_ids: &[0x0001_10DE],
     memory_mib: 40960,

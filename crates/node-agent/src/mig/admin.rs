@@ -20,10 +20,11 @@ pub async fn run(action: MigAction, source: &GpuSource) -> anyhow::Result<()> {
     let (MigAction::Plan(file) | MigAction::Apply(file) | MigAction::Assert(file)) = &action;
     let text = std::fs::read_to_string(&file.file)
         .with_context(|| format!("reading {}", file.file.display()))?;
-    let config = mig_parted::parse(&text).with_context(|| format!("{}", file.file.display()))?;
+    let parsed = mig_parted::parse(&text).with_context(|| format!("{}", file.file.display()))?;
     let gpus = Gpus::open_reading_node(source, file.node_name.as_deref()).await?;
     let views = gpus.run(|gpus| inventory::read(gpus.backend())).await?;
-    let changes = assess(&config, &file.config, &views)?;
+    let changes = assess(&parsed, &file.config, &views)
+        .with_context(|| format!("{}", file.file.display()))?;
     let all: Vec<Target> = changes.iter().map(Target::from).collect();
     match action {
         MigAction::Plan(_) => print!("{}", describe(&views, &changes)),

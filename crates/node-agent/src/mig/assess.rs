@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crd::config::mig_parted::MigPartedConfig;
+use crd::config::ConfigError;
+use crd::config::mig_parted::ParsedMigConfig;
 use crd::gpu_node::GpuMigGeometry;
 use crd::mig::MigProfileName;
 use gpu::planner::{MigPlan, ModeChange, PlanError, decide, plan};
@@ -76,19 +77,34 @@ pub fn geometry(
     }
 }
 
-/// The change each GPU of the node needs for config `name`. GPUs the config has no entry for are left out.
+/// Why a named config cannot be applied to the node's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssessError {
+    /// The config is one of the file's invalid ones; the other configs of the file are unaffected.
+    #[error("{0}")]
+    Invalid(ConfigError),
+    /// The config does not fit these GPUs (unknown name, a model or geometry that does not fit, ...).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// The change each GPU of the node needs for config `name` of a parsed file. GPUs the config has no entry for are
+/// left out.
 ///
 /// # Errors
-/// Why the config cannot be applied to these GPUs (unknown name, a geometry that does not fit, ...), before
-/// anything is touched.
+/// Why the config cannot be applied to these GPUs, before anything is touched: it is invalid (its problem, which
+/// names it and its entry), or it does not fit them.
 pub fn assess(
-    config: &MigPartedConfig,
+    parsed: &ParsedMigConfig,
     name: &str,
     gpus: &[GpuView],
-) -> Result<Vec<GpuChange>, PlanError> {
+) -> Result<Vec<GpuChange>, AssessError> {
+    if let Some(problem) = parsed.problem(name) {
+        return Err(AssessError::Invalid(problem.clone()));
+    }
     let inventories: Vec<_> = gpus.iter().map(|gpu| gpu.inventory.clone()).collect();
     let mut changes = Vec::new();
-    for (decision, view) in decide(config, name, &inventories)?
+    for (decision, view) in decide(&parsed.config, name, &inventories)?
         .into_iter()
         .filter_map(|decision| {
             let view = gpus
@@ -124,7 +140,7 @@ mod tests {
     use super::*;
     use crate::inventory::{read, tests::simulated};
 
-    fn config() -> MigPartedConfig {
+    fn config() -> ParsedMigConfig {
         crd::config::mig_parted::parse(
             r#"
 version: v1
@@ -151,6 +167,11 @@ mig-configs:
     - devices: all
       mig-enabled: true
       mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
+  broken:
+    - device-filter: "0x20B210DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.5gb": 7}
 "#,
         )
         .unwrap()
@@ -212,5 +233,22 @@ mig-configs:
         );
         let unknown = assess(&config(), "nope", &gpus).unwrap_err().to_string();
         assert!(unknown.starts_with("no MIG config named nope"), "{unknown}");
+    }
+
+    /// A node that selects the file's invalid config fails with its problem; one that selects a valid config of the
+    /// same file is planned as usual.
+    #[test]
+    fn an_invalid_config_fails_only_the_nodes_that_select_it() {
+        let (_dir, simulator) = simulated("a100-80gb:1", &[]);
+        let gpus = read(simulator.as_ref()).unwrap();
+        let parsed = config();
+        assert!(parsed.problem("broken").is_some());
+        let error = assess(&parsed, "broken", &gpus).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "mig-configs.broken[0].mig-devices: unknown profile \"1g.5gb\" for NVIDIA A100-SXM4-80GB (known \
+             profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"
+        );
+        assert_eq!(assess(&parsed, "all-1g.10gb", &gpus).unwrap().len(), 1);
     }
 }

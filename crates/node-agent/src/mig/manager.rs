@@ -4,7 +4,7 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use crd::config::mig_parted::{self, MigPartedConfig};
+use crd::config::mig_parted::{self, ParsedMigConfig};
 use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigStatus, NodeError};
 use crd::labels::MIG_CONFIG;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use tracing::{debug, info, instrument, warn};
 
 use super::CONFIG_KEY;
-use super::assess::{GpuChange, assess};
+use super::assess::{AssessError, GpuChange, assess};
 use super::clients::{Progress, pause, rebooting, restore};
 use super::drain::NodePods;
 use super::gpus::{Changed, Target, change, simulated_reboot, verify};
@@ -158,8 +158,12 @@ impl MigManager {
         self.report.views = self.read_gpus().await?;
         let changes = match (&config, &desired) {
             (Err(reason), _) => Err(reason.clone()),
-            (Ok(config), Some(name)) => {
-                assess(config, name, &self.report.views).map_err(|error| error.to_string())
+            (Ok(parsed), Some(name)) => {
+                assess(parsed, name, &self.report.views).map_err(|error| match error {
+                    // Say which file the invalid config is in; its problem names the config and the entry.
+                    AssessError::Invalid(_) => format!("{}: {error}", self.source()),
+                    AssessError::Plan(_) => error.to_string(),
+                })
             }
             (Ok(_), None) => Ok(Vec::new()),
         };
@@ -206,12 +210,18 @@ impl MigManager {
         }
     }
 
-    /// The config file from the ConfigMap, or why there is none.
-    fn parse(&self, text: Option<&str>) -> Result<MigPartedConfig, String> {
-        let source = format!(
+    /// Where the config file comes from, as messages name it.
+    fn source(&self) -> String {
+        format!(
             "ConfigMap {}/{} key {CONFIG_KEY}",
             self.settings.namespace, self.settings.config_map
-        );
+        )
+    }
+
+    /// The config file from the ConfigMap, or why there is none. Invalid named configs in it do not make it
+    /// unusable: only a node that selects one fails.
+    fn parse(&self, text: Option<&str>) -> Result<ParsedMigConfig, String> {
+        let source = self.source();
         let text = text.ok_or_else(|| format!("{source} does not exist"))?;
         mig_parted::parse(text).map_err(|error| format!("{source}: {error}"))
     }

@@ -11,10 +11,13 @@
 //!       mig-devices: {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
 //! ```
 //!
-//! The format is strict, as mig-parted's own parser is: unknown fields, a missing `devices` or `mig-enabled`,
-//! `mig-devices` on a disabled entry and a missing `mig-devices` on an enabled one are errors. We are stricter
-//! still where mig-parted would only fail later, on the node: profiles must exist in the MIG catalog for the
-//! models the entry names, and counts must fit those models.
+//! Each named config is checked on its own, as mig-parted checks only the config it applies: one invalid config
+//! never stops the others of the same file from being used. Within a config the format is strict, as mig-parted's
+//! own parser is: unknown fields, a missing `devices` or `mig-enabled`, `mig-devices` on a disabled entry and a
+//! missing `mig-devices` on an enabled one are errors. Profiles are checked against the MIG catalog where the
+//! catalog can speak: for every model an entry's `device-filter` names that the catalog knows. An entry whose
+//! filter names only models we do not know, and an entry without a filter, are left to the node, which checks them
+//! against the GPU it has; so a config written for a GPU newer than this catalog is never refused here.
 
 mod de;
 mod validate;
@@ -120,12 +123,83 @@ impl fmt::Display for PciDeviceId {
     }
 }
 
-/// Parses a mig-parted config from YAML or JSON text, and checks it against the format and the MIG catalog.
+/// A mig-parted config file as read: the named configs that passed every check, and why each other one did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedMigConfig {
+    /// The valid named configs; an invalid one is left out, so that nothing can apply it by mistake.
+    pub config: MigPartedConfig,
+    /// Config name -> its first problem (in document order for type errors, then in entry order).
+    pub problems: BTreeMap<String, ConfigError>,
+}
+
+impl ParsedMigConfig {
+    /// The problem of config `name`, when it is one of the invalid ones.
+    #[must_use]
+    pub fn problem(&self, name: &str) -> Option<&ConfigError> {
+        self.problems.get(name)
+    }
+}
+
+/// The file with each named config still untyped, so that one config's type error stays that config's problem.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMigPartedConfig {
+    version: ConfigVersion,
+    #[serde(rename = "mig-configs")]
+    mig_configs: BTreeMap<String, serde_json::Value>,
+}
+
+/// Parses a mig-parted config from YAML or JSON text, and checks each named config against the format and the MIG
+/// catalog.
 ///
 /// # Errors
-/// A [`ConfigError`] naming the first bad field (in document order for type errors, then in name order).
-pub fn parse(text: &str) -> Result<MigPartedConfig, ConfigError> {
-    let config: MigPartedConfig = decode(text, VersionField::Required)?;
-    validate::validate(&config)?;
-    Ok(config)
+/// A [`ConfigError`] only for what makes the whole file unusable: YAML syntax, the version, an unknown top-level
+/// field, no named configs. A problem inside one named config is in [`ParsedMigConfig::problems`] instead.
+pub fn parse(text: &str) -> Result<ParsedMigConfig, ConfigError> {
+    let raw: RawMigPartedConfig = decode(text, VersionField::Required)?;
+    if raw.mig_configs.is_empty() {
+        return Err(ConfigError::invalid(
+            "mig-configs",
+            "define at least one named config, e.g. all-disabled",
+        ));
+    }
+    let mut parsed = ParsedMigConfig {
+        config: MigPartedConfig {
+            version: raw.version,
+            mig_configs: BTreeMap::new(),
+        },
+        problems: BTreeMap::new(),
+    };
+    for (name, value) in raw.mig_configs {
+        match named_config(&name, value) {
+            Ok(entries) => {
+                parsed.config.mig_configs.insert(name, entries);
+            }
+            Err(problem) => {
+                parsed.problems.insert(name, problem);
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// Types and checks the entries of config `name`.
+fn named_config(
+    name: &str,
+    value: serde_json::Value,
+) -> Result<Vec<MigConfigEntry>, ConfigError> {
+    let path = format!("mig-configs.{name}");
+    let entries: Vec<MigConfigEntry> =
+        serde_path_to_error::deserialize(value).map_err(|error| {
+            let inner = error.path().to_string();
+            let located = match inner.as_str() {
+                "." => path.clone(),
+                index if index.starts_with('[') => format!("{path}{index}"),
+                field => format!("{path}.{field}"),
+            };
+            // serde quotes names with backticks; the rest of our messages use double quotes, as YAML does.
+            ConfigError::invalid(located, error.inner().to_string().replace('`', "\""))
+        })?;
+    validate::validate(name, &path, &entries)?;
+    Ok(entries)
 }

@@ -1,8 +1,21 @@
 use super::*;
 
-/// The Display text of the error `text` fails with.
+/// The Display text of the one problem of `text`: the whole file's, or that of its only invalid named config.
 fn error(text: &str) -> String {
-    parse(text).unwrap_err().to_string()
+    match parse(text) {
+        Err(error) => error.to_string(),
+        Ok(parsed) => {
+            assert_eq!(parsed.problems.len(), 1, "{parsed:?}");
+            parsed.problems.values().next().unwrap().to_string()
+        }
+    }
+}
+
+/// The valid configs of `text`, which must have no invalid one.
+fn valid(text: &str) -> MigPartedConfig {
+    let parsed = parse(text).unwrap();
+    assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+    parsed.config
 }
 
 /// A config with one named config `name` holding one entry, written as YAML lines under the list item.
@@ -19,7 +32,7 @@ fn one_entry(name: &str, entry: &str) -> String {
 
 #[test]
 fn guide_example_parses_and_selects_entries_per_gpu() {
-    let config = parse(
+    let config = valid(
         r#"
 version: v1
 mig-configs:
@@ -32,8 +45,7 @@ mig-configs:
       device-filter: "0x20B010DE"
       mig-enabled: false
 "#,
-    )
-    .unwrap();
+    );
     let entries = &config.mig_configs["custom-config"];
     assert_eq!(entries[0].devices, DeviceSelector::Indices(vec![0, 1]));
     assert_eq!(entries[1].device_filter, vec![PciDeviceId(0x20B0_10DE)]);
@@ -49,12 +61,11 @@ mig-configs:
 
 #[test]
 fn json_input_and_serialization_round_trip() {
-    let config = parse(
+    let config = valid(
         r#"{"version": "v1", "mig-configs": {"all-1g.5gb": [
             {"devices": "all", "device-filter": ["0x20B010DE"], "mig-enabled": true, "mig-devices": {"1g.5gb": 7}}
         ]}}"#,
-    )
-    .unwrap();
+    );
     let entry = &config.mig_configs["all-1g.5gb"][0];
     assert!(entry.applies_to(5, 0x20B0_10DE));
     assert!(!entry.applies_to(0, 0x20B2_10DE));
@@ -63,16 +74,15 @@ fn json_input_and_serialization_round_trip() {
         json,
         r#"{"version":"v1","mig-configs":{"all-1g.5gb":[{"devices":"all","device-filter":["0x20B010DE"],"mig-enabled":true,"mig-devices":{"1g.5gb":7}}]}}"#
     );
-    assert_eq!(parse(&json).unwrap(), config);
+    assert_eq!(valid(&json), config);
 }
 
 #[test]
 fn enabled_with_empty_mig_devices_is_allowed() {
-    let config = parse(&one_entry(
+    let config = valid(&one_entry(
         "all-enabled",
         "devices: all\nmig-enabled: true\nmig-devices: {}",
-    ))
-    .unwrap();
+    ));
     assert_eq!(
         config.mig_configs["all-enabled"][0].mig_devices,
         Some(BTreeMap::new())
@@ -81,11 +91,10 @@ fn enabled_with_empty_mig_devices_is_allowed() {
 
 #[test]
 fn unquoted_pci_id_reads_as_the_same_id() {
-    let config = parse(&one_entry(
+    let config = valid(&one_entry(
         "a",
         "devices: all\ndevice-filter: 0x20B010DE\nmig-enabled: false",
-    ))
-    .unwrap();
+    ));
     assert_eq!(
         config.mig_configs["a"][0].device_filter,
         vec![PciDeviceId(0x20B0_10DE)]
@@ -165,25 +174,22 @@ fn mig_devices_on_a_disabled_entry() {
         "mig-configs.custom[0].mig-devices: must be empty when mig-enabled is false (remove mig-devices or set \
          mig-enabled: true)"
     );
-    parse(&one_entry(
+    valid(&one_entry(
         "custom",
         "devices: all\nmig-enabled: false\nmig-devices: {}",
-    ))
-    .unwrap();
+    ));
 }
 
+/// An entry without a filter applies to whatever GPU a node has, which may be newer than the catalog: the node
+/// checks it, not the parser.
 #[test]
-fn unknown_profile_without_filter_lists_every_known_profile() {
-    assert_eq!(
-        error(&one_entry(
+fn unfiltered_entries_are_left_to_the_node() {
+    for devices in ["{\"3g.25gb\": 1}", "{\"1g.5gb\": 7}", "{\"7g.80gb\": 2}"] {
+        valid(&one_entry(
             "all-balanced",
-            "devices: all\nmig-enabled: true\nmig-devices: {\"3g.25gb\": 1}"
-        )),
-        "mig-configs.all-balanced[0].mig-devices: unknown profile \"3g.25gb\" (known profiles: 1g.5gb, 1g.5gb+me, \
-         1g.6gb, 1g.6gb+me, 1g.10gb, 1g.10gb+me, 1g.18gb, 1g.18gb+me, 1g.20gb, 1g.35gb, 2g.10gb, 2g.12gb, \
-         2g.12gb+me, 2g.20gb, 2g.35gb, 3g.20gb, 3g.40gb, 3g.71gb, 4g.20gb, 4g.24gb, 4g.40gb, 4g.71gb, 7g.40gb, \
-         7g.80gb, 7g.141gb)"
-    );
+            &format!("devices: all\nmig-enabled: true\nmig-devices: {devices}"),
+        ));
+    }
 }
 
 #[test]
@@ -208,22 +214,32 @@ fn unknown_profile_with_filter_lists_that_models_profiles() {
     );
 }
 
+/// A filter that names only models the catalog does not know is accepted with any well-formed profile; one that
+/// names a known model too is checked for that model.
 #[test]
-fn filter_of_unknown_models_is_checked_against_the_whole_catalog() {
-    parse(&one_entry(
-        "h800",
-        "devices: all\ndevice-filter: \"0x232210DE\"\nmig-enabled: true\nmig-devices: {\"1g.10gb\": 7}",
-    ))
-    .unwrap();
+fn filter_of_unknown_models_is_left_to_the_node() {
+    let config = valid(&one_entry(
+        "future",
+        "devices: all\ndevice-filter: \"0x999910DE\"\nmig-enabled: true\nmig-devices: {\"1g.99gb+gfx\": 9}",
+    ));
+    assert!(config.mig_configs.contains_key("future"));
+    assert_eq!(
+        error(&one_entry(
+            "mixed",
+            "devices: all\ndevice-filter: [\"0x999910DE\", \"0x20B710DE\"]\nmig-enabled: true\n\
+             mig-devices: {\"1g.99gb\": 1}"
+        )),
+        "mig-configs.mixed[0].mig-devices: unknown profile \"1g.99gb\" for NVIDIA A30 (known profiles: 1g.6gb, \
+         1g.6gb+me, 2g.12gb, 2g.12gb+me, 4g.24gb)"
+    );
 }
 
 #[test]
 fn compute_instance_profiles_are_checked_by_their_gpu_instance() {
-    let config = parse(&one_entry(
+    let config = valid(&one_entry(
         "ci",
         "devices: all\ndevice-filter: \"0x20B010DE\"\nmig-enabled: true\nmig-devices: {\"1c.3g.20gb\": 2}",
-    ))
-    .unwrap();
+    ));
     let counts = config.mig_configs["ci"][0].mig_devices.clone().unwrap();
     assert_eq!(
         counts.keys().map(ToString::to_string).collect::<Vec<_>>(),
@@ -240,13 +256,6 @@ fn counts_beyond_the_model_are_refused() {
         )),
         "mig-configs.x[0].mig-devices: \"1g.5gb\": 8 instances do not fit on NVIDIA A100-SXM4-40GB, which holds at \
          most 7"
-    );
-    assert_eq!(
-        error(&one_entry(
-            "x",
-            "devices: all\nmig-enabled: true\nmig-devices: {\"7g.80gb\": 2}"
-        )),
-        "mig-configs.x[0].mig-devices: \"7g.80gb\": 2 instances do not fit on any known GPU, which hold at most 1"
     );
 }
 
@@ -343,5 +352,63 @@ fn yaml_syntax_error_has_line_and_column() {
     assert_eq!(
         error("version: v1\nmig-configs:\n  x:\n    - devices: all\n   mig-enabled: false\n"),
         "invalid YAML: while parsing a block mapping, did not find expected key at line 5, column 4"
+    );
+}
+
+/// One invalid config among valid ones: the valid ones are kept, the invalid one is reported by name with its
+/// entry, and nothing of it is kept.
+#[test]
+fn an_invalid_config_does_not_spoil_the_others() {
+    let parsed = parse(
+        r#"
+version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+  all-1g.5gb:
+    - device-filter: "0x20B010DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.5gb": 7}
+  broken:
+    - devices: all
+      mig-enabled: false
+    - device-filter: "0x20B010DE"
+      devices: all
+      mig-enabled: true
+      mig-devices: {"1g.12gb": 1}
+  typo:
+    - devices: all
+      mig-enabeld: true
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        parsed.config.mig_configs.keys().collect::<Vec<_>>(),
+        ["all-1g.5gb", "all-disabled"]
+    );
+    assert_eq!(
+        parsed.problem("broken").unwrap().to_string(),
+        "mig-configs.broken[1].mig-devices: unknown profile \"1g.12gb\" for NVIDIA A100-SXM4-40GB (known profiles: \
+         1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)"
+    );
+    assert_eq!(
+        parsed.problem("typo").unwrap().to_string(),
+        "mig-configs.typo[0].mig-enabeld: unknown field \"mig-enabeld\", expected one of \"devices\", \
+         \"device-filter\", \"mig-enabled\", \"mig-devices\""
+    );
+    assert_eq!(parsed.problem("all-disabled"), None);
+    assert_eq!(parsed.problems.len(), 2);
+}
+
+/// A file whose every config is invalid still parses: the node that selects one fails with its reason.
+#[test]
+fn a_file_of_invalid_configs_still_parses() {
+    let parsed = parse("version: v1\nmig-configs:\n  x: []\n  y: 3\n").unwrap();
+    assert!(parsed.config.mig_configs.is_empty());
+    assert_eq!(
+        parsed.problem("y").unwrap().to_string(),
+        "mig-configs.y: invalid type: integer \"3\", expected a sequence"
     );
 }

@@ -1,40 +1,33 @@
-//! The checks types cannot express: cross-field rules of an entry, and profiles checked against the MIG catalog.
+//! The checks types cannot express: cross-field rules of an entry, and profiles checked against the MIG catalog for
+//! the models the catalog knows.
 
 use std::collections::BTreeSet;
 
-use super::{MigConfigEntry, MigPartedConfig};
+use super::MigConfigEntry;
 use crate::config::{ConfigError, label_value_problem};
-use crate::mig::{
-    GpuInstanceProfileName, GpuModel, MigProfileName, model_by_pci_device_id, models,
-};
+use crate::mig::{GpuInstanceProfileName, GpuModel, MigProfileName, model_by_pci_device_id};
 
-/// Checks a typed config; returns the first problem, walking configs in name order and entries in file order.
-pub(super) fn validate(config: &MigPartedConfig) -> Result<(), ConfigError> {
-    if config.mig_configs.is_empty() {
+/// Checks the typed entries of config `name` (at `path`, `mig-configs.<name>`); returns the first problem, entries
+/// in file order.
+pub(super) fn validate(
+    name: &str,
+    path: &str,
+    entries: &[MigConfigEntry],
+) -> Result<(), ConfigError> {
+    if let Some(problem) = label_value_problem(name) {
         return Err(ConfigError::invalid(
-            "mig-configs",
-            "define at least one named config, e.g. all-disabled",
+            path,
+            format!("\"{name}\" cannot be selected with the nvidia.com/mig.config label: {problem}"),
         ));
     }
-    for (name, entries) in &config.mig_configs {
-        let path = format!("mig-configs.{name}");
-        if let Some(problem) = label_value_problem(name) {
-            return Err(ConfigError::invalid(
-                path,
-                format!(
-                    "\"{name}\" cannot be selected with the nvidia.com/mig.config label: {problem}"
-                ),
-            ));
-        }
-        if entries.is_empty() {
-            return Err(ConfigError::invalid(
-                path,
-                "list at least one entry (devices, mig-enabled, mig-devices)",
-            ));
-        }
-        for (index, entry) in entries.iter().enumerate() {
-            validate_entry(&format!("{path}[{index}]"), entry)?;
-        }
+    if entries.is_empty() {
+        return Err(ConfigError::invalid(
+            path,
+            "list at least one entry (devices, mig-enabled, mig-devices)",
+        ));
+    }
+    for (index, entry) in entries.iter().enumerate() {
+        validate_entry(&format!("{path}[{index}]"), entry)?;
     }
     Ok(())
 }
@@ -60,21 +53,18 @@ fn validate_entry(path: &str, entry: &MigConfigEntry) -> Result<(), ConfigError>
         (_, false) => return Ok(()),
     };
 
-    // Only ids the catalog knows can be checked; an entry for models we do not know is checked against all.
-    let filtered: Vec<&GpuModel> = entry
+    // Only the models the catalog knows can be checked here. The rest of the filter, and an entry without a filter
+    // (which applies to whatever GPU a node has), are checked on the node against the GPU NVML reports.
+    let known: Vec<&GpuModel> = entry
         .device_filter
         .iter()
         .filter_map(|id| model_by_pci_device_id(id.0))
         .collect();
     for (profile, &count) in counts {
-        let problem = if filtered.is_empty() {
-            check_any_model(*profile, count)
-        } else {
-            filtered
-                .iter()
-                .find_map(|model| check_model(model, *profile, count))
-        };
-        if let Some(message) = problem {
+        if let Some(message) = known
+            .iter()
+            .find_map(|model| check_model(model, *profile, count))
+        {
             return Err(ConfigError::invalid(devices_path, message));
         }
     }
@@ -92,30 +82,6 @@ fn check_model(model: &GpuModel, profile: MigProfileName, count: u32) -> Option<
         Some(known) if count > known.max_instances => Some(format!(
             "\"{profile}\": {count} instances do not fit on {product}, which holds at most {}",
             known.max_instances
-        )),
-        Some(_) => None,
-    }
-}
-
-/// The problem with `count` instances of `profile` when the entry does not say which model it is for: the profile
-/// must exist, and the count fit, on at least one model of the catalog.
-fn check_any_model(profile: MigProfileName, count: u32) -> Option<String> {
-    let most = models()
-        .iter()
-        .filter_map(|model| model.profile(profile.gpu_instance))
-        .map(|known| known.max_instances)
-        .max();
-    match most {
-        None => Some(format!(
-            "unknown profile \"{profile}\" (known profiles: {})",
-            name_list(
-                models()
-                    .iter()
-                    .flat_map(|model| model.profiles.iter().map(|known| known.name))
-            )
-        )),
-        Some(most) if count > most => Some(format!(
-            "\"{profile}\": {count} instances do not fit on any known GPU, which hold at most {most}"
         )),
         Some(_) => None,
     }
