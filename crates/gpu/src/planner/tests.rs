@@ -334,7 +334,7 @@ mig-configs:
 
 #[test]
 fn decide_picks_entries_and_mode_changes_per_gpu() {
-    let config = mig_parted::parse(CONFIG).unwrap();
+    let config = mig_parted::parse(CONFIG).unwrap().config;
     let off = Some(MigMode::default());
     let on = Some(MigMode {
         current: true,
@@ -364,7 +364,7 @@ fn decide_picks_entries_and_mode_changes_per_gpu() {
 
 #[test]
 fn decide_refuses_mig_on_gpus_without_it() {
-    let config = mig_parted::parse(CONFIG).unwrap();
+    let config = mig_parted::parse(CONFIG).unwrap().config;
     let error = decide(&config, "mixed", &[gpu(0, "a100-40gb", None)]).unwrap_err();
     assert_eq!(
         error.to_string(),

@@ -150,7 +150,8 @@ mod tests {
         );
         assert_eq!(
             parse("v100:2").unwrap_err(),
-            "unknown GPU model \"v100\" (models: a100-40gb, a100-80gb, h100-80gb, h200, a30)"
+            "unknown GPU model \"v100\" (models: a100-40gb, a100-80gb, pg506-96gb, a30, h100-80gb, h100-94gb, \
+             h100-96gb, h20, h200, gh200-144gb, b200, gb200, b300, gb300, rtx-pro-6000)"
         );
         assert_eq!(
             parse("a30:0").unwrap_err(),
