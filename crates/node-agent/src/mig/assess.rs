@@ -139,6 +139,7 @@ pub fn assess(
 mod tests {
     use super::*;
     use crate::inventory::{read, tests::simulated};
+    use crate::mig::state::{Decision, Observation, Request, decide};
 
     fn config() -> ParsedMigConfig {
         crd::config::mig_parted::parse(
@@ -250,5 +251,26 @@ mig-configs:
              profiles: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"
         );
         assert_eq!(assess(&parsed, "all-1g.10gb", &gpus).unwrap().len(), 1);
+
+        // The manager's decision for each node: the one selecting the invalid config is rejected (state failed,
+        // the problem as its reason), the one selecting a valid config of the same file changes its GPUs.
+        let observe = |name: &str| {
+            let request = Request {
+                config: name.to_owned(),
+                file: 1,
+            };
+            let assessment = assess(&parsed, name, &gpus).map_err(|error| error.to_string());
+            decide(Observation {
+                request: Some(&request),
+                assessment: assessment
+                    .as_ref()
+                    .map(|changes| changes.iter().all(GpuChange::is_noop))
+                    .map_err(String::as_str),
+                in_progress: false,
+                failed: None,
+            })
+        };
+        assert_eq!(observe("broken"), Decision::Reject(error.to_string()));
+        assert_eq!(observe("all-1g.10gb"), Decision::Change);
     }
 }
