@@ -100,8 +100,19 @@ fn mig_problems(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> 
         None => vec![format!(
             "ConfigMap {name} has no {MIG_CONFIG_KEY} key holding the mig-parted config"
         )],
+        // One line per invalid named config, naming it and its entry: nodes that select it fail with the same
+        // reason, the file's other configs still apply.
         Some(text) => match mig_parted::parse(text) {
-            Ok(_) => Vec::new(),
+            Ok(parsed) => parsed
+                .problems
+                .iter()
+                .map(|(config, error)| {
+                    format!(
+                        "ConfigMap {name} key {MIG_CONFIG_KEY}: MIG config {config} cannot be applied (nodes that select \
+                         it fail; the other configs apply): {error}"
+                    )
+                })
+                .collect(),
             Err(error) => vec![format!("ConfigMap {name} key {MIG_CONFIG_KEY}: {error}")],
         },
     }
@@ -187,12 +198,50 @@ mod tests {
         let policy = policy(serde_json::json!({}));
         let mig = config_map(
             "default-mig-parted-config",
+            &[("config.yaml", "version: v1\nmig-configs: {}\n")],
+        );
+        let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
+        assert_eq!(
+            problems[&Component::MigManager],
+            [
+                "ConfigMap default-mig-parted-config key config.yaml: mig-configs: define at least one named config, e.g. all-disabled"
+            ]
+        );
+    }
+
+    /// Each invalid named config is reported by name and entry; the valid ones of the same file are not.
+    #[test]
+    fn invalid_mig_configs_are_reported_one_by_one() {
+        let policy = policy(serde_json::json!({}));
+        let mig = config_map(
+            "default-mig-parted-config",
             &[(
                 "config.yaml",
-                "version: v1\nmig-configs:\n  x:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.25gb\": 1}\n",
+                "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n  x:\n  - devices: all\n    mig-enabled: false\n  - device-filter: \"0x20B010DE\"\n    devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.25gb\": 1}\n  y:\n  - devices: all\n",
             )],
         );
         let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
-        assert!(problems[&Component::MigManager][0].starts_with("ConfigMap default-mig-parted-config key config.yaml: mig-configs.x[0].mig-devices: unknown profile \"3g.25gb\""), "{problems:?}");
+        assert_eq!(
+            problems[&Component::MigManager],
+            [
+                "ConfigMap default-mig-parted-config key config.yaml: MIG config x cannot be applied (nodes that select it fail; the other configs apply): mig-configs.x[1].mig-devices: unknown profile \"3g.25gb\" for NVIDIA A100-SXM4-40GB (known profiles: 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)",
+                "ConfigMap default-mig-parted-config key config.yaml: MIG config y cannot be applied (nodes that select it fail; the other configs apply): mig-configs.y[0]: missing field \"mig-enabled\"",
+            ]
+        );
+    }
+
+    /// NVIDIA's own default file has no problem at all.
+    #[test]
+    fn nvidias_default_mig_config_is_clean() {
+        let policy = policy(serde_json::json!({}));
+        let mig = config_map(
+            "default-mig-parted-config",
+            &[(
+                "config.yaml",
+                include_str!("../../../../tests/fixtures/nvidia/default-mig-parted-config.yaml"),
+            )],
+        );
+        let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
+        assert!(!problems.contains_key(&Component::MigManager), "{problems:?}");
     }
 }
