@@ -17,7 +17,8 @@ use tempfile::TempDir;
 
 /// Our transcription of NVIDIA's default mig-parted config (`config.yaml` of gpu-operator v26.7.0's
 /// `assets/state-mig-manager/0400_configmap.yaml`).
-const NVIDIA_DEFAULT: &str = include_str!("../../../tests/fixtures/nvidia/default-mig-parted-config.yaml");
+const NVIDIA_DEFAULT: &str =
+    include_str!("../../../tests/fixtures/nvidia/default-mig-parted-config.yaml");
 
 /// Profiles NVIDIA's default config names without a device filter that no model of the catalog has (a GB200
 /// variant the file gives no device id for); a node with such a GPU checks them against NVML.
@@ -70,8 +71,8 @@ fn plan_every_entry(label: &str, config: &MigPartedConfig) -> usize {
             }
             for model in targets {
                 let context = format!("{label} {name} on {}", model.simulator_name);
-                let planned = plan(model, &[], &request)
-                    .unwrap_or_else(|error| panic!("{context}: {error}"));
+                let planned =
+                    plan(model, &[], &request).unwrap_or_else(|error| panic!("{context}: {error}"));
                 let (_dir, sim) = fresh_mig_gpu(model);
                 apply_plan(&sim, 0, &planned).unwrap_or_else(|error| panic!("{context}: {error}"));
                 assert_eq!(device_counts(&sim, model), nonzero(&request), "{context}");
@@ -118,7 +119,12 @@ fn every_nvidia_config_gives_each_model_its_entry() {
         let dir = TempDir::new().unwrap();
         let spec = format!("{}:1", model.simulator_name).parse().unwrap();
         let sim = Simulator::open(dir.path().join("state.json"), "node-1", &spec).unwrap();
-        assert_eq!(sim.gpu(0).unwrap().model(), Some(model), "{}", model.simulator_name);
+        assert_eq!(
+            sim.gpu(0).unwrap().model(),
+            Some(model),
+            "{}",
+            model.simulator_name
+        );
         for name in config.mig_configs.keys() {
             // Read again each time: the MIG mode is what the previous config left.
             let gpus = sim.gpus().unwrap();
@@ -127,7 +133,10 @@ fn every_nvidia_config_gives_each_model_its_entry() {
                 .entries_for_gpu(name, 0, gpus[0].pci_device_id)
                 .unwrap();
             let Some(entry) = entries.first() else {
-                assert!(decide(&config, name, &gpus).unwrap().is_empty(), "{context}");
+                assert!(
+                    decide(&config, name, &gpus).unwrap().is_empty(),
+                    "{context}"
+                );
                 continue;
             };
             let request = entry.mig_devices.clone().unwrap_or_default();
@@ -136,7 +145,8 @@ fn every_nvidia_config_gives_each_model_its_entry() {
                 assert_ne!(name, "all-balanced", "{context}");
                 continue;
             }
-            let decisions = decide(&config, name, &gpus).unwrap_or_else(|error| panic!("{context}: {error}"));
+            let decisions =
+                decide(&config, name, &gpus).unwrap_or_else(|error| panic!("{context}: {error}"));
             let decision = &decisions[0];
             if let Some(enabled) = decision.mode_change.set_mode {
                 sim.set_mig_mode(0, enabled).unwrap();
@@ -146,7 +156,8 @@ fn every_nvidia_config_gives_each_model_its_entry() {
             }
             if decision.entry.mig_enabled {
                 let current = current_geometry(&sim, 0).unwrap();
-                let planned = plan(model, &current, &request).unwrap_or_else(|error| panic!("{context}: {error}"));
+                let planned = plan(model, &current, &request)
+                    .unwrap_or_else(|error| panic!("{context}: {error}"));
                 apply_plan(&sim, 0, &planned).unwrap_or_else(|error| panic!("{context}: {error}"));
                 assert_eq!(device_counts(&sim, model), nonzero(&request), "{context}");
             } else {

@@ -242,6 +242,9 @@ mod tests {
             )],
         );
         let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
-        assert!(!problems.contains_key(&Component::MigManager), "{problems:?}");
+        assert!(
+            !problems.contains_key(&Component::MigManager),
+            "{problems:?}"
+        );
     }
 }

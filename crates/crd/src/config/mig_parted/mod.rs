@@ -184,10 +184,7 @@ pub fn parse(text: &str) -> Result<ParsedMigConfig, ConfigError> {
 }
 
 /// Types and checks the entries of config `name`.
-fn named_config(
-    name: &str,
-    value: serde_json::Value,
-) -> Result<Vec<MigConfigEntry>, ConfigError> {
+fn named_config(name: &str, value: serde_json::Value) -> Result<Vec<MigConfigEntry>, ConfigError> {
     let path = format!("mig-configs.{name}");
     let entries: Vec<MigConfigEntry> =
         serde_path_to_error::deserialize(value).map_err(|error| {

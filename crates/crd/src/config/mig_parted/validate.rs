@@ -17,7 +17,9 @@ pub(super) fn validate(
     if let Some(problem) = label_value_problem(name) {
         return Err(ConfigError::invalid(
             path,
-            format!("\"{name}\" cannot be selected with the nvidia.com/mig.config label: {problem}"),
+            format!(
+                "\"{name}\" cannot be selected with the nvidia.com/mig.config label: {problem}"
+            ),
         ));
     }
     if entries.is_empty() {

@@ -6,8 +6,8 @@ use super::nvml_index::{
     FOUR, FOUR_GFX, ONE, ONE_ALL_ME, ONE_GFX, ONE_NO_ME, TWO, TWO_ALL_ME, TWO_GFX, TWO_NO_ME,
 };
 use super::{
-    ComputeCapability, GpuInstanceProfile, GpuModel, SevenSliceSizes, memory_slice_mib, profile,
-    seven_slice_layout, even_sms, sms_per_slice,
+    ComputeCapability, GpuInstanceProfile, GpuModel, SevenSliceSizes, even_sms, memory_slice_mib,
+    profile, seven_slice_layout, sms_per_slice,
 };
 use crate::mig::profile_name::{GpuInstanceProfileName, ProfileAttribute};
 

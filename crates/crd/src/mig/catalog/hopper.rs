@@ -1,7 +1,9 @@
 //! Hopper parts (GH100, compute capability 9.0): H100, H800, H20, H200 and the Grace Hopper superchips. All have
 //! the A100's slice structure (7 compute, 8 memory slices) and so its profile ids, counts and placements.
 
-use super::{ComputeCapability, GpuModel, SevenSliceSizes, seven_slice_layout, even_sms, sms_per_slice};
+use super::{
+    ComputeCapability, GpuModel, SevenSliceSizes, even_sms, seven_slice_layout, sms_per_slice,
+};
 
 /// GH100.
 const HOPPER: ComputeCapability = ComputeCapability { major: 9, minor: 0 };
@@ -51,7 +53,11 @@ pub(super) const H100_94GB: GpuModel = GpuModel {
     sm_count: 132,
     compute_slices: 7,
     memory_slices: 8,
-    profiles: &seven_slice_layout(SevenSliceSizes::derived([12, 24, 47, 94], 96256, GH100_132_SMS)),
+    profiles: &seven_slice_layout(SevenSliceSizes::derived(
+        [12, 24, 47, 94],
+        96256,
+        GH100_132_SMS,
+    )),
 };
 
 /// H100 96GB and the H100 of GH200 480GB; `sources` says where each value comes from.
@@ -67,7 +73,11 @@ pub(super) const H100_96GB: GpuModel = GpuModel {
     sm_count: 132,
     compute_slices: 7,
     memory_slices: 8,
-    profiles: &seven_slice_layout(SevenSliceSizes::derived([12, 24, 48, 96], 98304, GH100_132_SMS)),
+    profiles: &seven_slice_layout(SevenSliceSizes::derived(
+        [12, 24, 48, 96],
+        98304,
+        GH100_132_SMS,
+    )),
 };
 
 /// H20, 96 GB; `sources` says where each value comes from.
@@ -124,5 +134,9 @@ pub(super) const GH200_144GB: GpuModel = GpuModel {
     sm_count: 132,
     compute_slices: 7,
     memory_slices: 8,
-    profiles: &seven_slice_layout(SevenSliceSizes::derived([18, 36, 72, 144], 147_456, GH100_132_SMS)),
+    profiles: &seven_slice_layout(SevenSliceSizes::derived(
+        [18, 36, 72, 144],
+        147_456,
+        GH100_132_SMS,
+    )),
 };

@@ -273,6 +273,5 @@ pub fn model_by_product_name(name: &str) -> Option<&'static GpuModel> {
         .find(|model| model.product_names.contains(&name))
 }
 
-
 #[cfg(test)]
 mod tests;

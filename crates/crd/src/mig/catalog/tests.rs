@@ -48,10 +48,33 @@ fn owned(rows: &[(&str, u32)]) -> Vec<(String, u32)> {
 
 /// Every PCI device id NVIDIA's default mig-parted config (gpu-operator v26.7.0) names in a device-filter.
 const NVIDIA_DEFAULT_CONFIG_IDS: [u32; 27] = [
-    0x20B0_10DE, 0x20B1_10DE, 0x20B2_10DE, 0x20B5_10DE, 0x20B6_10DE, 0x20B7_10DE, 0x20F1_10DE,
-    0x20F3_10DE, 0x20F5_10DE, 0x20F6_10DE, 0x2321_10DE, 0x2322_10DE, 0x2324_10DE, 0x2329_10DE,
-    0x2330_10DE, 0x2331_10DE, 0x2335_10DE, 0x233A_10DE, 0x233B_10DE, 0x233D_10DE, 0x2342_10DE,
-    0x2348_10DE, 0x2901_10DE, 0x2941_10DE, 0x2BB5_10DE, 0x3182_10DE, 0x31C2_10DE,
+    0x20B0_10DE,
+    0x20B1_10DE,
+    0x20B2_10DE,
+    0x20B5_10DE,
+    0x20B6_10DE,
+    0x20B7_10DE,
+    0x20F1_10DE,
+    0x20F3_10DE,
+    0x20F5_10DE,
+    0x20F6_10DE,
+    0x2321_10DE,
+    0x2322_10DE,
+    0x2324_10DE,
+    0x2329_10DE,
+    0x2330_10DE,
+    0x2331_10DE,
+    0x2335_10DE,
+    0x233A_10DE,
+    0x233B_10DE,
+    0x233D_10DE,
+    0x2342_10DE,
+    0x2348_10DE,
+    0x2901_10DE,
+    0x2941_10DE,
+    0x2BB5_10DE,
+    0x3182_10DE,
+    0x31C2_10DE,
 ];
 
 #[test]
