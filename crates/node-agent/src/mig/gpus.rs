@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crd::gpu_node::GpuMigGeometry;
-use crd::mig::MigProfileName;
+use crd::mig::{GpuInstanceProfile, GpuModel, MigProfileName};
 use gpu::planner::{MigPlan, PlanError, mode_change, plan};
 use gpu::simulator::ResetFailure;
-use gpu::{GpuBackend, GpuError, apply_plan, current_geometry};
+use gpu::{GpuBackend, GpuError, GpuInstanceProfileInfo, apply_plan, current_geometry};
 
 use super::assess::{GpuChange, geometry};
 
@@ -90,6 +90,21 @@ pub enum ChangeError {
     UnknownModel {
         /// The GPU.
         gpu: u32,
+    },
+    /// The MIG catalog describes a profile differently from the GPU, so instances planned from it could be wrong.
+    #[error(
+        "GPU {gpu}: the MIG catalog's {profile} ({catalog}) differs from what the GPU reports ({reported}); \
+         nothing was created: the catalog needs correcting for this model"
+    )]
+    CatalogDisagrees {
+        /// The GPU.
+        gpu: u32,
+        /// The profile.
+        profile: String,
+        /// How the catalog describes it.
+        catalog: String,
+        /// What the GPU reports for its NVML profile constant.
+        reported: String,
     },
     /// A recorded geometry names a profile that does not exist.
     #[error("GPU {gpu}: unknown MIG profile {profile}")]
@@ -174,8 +189,56 @@ fn plan_for(backend: &dyn GpuBackend, target: &Target) -> Result<MigPlan, Change
         .map_err(on(gpu, "reading"))?
         .model()
         .ok_or(ChangeError::UnknownModel { gpu })?;
+    // Some catalog values are derived rather than read from hardware: before instances are created from them, the
+    // GPU must confirm the id and size of every profile the target uses.
+    for name in target.devices.keys() {
+        let Some(profile) = model.profile(name.gpu_instance) else {
+            continue; // the planner reports the unknown profile
+        };
+        let reported = match backend.gpu_instance_profile(gpu, profile.nvml_index) {
+            Ok(reported) => Some(reported),
+            Err(GpuError::NotSupported(_) | GpuError::InvalidArgument(_)) => None,
+            Err(error) => return Err(on(gpu, "reading MIG profiles")(error)),
+        };
+        catalog_agrees(gpu, model, profile, reported.as_ref())?;
+    }
     let current = current_geometry(backend, gpu).map_err(on(gpu, "listing instances"))?;
     plan(model, &current, &target.devices).map_err(|source| ChangeError::Plan { gpu, source })
+}
+
+/// Whether the GPU reports `profile` (of `model`) as the catalog has it: same profile id, slices and most
+/// instances for its NVML constant. `reported` is `None` when the GPU does not offer that constant.
+fn catalog_agrees(
+    gpu: u32,
+    model: &GpuModel,
+    profile: &GpuInstanceProfile,
+    reported: Option<&GpuInstanceProfileInfo>,
+) -> Result<(), ChangeError> {
+    let describe = |id: u32, slices: u32, most: u32| {
+        format!("profile id {id}, {slices} slices, at most {most}")
+    };
+    let catalog = describe(
+        profile.id,
+        u32::from(profile.name.slices),
+        profile.max_instances,
+    );
+    let reported = match reported {
+        Some(info) => describe(info.id, info.slice_count, info.instance_count),
+        None => format!(
+            "no profile for NVML constant {} on {}",
+            profile.nvml_index,
+            model.product_name()
+        ),
+    };
+    if reported == catalog {
+        return Ok(());
+    }
+    Err(ChangeError::CatalogDisagrees {
+        gpu,
+        profile: profile.name.to_string(),
+        catalog,
+        reported,
+    })
 }
 
 /// Destroys every instance of a GPU (before MIG goes off).
@@ -441,5 +504,39 @@ mod tests {
             ..geometry
         };
         assert!(Target::from_geometry(&unknown).is_err());
+    }
+
+    /// Instances are created from the catalog only where the GPU confirms the catalog's profile.
+    #[test]
+    fn a_catalog_the_gpu_contradicts_is_not_used() {
+        let model = crd::mig::model_by_simulator_name("rtx-pro-6000").unwrap();
+        let profile = model.profile_by_name("1g.24gb+gfx").unwrap();
+        let info = |id| GpuInstanceProfileInfo {
+            nvml_index: profile.nvml_index,
+            id,
+            slice_count: 1,
+            instance_count: 4,
+            memory_mib: profile.memory_mib,
+            multiprocessor_count: profile.sm_count,
+        };
+        catalog_agrees(0, model, profile, Some(&info(profile.id))).unwrap();
+        assert_eq!(
+            catalog_agrees(0, model, profile, Some(&info(profile.id + 1)))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "GPU 0: the MIG catalog's 1g.24gb+gfx (profile id {}, 1 slices, at most 4) differs from what the GPU \
+                 reports (profile id {}, 1 slices, at most 4); nothing was created: the catalog needs correcting for \
+                 this model",
+                profile.id,
+                profile.id + 1
+            )
+        );
+        assert!(
+            catalog_agrees(0, model, profile, None)
+                .unwrap_err()
+                .to_string()
+                .contains("no profile for NVML constant 10 on NVIDIA RTX PRO 6000 Blackwell Server Edition")
+        );
     }
 }

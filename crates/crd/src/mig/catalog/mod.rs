@@ -7,9 +7,10 @@
 //! -lgip` output), NVIDIA's MIG user guide (its "Supported GPUs" table gives compute capability, memory size and the
 //! most instances per model; its "Supported MIG Profiles" tables give profile names, fractions and counts), and
 //! NVIDIA's default mig-parted config of gpu-operator v26.7.0 (which PCI device ids take which profiles, and how
-//! many). Values none of these give are derived and marked so in the doc comment of the model that holds them; they
+//! many). Values none of these give are derived and marked so in the `sources` of the model that holds them; they
 //! should be checked on hardware when one is available, and are never used to make a decision that a real GPU would
-//! contradict (on real hardware NVML is asked, not this table). `docs/mig-catalog.md` prints the whole table.
+//! contradict: before the MIG manager creates instances it checks each profile's id, slices and count against what
+//! NVML reports for the profile's NVML constant, and stops if they differ. `docs/mig-catalog.md` prints the table.
 
 mod ampere;
 mod blackwell;
