@@ -30,7 +30,7 @@ pub struct AddNodes {
     /// How many nodes to add.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub count: u32,
-    /// Simulated GPUs on each node, as MODEL:COUNT (models: a100-40gb, a100-80gb, h100-80gb, h200, a30).
+    /// Simulated GPUs on each node, as MODEL:COUNT (models: docs/mig-catalog.md, e.g. a100-40gb, h100-80gb, b200).
     #[arg(long)]
     pub gpus: GpuSpec,
     /// Operating system of the nodes, as <ID><VERSION_ID>: ubuntu22.04, ubuntu24.04, rhel9.4, rocky9.4, ...
