@@ -10,7 +10,9 @@
 //! many). Values none of these give are derived and marked so in the `sources` of the model that holds them; they
 //! should be checked on hardware when one is available, and are never used to make a decision that a real GPU would
 //! contradict: before the MIG manager creates instances it checks each profile's id, slices and count against what
-//! NVML reports for the profile's NVML constant, and stops if they differ. `docs/mig-catalog.md` prints the table.
+//! NVML reports for the profile's NVML constant, and stops if they differ. A GPU is matched to its model by PCI
+//! device id; product names are what the simulator reports, and those the reference does not give follow NVIDIA's
+//! naming as we read it. `docs/mig-catalog.md` prints the table.
 
 mod ampere;
 mod blackwell;

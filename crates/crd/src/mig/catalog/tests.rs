@@ -373,7 +373,8 @@ fn catalog_markdown() -> String {
          counts) and NVIDIA's default mig-parted config of gpu-operator v26.7.0 (which device ids take which \
          profiles and how many). Values none of them give are derived by the rules below and say so in each model's \
          sources. On real hardware the MIG manager checks each profile's id, slices and count against what NVML \
-         reports before it creates instances, and stops with an error if they differ.\n\n\
+         reports before it creates instances, and stops with an error if they differ. A GPU is matched to its model by \
+         PCI device id; product names are what the simulator reports.\n\n\
          Derivation rules: memory of one memory slice = total / memory slices, rounded down to 256 MiB, less 256 MiB \
          (the A100-40GB's reference values follow this rule); SMs of one compute slice = SMs / compute slices, \
          rounded down to an even number; a profile of `n` slices has `n` times a slice's SMs and memory; ids, NVML \
