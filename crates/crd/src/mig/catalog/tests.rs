@@ -379,6 +379,13 @@ fn catalog_markdown() -> String {
          (the A100-40GB's reference values follow this rule); SMs of one compute slice = SMs / compute slices, \
          rounded down to an even number; a profile of `n` slices has `n` times a slice's SMs and memory; ids, NVML \
          indices, counts and placements of 7-slice parts are the A100's.\n\n\
+         How mig-parted configs are checked (`crates/crd/src/config/mig_parted/`): each named config on its own, so \
+         one invalid config never stops the others of the file from being applied; the operator reports each \
+         invalid config by name and entry in the MIG manager's status, and a node that selects it fails with the \
+         same reason. A profile that a model named by an entry's `device-filter` lacks is an error naming the model \
+         and its profiles. An entry whose filter names only device ids this catalog does not know, and an entry \
+         without a filter, are left to the node, which plans them for the GPU it has. The built-in default config \
+         holds every config of NVIDIA's default with the same geometry for every device id (a test compares them).\n\n\
          Columns: NVML index is the `NVML_GPU_INSTANCE_PROFILE_*` constant; id is what `nvidia-smi mig -lgip` prints \
          and create calls take; placements are memory-slice starts, each `start:size`.\n",
     );
