@@ -46,47 +46,31 @@ fn owned(rows: &[(&str, u32)]) -> Vec<(String, u32)> {
     rows.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
 }
 
-/// Every PCI device id NVIDIA's default mig-parted config (gpu-operator v26.7.0) names in a device-filter.
-const NVIDIA_DEFAULT_CONFIG_IDS: [u32; 27] = [
-    0x20B0_10DE,
-    0x20B1_10DE,
-    0x20B2_10DE,
-    0x20B5_10DE,
-    0x20B6_10DE,
-    0x20B7_10DE,
-    0x20F1_10DE,
-    0x20F3_10DE,
-    0x20F5_10DE,
-    0x20F6_10DE,
-    0x2321_10DE,
-    0x2322_10DE,
-    0x2324_10DE,
-    0x2329_10DE,
-    0x2330_10DE,
-    0x2331_10DE,
-    0x2335_10DE,
-    0x233A_10DE,
-    0x233B_10DE,
-    0x233D_10DE,
-    0x2342_10DE,
-    0x2348_10DE,
-    0x2901_10DE,
-    0x2941_10DE,
-    0x2BB5_10DE,
-    0x3182_10DE,
-    0x31C2_10DE,
-];
-
+/// Every PCI device id a `device-filter` of NVIDIA's default mig-parted config (gpu-operator v26.7.0) names is in
+/// the catalog, and the catalog has no other.
 #[test]
 fn every_id_of_nvidias_default_config_is_known() {
-    for id in NVIDIA_DEFAULT_CONFIG_IDS {
-        assert!(model_by_pci_device_id(id).is_some(), "0x{id:08X}");
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/nvidia/default-mig-parted-config.yaml"
+    ));
+    let parsed = crate::config::mig_parted::parse(text).unwrap();
+    let nvidia: BTreeSet<u32> = parsed
+        .config
+        .mig_configs
+        .values()
+        .flatten()
+        .flat_map(|entry| entry.device_filter.iter().map(|id| id.0))
+        .collect();
+    assert_eq!(nvidia.len(), 27);
+    for id in &nvidia {
+        assert!(model_by_pci_device_id(*id).is_some(), "0x{id:08X}");
     }
     let catalog: BTreeSet<u32> = models()
         .iter()
         .flat_map(|model| model.pci_device_ids.iter().copied())
         .collect();
-    assert_eq!(catalog, NVIDIA_DEFAULT_CONFIG_IDS.into_iter().collect());
+    assert_eq!(catalog, nvidia);
 }
 
 #[test]
