@@ -18,6 +18,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use crd::config::mig_parted::PciDeviceId;
 use crd::mig::{GpuInstanceProfile, GpuModel, MigProfileName};
 
 use crate::compute::compute_slices_for;
@@ -183,7 +184,8 @@ pub enum PlanError {
     },
     /// A config creates MIG devices on a GPU model the catalog does not know, so it cannot be planned.
     #[error(
-        "MIG config {name} creates MIG devices on GPU {gpu} ({product}), a model without a known MIG profile table"
+        "MIG config {name} creates MIG devices on GPU {gpu} ({product}, PCI device id {pci_device_id}), a model \
+         without a known MIG profile table (the models known are listed in docs/mig-catalog.md)"
     )]
     UnknownModel {
         /// Config name.
@@ -192,6 +194,8 @@ pub enum PlanError {
         gpu: u32,
         /// Its product name.
         product: String,
+        /// Its PCI device id, as `device-filter` writes it.
+        pci_device_id: PciDeviceId,
     },
 }
 

@@ -2,7 +2,7 @@
 //! change. Callers reset only the GPUs whose mode changes, so a config edit that only moves instances never
 //! interrupts the other GPUs of the node.
 
-use crd::config::mig_parted::{MigConfigEntry, MigPartedConfig};
+use crd::config::mig_parted::{MigConfigEntry, MigPartedConfig, PciDeviceId};
 
 use super::{PlanError, plan};
 use crate::types::{GpuInventory, MigMode};
@@ -93,6 +93,7 @@ pub fn decide<'c>(
                 name: name.to_owned(),
                 gpu: gpu.index,
                 product: gpu.product_name.clone(),
+                pci_device_id: PciDeviceId(gpu.pci_device_id),
             })?;
             plan(model, &[], &devices)?;
         }

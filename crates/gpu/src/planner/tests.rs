@@ -371,3 +371,31 @@ fn decide_refuses_mig_on_gpus_without_it() {
         "MIG config mixed enables MIG on GPU 0 (NVIDIA A100-SXM4-40GB), which is not MIG capable"
     );
 }
+
+/// A GPU newer than the catalog: an entry for it parses (its filter names an unknown id), and the node refuses to
+/// create instances on it with the product and the id it reports.
+#[test]
+fn decide_names_a_gpu_the_catalog_does_not_know() {
+    let parsed = mig_parted::parse(
+        "version: v1\nmig-configs:\n  future:\n  - device-filter: \"0x999910DE\"\n    devices: all\n    \
+         mig-enabled: true\n    mig-devices: {\"1g.30gb\": 7}\n",
+    )
+    .unwrap();
+    assert!(parsed.problems.is_empty());
+    let on = Some(MigMode {
+        current: true,
+        pending: true,
+    });
+    let future = GpuInventory {
+        product_name: "NVIDIA X300".into(),
+        pci_device_id: 0x9999_10DE,
+        ..gpu(0, "b200", on)
+    };
+    assert_eq!(
+        decide(&parsed.config, "future", &[future])
+            .unwrap_err()
+            .to_string(),
+        "MIG config future creates MIG devices on GPU 0 (NVIDIA X300, PCI device id 0x999910DE), a model without a \
+         known MIG profile table (the models known are listed in docs/mig-catalog.md)"
+    );
+}
