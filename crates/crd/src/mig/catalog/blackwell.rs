@@ -119,7 +119,8 @@ pub(super) const RTX_PRO_6000: GpuModel = GpuModel {
         constants for these variants. Derived: 4 memory slices (one per compute slice, as the A30); \
         placements as the A30; 188 SMs and SMs per slice by the catalog's rule; memory per slice by the \
         catalog's rule from 96 GiB; profile ids: the A30's for the plain and `+me.all` profiles, our own \
-        unique numbers for `+gfx` and `-me` (the simulator needs an id; on hardware NVML's are used).",
+        unique numbers for `+gfx` and `-me` (the simulator needs an id; on hardware the MIG manager stops \
+        before creating instances when NVML reports other ids).",
     product_names: &["NVIDIA RTX PRO 6000 Blackwell Server Edition"],
     pci_device_ids: &[0x2BB5_10DE],
     memory_mib: 98304,
