@@ -24,6 +24,7 @@ pub use error::{GpuError, Result};
 pub use planner::{ExistingInstance, MigPlan, PlanError, plan};
 pub use simulator::{SimulatedGpus, Simulator};
 pub use types::{
-    ComputeInstance, CudaVersion, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
-    HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
+    ComputeInstance, CudaVersion, GpuDetails, GpuInstance, GpuInstanceProfileInfo, GpuInventory,
+    GpuProcess, HealthEvent, MemoryErrors, MigDevice, MigEngines, MigMode, NvLinkCounters,
+    Placement, Telemetry, ThrottleTimes,
 };
