@@ -89,7 +89,7 @@ fn number(value: &nvmlFieldValue_t) -> Option<u64> {
                 let double = value.value.dVal;
                 // Truncation is intended: the counters read here are whole numbers NVML happened to give as doubles.
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                (double.is_finite() && double >= 0.0).then(|| double as u64)
+                (double.is_finite() && double >= 0.0).then_some(double as u64)
             }
             _ => None,
         }
