@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use Kind::{Counter, Gauge, Label};
+
 /// A DCGM field this exporter reads and exports, by its `DCGM_FI_*` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Field {
@@ -143,8 +145,6 @@ const fn facts(
         help,
     }
 }
-
-use Kind::{Counter, Gauge, Label};
 
 /// Every field, in [`Field`]'s order (a test checks it): the order of NVIDIA's CSVs.
 #[rustfmt::skip]
