@@ -162,7 +162,7 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
         ],
         &[],
     );
-    let hostname = format!("Hostname=\"{NODE}\"");
+    let hostname = format!("hostname=\"{NODE}\"");
     let held_by_pod = [
         format!("pod=\"{POD}\""),
         "namespace=\"default\"".to_owned(),

@@ -10,8 +10,8 @@ use std::fmt;
 use crate::error::{GpuError, Result};
 use crate::planner::{ExistingInstance, MigPlan};
 use crate::types::{
-    ComputeInstance, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess, HealthEvent,
-    MigDevice, MigMode, Placement, Telemetry,
+    ComputeInstance, GpuDetails, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
+    HealthEvent, MigDevice, MigMode, Placement, Telemetry,
 };
 
 /// How many NVML GPU-instance profile constants there are (`NVML_GPU_INSTANCE_PROFILE_COUNT`): the range
@@ -135,11 +135,18 @@ pub trait GpuBackend: Send + Sync + fmt::Debug {
     /// `NotFound` for an unknown GPU.
     fn processes(&self, gpu: u32) -> Result<Vec<GpuProcess>>;
 
-    /// Utilization, clocks, temperature, power, energy and memory use of a GPU.
+    /// Utilization, clocks, temperatures, power, energy, memory use, throttling, memory errors and NVLink
+    /// counters of a GPU.
     ///
     /// # Errors
     /// `NotFound` for an unknown GPU; readings the GPU does not offer are `None`, not errors.
     fn telemetry(&self, gpu: u32) -> Result<Telemetry>;
+
+    /// The versions and serial number of a GPU's board and firmware.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown GPU; texts the GPU does not offer are `None`, not errors.
+    fn details(&self, gpu: u32) -> Result<GpuDetails>;
 
     /// Health events (critical XIDs) of every GPU that arrived since the previous call, or since this backend was
     /// opened; never blocks.

@@ -22,8 +22,9 @@ pub mod types;
 pub use backend::{GPU_INSTANCE_PROFILE_INDEX_COUNT, GpuBackend, apply_plan, current_geometry};
 pub use error::{GpuError, Result};
 pub use planner::{ExistingInstance, MigPlan, PlanError, plan};
-pub use simulator::{SimulatedGpus, Simulator};
+pub use simulator::{SimulatedCounters, SimulatedGpus, Simulator};
 pub use types::{
-    ComputeInstance, CudaVersion, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
-    HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
+    ComputeInstance, CudaVersion, GpuDetails, GpuInstance, GpuInstanceProfileInfo, GpuInventory,
+    GpuProcess, HealthEvent, MemoryErrors, MigDevice, MigEngines, MigMode, NvLinkCounters,
+    Placement, Telemetry, ThrottleTimes,
 };

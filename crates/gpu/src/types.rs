@@ -234,6 +234,105 @@ pub struct Telemetry {
     pub memory_used_mib: Option<u64>,
     /// Memory free in MiB.
     pub memory_free_mib: Option<u64>,
+    /// Memory the driver and firmware set aside, in MiB (neither used nor free).
+    pub memory_reserved_mib: Option<u64>,
+    /// Memory (HBM) temperature in degrees Celsius.
+    pub memory_temperature_celsius: Option<u32>,
+    /// Percent of time the video encoders were busy over the last sample period.
+    pub encoder_utilization_percent: Option<u32>,
+    /// Percent of time the video decoders were busy over the last sample period.
+    pub decoder_utilization_percent: Option<u32>,
+    /// PCIe replays (retries) since the driver was loaded.
+    pub pcie_replays: Option<u64>,
+    /// How long the clocks were held down, by cause.
+    pub throttling: ThrottleTimes,
+    /// ECC errors, retired pages and remapped rows.
+    pub memory_errors: MemoryErrors,
+    /// NVLink error and traffic counters, summed over the GPU's links.
+    pub nvlink: NvLinkCounters,
+}
+
+/// Time the GPU's clocks were held below what was asked, by cause, in nanoseconds since the driver was loaded
+/// (NVML's violation status; DCGM's `*_VIOLATION` fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct ThrottleTimes {
+    /// Held to stay under the power limit.
+    pub power_ns: Option<u64>,
+    /// Held to stay under the temperature limits.
+    pub thermal_ns: Option<u64>,
+    /// Held to match the other GPUs of a sync-boost group.
+    pub sync_boost_ns: Option<u64>,
+    /// Held by a board limit.
+    pub board_limit_ns: Option<u64>,
+    /// Held down because the GPU was barely used.
+    pub low_utilization_ns: Option<u64>,
+    /// Held by a board reliability limit.
+    pub reliability_ns: Option<u64>,
+}
+
+/// Memory errors of a GPU and what the driver did about them. Volatile counts start at zero when the driver
+/// loads; aggregate counts last for the life of the board.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct MemoryErrors {
+    /// Corrected (single-bit) ECC errors since the driver was loaded.
+    pub ecc_corrected_volatile: Option<u64>,
+    /// Uncorrected (double-bit) ECC errors since the driver was loaded.
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// Corrected (single-bit) ECC errors over the board's life.
+    pub ecc_corrected_aggregate: Option<u64>,
+    /// Uncorrected (double-bit) ECC errors over the board's life.
+    pub ecc_uncorrected_aggregate: Option<u64>,
+    /// Pages retired after repeated single-bit errors (GPUs before Ampere).
+    pub retired_pages_single_bit: Option<u64>,
+    /// Pages retired after a double-bit error (GPUs before Ampere).
+    pub retired_pages_double_bit: Option<u64>,
+    /// Whether pages wait for a reset to be retired.
+    pub retired_pages_pending: Option<bool>,
+    /// Rows remapped after correctable errors (Ampere and later).
+    pub remapped_rows_correctable: Option<u64>,
+    /// Rows remapped after uncorrectable errors.
+    pub remapped_rows_uncorrectable: Option<u64>,
+    /// Whether a remapping waits for a reset.
+    pub remapped_rows_pending: Option<bool>,
+    /// Whether a remapping failed (the GPU should be replaced).
+    pub remapped_rows_failure: Option<bool>,
+}
+
+/// NVLink counters of a GPU, summed over its links; `None` on a GPU without NVLink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct NvLinkCounters {
+    /// Flow-control CRC errors.
+    pub crc_flit_errors: Option<u64>,
+    /// Data CRC errors.
+    pub crc_data_errors: Option<u64>,
+    /// Replays (retransmissions).
+    pub replay_errors: Option<u64>,
+    /// Link recoveries.
+    pub recovery_errors: Option<u64>,
+    /// Data sent and received (payload, both directions), in KiB since the driver was loaded.
+    pub data_kib: Option<u64>,
+}
+
+/// What identifies a GPU's board and firmware, shown as labels rather than values; a text the GPU does not give
+/// is `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct GpuDetails {
+    /// The NVML library's version, e.g. `12.570.86.15`.
+    pub nvml_version: Option<String>,
+    /// Brand, e.g. `Tesla` or `NVIDIA`.
+    pub brand: Option<String>,
+    /// Board serial number.
+    pub serial: Option<String>,
+    /// VBIOS version.
+    pub vbios_version: Option<String>,
+    /// The infoROM image version.
+    pub inforom_image_version: Option<String>,
+    /// The OEM object version of the infoROM.
+    pub inforom_oem_version: Option<String>,
+    /// The ECC object version of the infoROM.
+    pub inforom_ecc_version: Option<String>,
+    /// The power-management object version of the infoROM.
+    pub inforom_power_version: Option<String>,
 }
 
 /// A health event the driver reported for a GPU.

@@ -1,6 +1,6 @@
 //! The MIG calls the safe `nvml-wrapper` API lacks (GPU and compute instances), made directly on the NVML library
-//! that `nvml-wrapper` loaded. The only module of the workspace with `unsafe` code; raw instance handles never leave
-//! it, so the rest of the backend deals in ids.
+//! that `nvml-wrapper` loaded. With `fields_sys`, the only modules of the workspace with `unsafe` code; raw instance
+//! handles never leave it, so the rest of the backend deals in ids.
 //!
 //! Also the GPU-instance possible placements, because `nvml-wrapper`'s `Device::possible_placements` (0.13) is
 //! defective: it allocates its output buffer with `Vec::with_capacity(count)`, lets NVML write into the spare
@@ -31,7 +31,7 @@ use crate::error::{GpuError, Result};
 use crate::types::{ComputeInstance, GpuInstance, Placement};
 
 /// A function of the loaded library, or `NotSupported` when the driver's NVML does not export it.
-fn symbol<'lib, F, E: Display>(
+pub(super) fn symbol<'lib, F, E: Display>(
     slot: &'lib std::result::Result<F, E>,
     name: &str,
 ) -> Result<&'lib F> {
@@ -43,7 +43,7 @@ fn symbol<'lib, F, E: Display>(
 }
 
 /// The raw handle of a device.
-fn raw(device: &Device<'_>) -> nvmlDevice_t {
+pub(super) fn raw(device: &Device<'_>) -> nvmlDevice_t {
     // SAFETY: `handle` is unsafe only so that the pointer is not used carelessly; it stays valid as long as the
     // `Device` (and so the `Nvml` it borrows) lives, and every use below is within that borrow.
     unsafe { device.handle() }

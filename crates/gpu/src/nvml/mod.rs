@@ -6,15 +6,16 @@
 //! reset goes through `nvidia-smi` (the `reset` module) because NVML has no public reset call.
 
 mod error;
+mod fields_sys;
 mod mig_sys;
 mod reset;
+mod telemetry;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
@@ -26,8 +27,8 @@ use crate::backend::{GPU_INSTANCE_PROFILE_INDEX_COUNT, GpuBackend};
 use crate::compute::compute_profile_index;
 use crate::error::{GpuError, Result};
 use crate::types::{
-    ComputeInstance, CudaVersion, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
-    HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
+    ComputeInstance, CudaVersion, GpuDetails, GpuInstance, GpuInstanceProfileInfo, GpuInventory,
+    GpuProcess, HealthEvent, MigDevice, MigEngines, MigMode, Placement, Telemetry,
 };
 use crd::mig::ComputeCapability;
 
@@ -334,21 +335,11 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn telemetry(&self, gpu: u32) -> Result<Telemetry> {
-        let device = self.device(gpu)?;
-        let context = format!("GPU {gpu}: telemetry");
-        let utilization = optional(device.utilization_rates(), &context)?;
-        let memory = optional(device.memory_info(), &context)?;
-        Ok(Telemetry {
-            gpu_utilization_percent: utilization.as_ref().map(|rates| rates.gpu),
-            memory_utilization_percent: utilization.as_ref().map(|rates| rates.memory),
-            sm_clock_mhz: optional(device.clock_info(Clock::SM), &context)?,
-            memory_clock_mhz: optional(device.clock_info(Clock::Memory), &context)?,
-            temperature_celsius: optional(device.temperature(TemperatureSensor::Gpu), &context)?,
-            power_milliwatts: optional(device.power_usage(), &context)?,
-            total_energy_millijoules: optional(device.total_energy_consumption(), &context)?,
-            memory_used_mib: memory.as_ref().map(|memory| memory.used / MIB),
-            memory_free_mib: memory.as_ref().map(|memory| memory.free / MIB),
-        })
+        telemetry::read(self.nvml, &self.device(gpu)?, gpu)
+    }
+
+    fn details(&self, gpu: u32) -> Result<GpuDetails> {
+        telemetry::details(self.nvml, &self.device(gpu)?, gpu)
     }
 
     fn health_events(&self) -> Result<Vec<HealthEvent>> {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Simulator;
 use super::state::{GpuState, KEPT_EVENTS, StoredEvent};
+use super::telemetry::SimulatedCounters;
 use crate::error::{GpuError, Result};
 use crate::types::{GpuProcess, HealthEvent};
 
@@ -20,6 +21,9 @@ pub(crate) struct Faults {
     pub reset_failure: Option<ResetFailure>,
     /// Added to every operation on the GPU, in milliseconds.
     pub delay_ms: u64,
+    /// Error, throttling and NVLink counters a test set; `None`: a healthy GPU's.
+    #[serde(default)]
+    pub counters: Option<SimulatedCounters>,
 }
 
 impl Faults {
@@ -178,7 +182,8 @@ impl Simulator {
         })
     }
 
-    /// Removes every fault of a GPU: processes end, resets succeed, no delay. Queued XID events stay queued.
+    /// Removes every fault of a GPU: processes end, resets succeed, no delay, healthy counters. Queued XID events
+    /// stay queued.
     ///
     /// # Errors
     /// `NotFound` for an unknown GPU.

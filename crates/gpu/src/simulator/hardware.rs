@@ -471,7 +471,7 @@ pub(crate) fn mig_devices(gpu: &GpuState) -> Result<Vec<MigDevice>> {
 }
 
 /// Readings of a GPU: idle or busy depending on whether a process holds it. Utilization is not reported with MIG
-/// on, as on real GPUs.
+/// on, as on real GPUs; the counters are the GPU's (the `telemetry` module).
 pub(crate) fn telemetry(gpu: &GpuState, now_ms: u64) -> Result<Telemetry> {
     let model = gpu.catalog_model()?;
     let busy = gpu.busy();
@@ -483,16 +483,33 @@ pub(crate) fn telemetry(gpu: &GpuState, now_ms: u64) -> Result<Telemetry> {
         .iter()
         .filter_map(|process| process.used_memory_mib)
         .sum();
+    let reserved = super::telemetry::reserved_memory_mib(model.memory_mib);
+    let temperature = if busy { 65 } else { 32 };
+    let counters = gpu.counters();
     Ok(Telemetry {
         gpu_utilization_percent: utilization(100),
         memory_utilization_percent: utilization(40),
         sm_clock_mhz: Some(if busy { 1410 } else { 210 }),
         memory_clock_mhz: Some(1215),
-        temperature_celsius: Some(if busy { 65 } else { 32 }),
+        temperature_celsius: Some(temperature),
         power_milliwatts: Some(gpu.power_milliwatts()),
         total_energy_millijoules: Some(gpu.energy_at(now_ms)),
-        memory_used_mib: Some(used.min(model.memory_mib)),
-        memory_free_mib: Some(model.memory_mib.saturating_sub(used)),
+        memory_used_mib: Some(used.min(model.memory_mib - reserved)),
+        memory_free_mib: Some(
+            model
+                .memory_mib
+                .saturating_sub(reserved)
+                .saturating_sub(used),
+        ),
+        memory_reserved_mib: Some(reserved),
+        memory_temperature_celsius: Some(super::telemetry::memory_temperature_celsius(temperature)),
+        // No simulated process encodes or decodes video.
+        encoder_utilization_percent: utilization(0),
+        decoder_utilization_percent: utilization(0),
+        pcie_replays: counters.pcie_replays,
+        throttling: counters.throttling,
+        memory_errors: counters.memory_errors,
+        nvlink: counters.nvlink,
     })
 }
 

@@ -9,6 +9,7 @@ mod faults;
 mod hardware;
 mod spec;
 mod state;
+mod telemetry;
 
 #[cfg(test)]
 mod tests;
@@ -20,13 +21,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use faults::ResetFailure;
 pub use spec::{MAX_SIMULATED_GPUS, SimulatedGpus, SpecError};
+pub use telemetry::SimulatedCounters;
 
 use self::state::{GpuState, StateFile};
 use crate::backend::GpuBackend;
 use crate::error::{GpuError, Result};
 use crate::types::{
-    ComputeInstance, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess, HealthEvent,
-    MigDevice, MigMode, Placement, Telemetry,
+    ComputeInstance, GpuDetails, GpuInstance, GpuInstanceProfileInfo, GpuInventory, GpuProcess,
+    HealthEvent, MigDevice, MigMode, Placement, Telemetry,
 };
 
 /// A handle on a simulated node. Cheap to open; any number of handles, in any processes, may share one state file.
@@ -210,6 +212,10 @@ impl GpuBackend for Simulator {
 
     fn telemetry(&self, gpu: u32) -> Result<Telemetry> {
         self.with_gpu(gpu, |state| hardware::telemetry(state, now_ms()))
+    }
+
+    fn details(&self, gpu: u32) -> Result<GpuDetails> {
+        self.with_gpu(gpu, |state| Ok(telemetry::details(state)))
     }
 
     fn health_events(&self) -> Result<Vec<HealthEvent>> {

@@ -344,10 +344,58 @@ fn telemetry_follows_the_processes() {
     sim.start_process(0, process(12, 1024)).unwrap();
     let busy = sim.telemetry(0).unwrap();
     assert_eq!(busy.memory_used_mib, Some(3072));
-    assert_eq!(busy.memory_free_mib, Some(40960 - 3072));
+    // Used, free and reserved add up to the board's memory, as NVML's v2 memory info does.
+    assert_eq!(busy.memory_reserved_mib, Some(512));
+    assert_eq!(busy.memory_free_mib, Some(40960 - 512 - 3072));
     assert!(busy.power_milliwatts > idle.power_milliwatts);
     assert!(busy.total_energy_millijoules >= idle.total_energy_millijoules);
+    assert!(busy.memory_temperature_celsius > idle.memory_temperature_celsius);
     assert_eq!(sim.processes(0).unwrap().len(), 2);
+}
+
+#[test]
+fn counters_are_a_healthy_gpus_until_a_test_sets_them() {
+    let dir = TempDir::new().unwrap();
+    let sim = open(&dir, "a100-40gb:2");
+    let healthy = sim.telemetry(0).unwrap();
+    assert_eq!(healthy.memory_errors.remapped_rows_correctable, Some(0));
+    assert_eq!(healthy.memory_errors.remapped_rows_failure, Some(false));
+    assert_eq!(healthy.nvlink.crc_flit_errors, Some(0));
+    assert_eq!(healthy.pcie_replays, Some(0));
+    assert_eq!(healthy.throttling.power_ns, Some(0));
+    // Ampere and later remap rows instead of retiring pages: NVML gives no retired-page counts.
+    assert_eq!(healthy.memory_errors.retired_pages_double_bit, None);
+
+    let mut worn = SimulatedCounters::healthy();
+    worn.memory_errors.remapped_rows_correctable = Some(3);
+    worn.memory_errors.remapped_rows_pending = Some(true);
+    worn.nvlink = crate::types::NvLinkCounters::default();
+    sim.set_counters(1, Some(worn)).unwrap();
+    // Another handle on the node, as the exporter is another process.
+    let reader = open(&dir, "a100-40gb:2");
+    let telemetry = reader.telemetry(1).unwrap();
+    assert_eq!(telemetry.memory_errors.remapped_rows_correctable, Some(3));
+    assert_eq!(telemetry.memory_errors.remapped_rows_pending, Some(true));
+    assert_eq!(telemetry.nvlink.data_kib, None);
+    assert_eq!(
+        reader.telemetry(0).unwrap().memory_errors,
+        healthy.memory_errors
+    );
+    sim.clear_faults(1).unwrap();
+    assert_eq!(
+        reader
+            .telemetry(1)
+            .unwrap()
+            .memory_errors
+            .remapped_rows_correctable,
+        Some(0)
+    );
+
+    let details = reader.details(1).unwrap();
+    assert_eq!(details.nvml_version.as_deref(), Some("12.570.86.15"));
+    let serial = details.serial.unwrap();
+    assert_eq!(serial.len(), 13);
+    assert_ne!(Some(serial), reader.details(0).unwrap().serial);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use gpu::{GpuBackend, GpuError, HealthEvent, Telemetry};
+use gpu::{GpuBackend, GpuDetails, GpuError, HealthEvent, Telemetry};
 use tracing::{info, warn};
 
 use super::config::Selection;
@@ -29,7 +29,8 @@ pub struct GpuPass {
     pub problems: BTreeSet<String>,
 }
 
-/// Reads every GPU: identity, telemetry, and with MIG on its MIG devices and processes; and the health events.
+/// Reads every GPU: identity, telemetry, board details, and with MIG on its MIG devices and processes; and the
+/// health events.
 ///
 /// # Errors
 /// Only when the GPUs cannot be listed at all; a GPU that fails a later call is kept with what was read.
@@ -46,6 +47,10 @@ pub fn read_gpus(backend: &dyn GpuBackend) -> gpu::Result<GpuPass> {
             problems.insert(format!("GPU {index}: reading telemetry: {error}"));
             Telemetry::default()
         });
+        let details = backend.details(index).unwrap_or_else(|error| {
+            problems.insert(format!("GPU {index}: reading board details: {error}"));
+            GpuDetails::default()
+        });
         let mig = inventory.mig_mode.is_some_and(|mode| mode.current);
         let (devices, processes) = if mig {
             match (backend.mig_devices(index), backend.processes(index)) {
@@ -61,7 +66,9 @@ pub fn read_gpus(backend: &dyn GpuBackend) -> gpu::Result<GpuPass> {
             // Without MIG the GPU's telemetry already has its memory use: no need to list processes.
             (Vec::new(), Vec::new())
         };
-        gpus.push(GpuReading::new(inventory, telemetry, &devices, &processes));
+        gpus.push(GpuReading::new(
+            inventory, telemetry, details, &devices, &processes,
+        ));
     }
     Ok(GpuPass {
         gpus,

@@ -9,7 +9,13 @@
 //!
 //! `#` comments and blank lines are ignored; the help may contain commas and may be left out (the field's usual
 //! help is used). A number field is a gauge or a counter, as the line says; a text field (the driver version) is a
-//! label on every series. A config with a bad line is refused as a whole, so that a typo never silently drops the
+//! label on every series. A field may be named as dcgm-exporter 1.x named it (`dcgm_gpu_temp`): the metric then has
+//! that name, as in dcgm-exporter.
+//!
+//! NVIDIA's CSVs apply unchanged: a field they list that NVML cannot give (a DCP `DCGM_FI_PROF_*` field, a
+//! `DCGM_EXP_*` field, the vGPU license state) is accepted and reported as unavailable, with the reason, rather
+//! than refusing the file. A line that cannot be right (bad syntax, an unknown type or field name, a number given
+//! as a label, a metric listed twice) refuses the config as a whole, so that a typo never silently drops the
 //! fields an alert relies on: the caller keeps what it exported before.
 //!
 //! In a ConfigMap the CSV is the key `dcgm-metrics.csv` (the file name NVIDIA's GPU Operator documents for
@@ -20,40 +26,56 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::fields::{Field, Kind};
+use super::fields::{Field, Kind, Known, Unavailable, lookup};
 
 /// The ConfigMap key that holds the CSV when the ConfigMap has several.
 pub const CONFIG_MAP_KEY: &str = "dcgm-metrics.csv";
 
-/// One exported field, with its type and help.
+/// One exported field, with its name, type and help.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selected {
     /// The field.
     pub field: Field,
+    /// The metric (or, for a label field, label) name, as the config wrote it: the DCGM name or the 1.x one.
+    pub name: String,
     /// How it shows.
     pub kind: Kind,
     /// The HELP text.
     pub help: String,
 }
 
-/// The fields to export, in the config's order.
+/// A field the config lists that is not exported, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnavailableField {
+    /// 1-based line number (the first, when listed twice).
+    pub line: usize,
+    /// The name as written.
+    pub name: String,
+    /// Why it is not exported.
+    pub why: Unavailable,
+}
+
+/// The fields to export, in the config's order, and those listed that cannot be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
     fields: Vec<Selected>,
+    unavailable: Vec<UnavailableField>,
 }
 
-/// The default set: every field of dcgm-exporter's default CSV, with its type and help.
+/// The default set: the fields of NVIDIA's default CSV that NVML gives, with their type and help.
 impl Default for Selection {
     fn default() -> Self {
         Self {
-            fields: Field::ALL
+            fields: Field::DEFAULT
                 .into_iter()
                 .map(|field| Selected {
                     field,
+                    name: field.name().to_owned(),
                     kind: field.default_kind(),
                     help: field.default_help().to_owned(),
                 })
                 .collect(),
+            unavailable: Vec::new(),
         }
     }
 }
@@ -71,9 +93,9 @@ pub enum ConfigError {
         /// The line.
         text: String,
     },
-    /// A field this exporter does not know.
+    /// A name no NVIDIA CSV uses.
     #[error(
-        "line {line}: unknown field {field}; this exporter serves {}; remove the line or comment it out with #",
+        "line {line}: unknown field {field}; this exporter serves {}, and accepts the DCGM_FI_PROF_* and DCGM_EXP_* fields of NVIDIA's CSVs without exporting them; correct the name, or remove the line or comment it out with #",
         known_fields()
     )]
     UnknownField {
@@ -87,8 +109,8 @@ pub enum ConfigError {
     UnknownType {
         /// 1-based line number.
         line: usize,
-        /// The field.
-        field: Field,
+        /// The name given.
+        field: String,
         /// The type given.
         kind: String,
     },
@@ -97,26 +119,26 @@ pub enum ConfigError {
     NumberAsLabel {
         /// 1-based line number.
         line: usize,
-        /// The field.
-        field: Field,
+        /// The name given.
+        field: String,
     },
     /// A text field given as a gauge or counter.
     #[error("line {line}: {field} is text: its type must be label, not {}", kind.word())]
     TextAsNumber {
         /// 1-based line number.
         line: usize,
-        /// The field.
-        field: Field,
+        /// The name given.
+        field: String,
         /// The type given.
         kind: Kind,
     },
-    /// A field listed twice.
+    /// A metric listed twice.
     #[error("line {line}: {field} is already listed on line {first}; remove one of the two lines")]
     Duplicate {
         /// 1-based line number.
         line: usize,
-        /// The field.
-        field: Field,
+        /// The name given.
+        field: String,
         /// The line that listed it first.
         first: usize,
     },
@@ -138,6 +160,14 @@ fn known_fields() -> String {
     text
 }
 
+/// What one good line lists.
+enum Line {
+    /// A field to export.
+    Selected(Selected),
+    /// A known field that is not exported.
+    Unavailable(UnavailableField),
+}
+
 impl Selection {
     /// Parses the CSV; every bad line is reported, so that one edit can fix them all.
     ///
@@ -145,7 +175,8 @@ impl Selection {
     /// The bad lines, in order; [`ConfigError::NoFields`] when no line lists a field.
     pub fn parse(text: &str) -> Result<Self, Vec<ConfigError>> {
         let mut fields = Vec::new();
-        let mut first_line: BTreeMap<Field, usize> = BTreeMap::new();
+        let mut unavailable: Vec<UnavailableField> = Vec::new();
+        let mut first_line: BTreeMap<String, usize> = BTreeMap::new();
         let mut errors = Vec::new();
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
@@ -154,26 +185,35 @@ impl Selection {
                 continue;
             }
             match parse_line(line, trimmed) {
-                Ok(selected) => {
-                    if let Some(&first) = first_line.get(&selected.field) {
+                Ok(Line::Selected(selected)) => {
+                    if let Some(&first) = first_line.get(&selected.name) {
                         errors.push(ConfigError::Duplicate {
                             line,
-                            field: selected.field,
+                            field: selected.name,
                             first,
                         });
                     } else {
-                        first_line.insert(selected.field, line);
+                        first_line.insert(selected.name.clone(), line);
                         fields.push(selected);
+                    }
+                }
+                // Listed twice it still exports nothing (NVIDIA's 1.x CSV lists a DCP field twice): report it once.
+                Ok(Line::Unavailable(field)) => {
+                    if !unavailable.iter().any(|known| known.name == field.name) {
+                        unavailable.push(field);
                     }
                 }
                 Err(error) => errors.push(error),
             }
         }
-        if errors.is_empty() && fields.is_empty() {
+        if errors.is_empty() && fields.is_empty() && unavailable.is_empty() {
             errors.push(ConfigError::NoFields);
         }
         if errors.is_empty() {
-            Ok(Self { fields })
+            Ok(Self {
+                fields,
+                unavailable,
+            })
         } else {
             Err(errors)
         }
@@ -185,17 +225,15 @@ impl Selection {
         &self.fields
     }
 
-    /// The selected fields that are never exported because the backend has no reading for them.
-    pub fn unsourced(&self) -> impl Iterator<Item = Field> + '_ {
-        self.fields
-            .iter()
-            .map(|selected| selected.field)
-            .filter(|field| !field.sourced())
+    /// The fields listed that are not exported, in the config's order, each once.
+    #[must_use]
+    pub fn unavailable(&self) -> &[UnavailableField] {
+        &self.unavailable
     }
 }
 
 /// One `field, type[, help]` line.
-fn parse_line(line: usize, text: &str) -> Result<Selected, ConfigError> {
+fn parse_line(line: usize, text: &str) -> Result<Line, ConfigError> {
     let mut columns = text.splitn(3, ',').map(str::trim);
     let (Some(name), Some(word)) = (columns.next(), columns.next()) else {
         return Err(ConfigError::Malformed {
@@ -209,19 +247,38 @@ fn parse_line(line: usize, text: &str) -> Result<Selected, ConfigError> {
             text: text.to_owned(),
         });
     }
-    let field: Field = name.parse().map_err(|_| ConfigError::UnknownField {
+    let known = lookup(name).ok_or_else(|| ConfigError::UnknownField {
         line,
         field: name.to_owned(),
     })?;
     let kind = Kind::from_word(word).ok_or_else(|| ConfigError::UnknownType {
         line,
-        field,
+        field: name.to_owned(),
         kind: word.to_owned(),
     })?;
+    let field = match known {
+        Known::Exported(field) => field,
+        Known::Unavailable(why) => {
+            return Ok(Line::Unavailable(UnavailableField {
+                line,
+                name: name.to_owned(),
+                why,
+            }));
+        }
+    };
     match (field.is_text(), kind) {
-        (false, Kind::Label) => return Err(ConfigError::NumberAsLabel { line, field }),
+        (false, Kind::Label) => {
+            return Err(ConfigError::NumberAsLabel {
+                line,
+                field: name.to_owned(),
+            });
+        }
         (true, Kind::Gauge | Kind::Counter) => {
-            return Err(ConfigError::TextAsNumber { line, field, kind });
+            return Err(ConfigError::TextAsNumber {
+                line,
+                field: name.to_owned(),
+                kind,
+            });
         }
         _ => {}
     }
@@ -235,11 +292,12 @@ fn parse_line(line: usize, text: &str) -> Result<Selected, ConfigError> {
         })
         .filter(|help| !help.is_empty())
         .unwrap_or(field.default_help());
-    Ok(Selected {
+    Ok(Line::Selected(Selected {
         field,
+        name: name.to_owned(),
         kind,
         help: help.to_owned(),
-    })
+    }))
 }
 
 /// Why a metrics ConfigMap gives no selection.
@@ -313,11 +371,17 @@ mod tests {
     use super::*;
     use crate::test_support::config_map;
 
-    fn names(selection: &Selection) -> Vec<(&'static str, Kind, &str)> {
+    fn names(selection: &Selection) -> Vec<(&str, Kind, &str)> {
         selection
             .fields()
             .iter()
-            .map(|selected| (selected.field.name(), selected.kind, selected.help.as_str()))
+            .map(|selected| {
+                (
+                    selected.name.as_str(),
+                    selected.kind,
+                    selected.help.as_str(),
+                )
+            })
             .collect()
     }
 
@@ -331,6 +395,7 @@ DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
 DCGM_FI_DEV_GPU_TEMP, Gauge
 DCGM_FI_DEV_SM_CLOCK, counter, \"clock, as a counter\"
 DCGM_FI_DRIVER_VERSION, label,
+dcgm_gpu_temp, gauge, the 1.x name
 ";
         let selection = Selection::parse(text).unwrap();
         assert_eq!(
@@ -353,28 +418,172 @@ DCGM_FI_DRIVER_VERSION, label,
                 ),
                 ("DCGM_FI_DEV_SM_CLOCK", Kind::Counter, "clock, as a counter"),
                 ("DCGM_FI_DRIVER_VERSION", Kind::Label, "Driver Version"),
+                ("dcgm_gpu_temp", Kind::Gauge, "the 1.x name"),
             ]
         );
-        assert_eq!(selection.unsourced().count(), 0);
+        assert_eq!(selection.fields()[5].field, Field::GpuTemp);
+        assert!(selection.unavailable().is_empty());
     }
 
     #[test]
-    fn the_default_is_dcgm_exporters_set() {
+    fn the_default_is_nvidias_default_csv_less_what_nvml_cannot_give() {
         let selection = Selection::default();
-        assert_eq!(selection.fields().len(), 16);
+        assert_eq!(selection.fields().len(), 20);
         let energy = &selection.fields()[5];
         assert_eq!(
             (energy.field, energy.kind),
             (Field::TotalEnergyConsumption, Kind::Counter)
         );
+        assert!(selection.unavailable().is_empty());
+    }
+
+    #[test]
+    fn fields_nvml_cannot_give_are_accepted_and_reported_once() {
+        let text = "\
+DCGM_FI_DEV_GPU_TEMP, gauge, ok
+DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.
+DCGM_EXP_XID_ERRORS_COUNT, gauge, XIDs in the window
+DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status
+dcgm_fi_prof_pcie_tx_bytes, counter, once
+dcgm_fi_prof_pcie_tx_bytes, counter, twice
+";
+        let selection = Selection::parse(text).unwrap();
+        assert_eq!(selection.fields().len(), 1);
+        let unavailable: Vec<(usize, &str, Unavailable)> = selection
+            .unavailable()
+            .iter()
+            .map(|field| (field.line, field.name.as_str(), field.why))
+            .collect();
         assert_eq!(
-            selection.unsourced().collect::<Vec<_>>(),
+            unavailable,
             [
-                Field::MemoryTemp,
-                Field::PcieReplayCounter,
-                Field::EncUtil,
-                Field::DecUtil,
-                Field::FbReserved
+                (2, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", Unavailable::Profiling),
+                (
+                    3,
+                    "DCGM_EXP_XID_ERRORS_COUNT",
+                    Unavailable::ExporterComputed
+                ),
+                (
+                    4,
+                    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+                    Unavailable::VgpuLicense
+                ),
+                (5, "dcgm_fi_prof_pcie_tx_bytes", Unavailable::Profiling),
+            ]
+        );
+        // A bad type is still a bad line, whatever the field.
+        let errors = Selection::parse("DCGM_FI_PROF_SM_ACTIVE, histogram, x\n").unwrap_err();
+        assert_eq!(
+            errors[0].to_string(),
+            "line 1: DCGM_FI_PROF_SM_ACTIVE: unknown type \"histogram\"; use gauge, counter or label"
+        );
+    }
+
+    const DCP_METRICS_INCLUDED: &str =
+        include_str!("../../../../tests/fixtures/nvidia/dcp-metrics-included.csv");
+    const DEFAULT_COUNTERS: &str =
+        include_str!("../../../../tests/fixtures/nvidia/default-counters.csv");
+    const COMPATIBILITY: &str =
+        include_str!("../../../../tests/fixtures/nvidia/1.x-compatibility-metrics.csv");
+
+    /// The CSV with its commented-out field rows turned on, as a user who wants them all would.
+    fn uncommented(csv: &str) -> String {
+        csv.lines()
+            .map(|line| {
+                line.strip_prefix("# DCGM_")
+                    .map(|rest| format!("DCGM_{rest}"))
+                    .or_else(|| {
+                        line.strip_prefix("# dcgm_")
+                            .map(|rest| format!("dcgm_{rest}"))
+                    })
+                    .unwrap_or_else(|| line.to_owned())
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn unavailable_names(selection: &Selection) -> Vec<&str> {
+        selection
+            .unavailable()
+            .iter()
+            .map(|field| field.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn nvidias_default_csvs_apply_with_their_dcp_fields_reported() {
+        for csv in [DCP_METRICS_INCLUDED, DEFAULT_COUNTERS] {
+            let selection = Selection::parse(csv).unwrap();
+            let fields: Vec<Field> = selection
+                .fields()
+                .iter()
+                .map(|selected| selected.field)
+                .collect();
+            // What NVIDIA's operator exports by default, less what needs DCGM, is our default set.
+            assert_eq!(fields, Field::DEFAULT);
+            assert_eq!(
+                unavailable_names(&selection),
+                [
+                    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                    "DCGM_FI_PROF_DRAM_ACTIVE",
+                    "DCGM_FI_PROF_PCIE_TX_BYTES",
+                    "DCGM_FI_PROF_PCIE_RX_BYTES",
+                ]
+            );
+            assert!(
+                selection.unavailable()[1..]
+                    .iter()
+                    .all(|field| field.why == Unavailable::Profiling)
+            );
+        }
+    }
+
+    #[test]
+    fn every_field_nvidia_ships_commented_out_or_not_is_accepted() {
+        let all = Selection::parse(&uncommented(DEFAULT_COUNTERS)).unwrap();
+        let exported: Vec<Field> = all.fields().iter().map(|selected| selected.field).collect();
+        // Every field we export is in NVIDIA's file, but for the row-remap pending flag, which DCGM has and the
+        // CSVs do not list.
+        let absent: Vec<Field> = Field::ALL
+            .into_iter()
+            .filter(|field| !exported.contains(field))
+            .collect();
+        assert_eq!(absent, [Field::RowRemapPending]);
+        let unavailable = unavailable_names(&all);
+        assert_eq!(unavailable.len(), 31, "{unavailable:#?}");
+        for name in [
+            "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            "DCGM_EXP_P2P_STATUS",
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+            "DCGM_FI_PROF_SM_OCCUPANCY",
+            "DCGM_FI_PROF_FP16_CYCLES_ACTIVE_TOTAL",
+        ] {
+            assert!(unavailable.contains(&name), "{name}");
+        }
+        let dcp = Selection::parse(&uncommented(DCP_METRICS_INCLUDED)).unwrap();
+        assert_eq!(dcp.fields(), all.fields());
+
+        // The 1.x namespace, commented rows on too: every name maps, DCP ones (one listed twice) reported once.
+        let legacy = Selection::parse(&uncommented(COMPATIBILITY)).unwrap();
+        assert_eq!(legacy.fields().len(), 32);
+        assert!(
+            legacy
+                .fields()
+                .iter()
+                .all(|selected| selected.name.starts_with("dcgm_"))
+        );
+        assert_eq!(
+            unavailable_names(&legacy),
+            [
+                "dcgm_fi_prof_pcie_tx_bytes",
+                "dcgm_fi_prof_pcie_rx_bytes",
+                "dcgm_fi_prof_gr_engine_active",
+                "dcgm_fi_prof_sm_active",
+                "dcgm_fi_prof_sm_occupancy",
+                "dcgm_fi_prof_pipe_tensor_active",
+                "dcgm_fi_prof_dram_active",
             ]
         );
     }
@@ -383,7 +592,7 @@ DCGM_FI_DRIVER_VERSION, label,
     fn every_bad_line_is_named_with_its_fix() {
         let text = "\
 DCGM_FI_DEV_GPU_TEMP, gauge, ok
-DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.
+DCGM_FI_DEV_GPU_TMP, gauge, a typo
 DCGM_FI_DEV_SM_CLOCK, histogram, SM clock
 DCGM_FI_DEV_FB_USED
 DCGM_FI_DEV_POWER_USAGE, label, power
@@ -397,13 +606,15 @@ DCGM_FI_DEV_GPU_TEMP, gauge, again
         assert_eq!(texts.len(), 7, "{texts:#?}");
         assert!(
             texts[0].starts_with(
-                "line 2: unknown field DCGM_FI_PROF_GR_ENGINE_ACTIVE; this exporter serves DCGM_FI_DEV_SM_CLOCK, "
+                "line 2: unknown field DCGM_FI_DEV_GPU_TMP; this exporter serves DCGM_FI_DEV_SM_CLOCK, "
             ),
             "{}",
             texts[0]
         );
         assert!(
-            texts[0].ends_with("DCGM_FI_DRIVER_VERSION; remove the line or comment it out with #"),
+            texts[0].ends_with(
+                "DCGM_FI_DEV_VBIOS_VERSION, and accepts the DCGM_FI_PROF_* and DCGM_EXP_* fields of NVIDIA's CSVs without exporting them; correct the name, or remove the line or comment it out with #"
+            ),
             "{}",
             texts[0]
         );

@@ -2,22 +2,25 @@
 //! holds which device) in, metric families out, and the families in the text exposition format.
 //!
 //! Series, and their labels as dcgm-exporter names them:
-//! - every GPU: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia<index>`), `modelName`, `Hostname`, with the GPU's
-//!   readings (clocks, temperature, power, energy, utilization, memory, XID);
-//! - every MIG GPU instance, with `GPU_I_PROFILE` and `GPU_I_ID` added: the memory its processes use and the
-//!   memory left. The GPU-wide readings stay on the GPU's series, so that summing over a GPU's series counts its
+//! - every GPU: `gpu`, `UUID`, `pci_bus_id`, `device` (`nvidia<index>`), `modelName`, `hostname`, with the GPU's
+//!   readings (clocks, temperatures, power, energy, utilization, memory, XID, throttling, memory errors, NVLink).
+//!   The host label is `hostname`, as dcgm-exporter 4.6.0-4.8.3 (the release NVIDIA's GPU Operator v26.7 runs)
+//!   names it; releases before it wrote `Hostname`;
+//! - every MIG GPU instance, with `GPU_I_PROFILE` and `GPU_I_ID` added (before `hostname`, in dcgm-exporter's
+//!   order): the memory its processes use and the memory left. The GPU-wide readings stay on the GPU's series, so that summing over a GPU's series counts its
 //!   power and energy once;
 //! - `pod`, `namespace`, `container` when the kubelet says a container holds the GPU or a MIG device of the
 //!   instance. Under time-slicing or MPS every container sharing the GPU gets its own series (dcgm-exporter
 //!   names one pod per GPU), each with the GPU's value: sum per pod, take the max per GPU;
-//! - label fields (`DCGM_FI_DRIVER_VERSION`) as one more label on every series of the GPU, as dcgm-exporter does.
+//! - label fields (`DCGM_FI_DRIVER_VERSION`, `DCGM_FI_DEV_SERIAL`, ...) as more labels on every series of the GPU,
+//!   as dcgm-exporter does.
 //!
 //! A reading the backend does not give (`None`, e.g. utilization with MIG on) is left out, never shown as 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gpu::{GpuInventory, GpuProcess, MigDevice, Telemetry};
+use gpu::{GpuDetails, GpuInventory, GpuProcess, MigDevice, Telemetry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
@@ -51,6 +54,8 @@ pub struct GpuReading {
     pub inventory: GpuInventory,
     /// Its readings; all `None` when the GPU did not answer (its XID gauge is still exported).
     pub telemetry: Telemetry,
+    /// Its board's versions and serial number, for label fields.
+    pub details: GpuDetails,
     /// Its MIG GPU instances, by id; empty with MIG off.
     pub instances: Vec<InstanceReading>,
 }
@@ -62,6 +67,7 @@ impl GpuReading {
     pub fn new(
         inventory: GpuInventory,
         telemetry: Telemetry,
+        details: GpuDetails,
         devices: &[MigDevice],
         processes: &[GpuProcess],
     ) -> Self {
@@ -94,6 +100,7 @@ impl GpuReading {
         Self {
             inventory,
             telemetry,
+            details,
             instances: instances.into_values().collect(),
         }
     }
@@ -153,7 +160,7 @@ impl Holders {
 /// Everything one collection read on the node.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeReading<'a> {
-    /// This node's name, the `Hostname` label.
+    /// This node's name, the `hostname` label.
     pub hostname: &'a str,
     /// Its GPUs.
     pub gpus: &'a [GpuReading],
@@ -189,6 +196,8 @@ pub struct Series {
 pub struct MetricFamily {
     /// The field.
     pub field: Field,
+    /// The metric name, as the config wrote it (the DCGM name, or dcgm-exporter 1.x's).
+    pub name: String,
     /// Gauge or counter.
     pub kind: Kind,
     /// The HELP text.
@@ -231,28 +240,64 @@ impl<'a> Entity<'a> {
 /// A whole GPU's value of a field.
 fn gpu_value(field: Field, gpu: &GpuReading, xids: &XidGauge) -> Option<Value> {
     let telemetry = &gpu.telemetry;
-    let integer = |reading: Option<u32>| reading.map(|value| Value::Integer(value.into()));
+    let errors = &telemetry.memory_errors;
+    let nvlink = &telemetry.nvlink;
+    let throttling = &telemetry.throttling;
+    let small = |reading: Option<u32>| reading.map(|value| Value::Integer(value.into()));
+    let count = |reading: Option<u64>| reading.map(Value::Integer);
+    // DCGM shows yes/no states as 1/0.
+    let flag = |reading: Option<bool>| reading.map(|yes| Value::Integer(yes.into()));
     match field {
-        Field::SmClock => integer(telemetry.sm_clock_mhz),
-        Field::MemClock => integer(telemetry.memory_clock_mhz),
-        Field::GpuTemp => integer(telemetry.temperature_celsius),
+        Field::SmClock => small(telemetry.sm_clock_mhz),
+        Field::MemClock => small(telemetry.memory_clock_mhz),
+        Field::MemoryTemp => small(telemetry.memory_temperature_celsius),
+        Field::GpuTemp => small(telemetry.temperature_celsius),
         // DCGM reports watts; NVML milliwatts.
         Field::PowerUsage => telemetry
             .power_milliwatts
             .map(|milliwatts| Value::Float(f64::from(milliwatts) / 1000.0)),
-        Field::TotalEnergyConsumption => telemetry.total_energy_millijoules.map(Value::Integer),
-        Field::GpuUtil => integer(telemetry.gpu_utilization_percent),
-        Field::MemCopyUtil => integer(telemetry.memory_utilization_percent),
+        Field::TotalEnergyConsumption => count(telemetry.total_energy_millijoules),
+        Field::PcieReplayCounter => count(telemetry.pcie_replays),
+        Field::GpuUtil => small(telemetry.gpu_utilization_percent),
+        Field::MemCopyUtil => small(telemetry.memory_utilization_percent),
+        Field::EncUtil => small(telemetry.encoder_utilization_percent),
+        Field::DecUtil => small(telemetry.decoder_utilization_percent),
         Field::XidErrors => Some(Value::Integer(xids.value(gpu.inventory.index))),
-        Field::FbFree => telemetry.memory_free_mib.map(Value::Integer),
-        Field::FbUsed => telemetry.memory_used_mib.map(Value::Integer),
-        // No reading in the backend (see `Field::sourced`); the driver version is a label, not a value.
-        Field::MemoryTemp
-        | Field::EncUtil
-        | Field::DecUtil
-        | Field::PcieReplayCounter
-        | Field::FbReserved
-        | Field::DriverVersion => None,
+        Field::PowerViolation => count(throttling.power_ns),
+        Field::ThermalViolation => count(throttling.thermal_ns),
+        Field::SyncBoostViolation => count(throttling.sync_boost_ns),
+        Field::BoardLimitViolation => count(throttling.board_limit_ns),
+        Field::LowUtilViolation => count(throttling.low_utilization_ns),
+        Field::ReliabilityViolation => count(throttling.reliability_ns),
+        Field::FbFree => count(telemetry.memory_free_mib),
+        Field::FbUsed => count(telemetry.memory_used_mib),
+        Field::FbReserved => count(telemetry.memory_reserved_mib),
+        Field::EccSbeVolTotal => count(errors.ecc_corrected_volatile),
+        Field::EccDbeVolTotal => count(errors.ecc_uncorrected_volatile),
+        Field::EccSbeAggTotal => count(errors.ecc_corrected_aggregate),
+        Field::EccDbeAggTotal => count(errors.ecc_uncorrected_aggregate),
+        Field::RetiredSbe => count(errors.retired_pages_single_bit),
+        Field::RetiredDbe => count(errors.retired_pages_double_bit),
+        Field::RetiredPending => flag(errors.retired_pages_pending),
+        Field::NvlinkCrcFlitErrorCountTotal => count(nvlink.crc_flit_errors),
+        Field::NvlinkCrcDataErrorCountTotal => count(nvlink.crc_data_errors),
+        Field::NvlinkReplayErrorCountTotal => count(nvlink.replay_errors),
+        Field::NvlinkRecoveryErrorCountTotal => count(nvlink.recovery_errors),
+        Field::NvlinkBandwidthTotal => count(nvlink.data_kib),
+        Field::UncorrectableRemappedRows => count(errors.remapped_rows_uncorrectable),
+        Field::CorrectableRemappedRows => count(errors.remapped_rows_correctable),
+        Field::RowRemapFailure => flag(errors.remapped_rows_failure),
+        Field::RowRemapPending => flag(errors.remapped_rows_pending),
+        // Text fields are labels, not values.
+        Field::DriverVersion
+        | Field::NvmlVersion
+        | Field::Brand
+        | Field::Serial
+        | Field::OemInforomVer
+        | Field::EccInforomVer
+        | Field::PowerInforomVer
+        | Field::InforomImageVer
+        | Field::VbiosVersion => None,
     }
 }
 
@@ -265,15 +310,15 @@ fn entity_labels(node: &NodeReading<'_>, entity: Entity<'_>, selection: &Selecti
         ("pci_bus_id", inventory.pci_bus_id.clone()),
         ("device", format!("nvidia{}", inventory.index)),
         ("modelName", inventory.product_name.clone()),
-        ("Hostname", node.hostname.to_owned()),
     ];
     if let Some(instance) = entity.instance {
         labels.push(("GPU_I_PROFILE", instance.profile.clone()));
         labels.push(("GPU_I_ID", instance.id.to_string()));
     }
+    labels.push(("hostname", node.hostname.to_owned()));
     for selected in selection.fields() {
         if selected.kind == Kind::Label
-            && let Some(value) = label_value(selected.field, inventory)
+            && let Some(value) = label_value(selected.field, inventory, &entity.gpu.details)
         {
             labels.push((selected.field.name(), value));
         }
@@ -281,9 +326,21 @@ fn entity_labels(node: &NodeReading<'_>, entity: Entity<'_>, selection: &Selecti
     labels
 }
 
-/// The value of a text field, which shows as a label.
-fn label_value(field: Field, inventory: &GpuInventory) -> Option<String> {
-    (field == Field::DriverVersion).then(|| inventory.driver_version.clone())
+/// The value of a text field, which shows as a label; `None` (no label) when the GPU does not give it.
+fn label_value(field: Field, inventory: &GpuInventory, details: &GpuDetails) -> Option<String> {
+    match field {
+        Field::DriverVersion => Some(&inventory.driver_version),
+        Field::NvmlVersion => details.nvml_version.as_ref(),
+        Field::Brand => details.brand.as_ref(),
+        Field::Serial => details.serial.as_ref(),
+        Field::OemInforomVer => details.inforom_oem_version.as_ref(),
+        Field::EccInforomVer => details.inforom_ecc_version.as_ref(),
+        Field::PowerInforomVer => details.inforom_power_version.as_ref(),
+        Field::InforomImageVer => details.inforom_image_version.as_ref(),
+        Field::VbiosVersion => details.vbios_version.as_ref(),
+        _ => None,
+    }
+    .cloned()
 }
 
 /// The metric families of one collection, in the selection's order; fields without any value are left out.
@@ -346,6 +403,7 @@ pub fn families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFami
                 .collect();
             (!series.is_empty()).then(|| MetricFamily {
                 field: selected.field,
+                name: selected.name.clone(),
                 kind: selected.kind,
                 help: selected.help.clone(),
                 series,
@@ -366,7 +424,7 @@ impl Collector for Snapshot {
                 Kind::Gauge | Kind::Label => MetricType::Gauge,
             };
             let mut metric =
-                encoder.encode_descriptor(family.field.name(), &family.help, None, metric_type)?;
+                encoder.encode_descriptor(&family.name, &family.help, None, metric_type)?;
             for series in &family.series {
                 let mut sample = metric.encode_family(&series.labels)?;
                 // Counters too are written as plain samples: dashboards query DCGM's names, which the `_total`

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpu::{GpuBackend, GpuProcess, Simulator};
+use gpu::{GpuBackend, GpuDetails, GpuProcess, Simulator};
 
 use super::*;
 use crate::exporter::collect::read_gpus;
@@ -95,7 +95,7 @@ fn whole_gpus_carry_dcgms_labels_and_their_readings() {
             ("pci_bus_id", "00000000:11:00.0".to_owned()),
             ("device", "nvidia1".to_owned()),
             ("modelName", "NVIDIA A100-SXM4-40GB".to_owned()),
-            ("Hostname", HOST.to_owned()),
+            ("hostname", HOST.to_owned()),
             ("DCGM_FI_DRIVER_VERSION", "570.86.15".to_owned()),
         ]
     );
@@ -109,7 +109,7 @@ fn whole_gpus_carry_dcgms_labels_and_their_readings() {
     );
     assert_eq!(
         values(&families, Field::FbFree)[1].2,
-        Value::Integer(40960 - 1500)
+        Value::Integer(40960 - 512 - 1500)
     );
     assert_eq!(
         values(&families, Field::GpuUtil),
@@ -137,32 +137,16 @@ fn whole_gpus_carry_dcgms_labels_and_their_readings() {
     assert!(matches!(energy.series[0].value, Value::Integer(_)));
     assert_eq!(values(&families, Field::XidErrors)[0].2, Value::Integer(0));
 
-    // Nothing made up for what the backend cannot read, and the driver version is a label, not a family.
-    for field in Field::ALL {
-        assert_eq!(
-            family(&families, field).is_some(),
-            field.sourced() && !field.is_text(),
-            "{field}"
-        );
-    }
+    // Every default field the GPU gives, in the default CSV's order; the driver version is a label, not a family.
     assert_eq!(
         families
             .iter()
             .map(|family| family.field)
             .collect::<Vec<_>>(),
-        [
-            Field::SmClock,
-            Field::MemClock,
-            Field::GpuTemp,
-            Field::PowerUsage,
-            Field::TotalEnergyConsumption,
-            Field::GpuUtil,
-            Field::MemCopyUtil,
-            Field::XidErrors,
-            Field::FbFree,
-            Field::FbUsed,
-        ],
-        "the default CSV's order"
+        Field::DEFAULT
+            .into_iter()
+            .filter(|field| !field.is_text())
+            .collect::<Vec<_>>(),
     );
 }
 
@@ -236,9 +220,9 @@ fn mig_instances_get_gpu_i_labels_and_their_own_memory() {
             "pci_bus_id",
             "device",
             "modelName",
-            "Hostname",
             "GPU_I_PROFILE",
             "GPU_I_ID",
+            "hostname",
             "DCGM_FI_DRIVER_VERSION"
         ]
     );
@@ -277,6 +261,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
     let reading = GpuReading::new(
         inventory.clone(),
         Telemetry::default(),
+        GpuDetails::default(),
         &[device("MIG-a", 0), device("MIG-b", 1)],
         &[process(1, 0, Some(100)), process(2, 1, Some(200))],
     );
@@ -294,6 +279,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
     let unknown = GpuReading::new(
         inventory,
         Telemetry::default(),
+        GpuDetails::default(),
         &[device("MIG-a", 0)],
         &[process(1, 0, Some(100)), process(2, 0, None)],
     );
@@ -482,7 +468,7 @@ fn the_xid_gauge_shows_the_last_critical_xid_then_clears() {
 fn the_selection_decides_fields_types_and_labels() {
     let (_dir, simulator) = simulated("a100-40gb:1", &[]);
     let selection = Selection::parse(
-        "DCGM_FI_DEV_POWER_USAGE, counter, watts\nDCGM_FI_DEV_ENC_UTIL, gauge, encoder\n",
+        "DCGM_FI_DEV_POWER_USAGE, counter, watts\nDCGM_FI_DEV_RETIRED_DBE, counter, retired\n",
     )
     .unwrap();
     let families = collect(
@@ -491,7 +477,11 @@ fn the_selection_decides_fields_types_and_labels() {
         &XidGauge::new(Duration::from_secs(300)),
         &selection,
     );
-    assert_eq!(families.len(), 1, "the encoder has no reading");
+    assert_eq!(
+        families.len(),
+        1,
+        "an A100 remaps rows: NVML gives no retired-page count"
+    );
     assert_eq!(
         (
             families[0].field,
@@ -538,10 +528,149 @@ fn the_text_keeps_dcgms_names_for_counters_too() {
     );
     assert!(
         text.contains(
-            ",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"570.86.15\",pod=\"quote\\\"d\",namespace=\"ml\",container=\"main\"} 60.0\n"
+            ",hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"570.86.15\",pod=\"quote\\\"d\",namespace=\"ml\",container=\"main\"} 60.0\n"
         ),
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert_eq!(encode(Arc::new(Vec::new())), "# EOF\n");
+}
+
+/// A selection of every field this exporter knows, each with its usual type.
+fn everything() -> Selection {
+    let csv: String = Field::ALL
+        .iter()
+        .map(|field| {
+            format!(
+                "{}, {}, {}\n",
+                field,
+                field.default_kind().word(),
+                field.default_help()
+            )
+        })
+        .collect();
+    Selection::parse(&csv).unwrap()
+}
+
+#[test]
+fn a_scrape_lists_every_field_nvml_gives_on_the_simulator() {
+    let (_dir, simulator) = simulated("a100-40gb:1,h100-80gb:1", &[]);
+    let xids = XidGauge::new(Duration::from_secs(300));
+    let families = collect(&simulator, &Holders::default(), &xids, &everything());
+    // An A100 and an H100 remap rows instead of retiring pages: NVML has no retired-page counts for them, so
+    // those three fields, and only those, have no series, as with dcgm-exporter.
+    let missing: Vec<Field> = Field::ALL
+        .into_iter()
+        .filter(|field| !field.is_text() && family(&families, *field).is_none())
+        .collect();
+    assert_eq!(
+        missing,
+        [Field::RetiredSbe, Field::RetiredDbe, Field::RetiredPending]
+    );
+    for family in &families {
+        assert_eq!(
+            family.series.len(),
+            2,
+            "{}: one series per GPU",
+            family.name
+        );
+    }
+    // Every text field NVML gives is a label on every series; the power infoROM object is not on these boards.
+    let labels: Vec<&str> = families[0].series[0]
+        .labels
+        .iter()
+        .map(|(key, _)| *key)
+        .collect();
+    let texts: Vec<&str> = Field::ALL
+        .into_iter()
+        .filter(|field| field.is_text() && *field != Field::PowerInforomVer)
+        .map(Field::name)
+        .collect();
+    assert_eq!(labels[6..], texts[..]);
+    assert_eq!(
+        label(&families[0].series[0], "DCGM_FI_NVML_VERSION"),
+        Some("12.570.86.15")
+    );
+
+    // What a worn GPU counted shows as such; yes/no states as 1/0.
+    let mut worn = gpu::SimulatedCounters::healthy();
+    worn.memory_errors.remapped_rows_correctable = Some(3);
+    worn.memory_errors.remapped_rows_failure = Some(true);
+    worn.memory_errors.retired_pages_double_bit = Some(2);
+    worn.memory_errors.ecc_uncorrected_aggregate = Some(1);
+    worn.nvlink.crc_data_errors = Some(7);
+    worn.nvlink.data_kib = None;
+    worn.throttling.thermal_ns = Some(1_500_000);
+    worn.pcie_replays = Some(11);
+    simulator.set_counters(1, Some(worn)).unwrap();
+    let families = collect(&simulator, &Holders::default(), &xids, &everything());
+    let on_gpu_1 = |field| {
+        values(&families, field)
+            .into_iter()
+            .find(|(gpu, _, _)| gpu == "1")
+            .map(|(_, _, value)| value)
+    };
+    assert_eq!(
+        on_gpu_1(Field::CorrectableRemappedRows),
+        Some(Value::Integer(3))
+    );
+    assert_eq!(on_gpu_1(Field::RowRemapFailure), Some(Value::Integer(1)));
+    assert_eq!(on_gpu_1(Field::RowRemapPending), Some(Value::Integer(0)));
+    assert_eq!(on_gpu_1(Field::RetiredDbe), Some(Value::Integer(2)));
+    assert_eq!(on_gpu_1(Field::EccDbeAggTotal), Some(Value::Integer(1)));
+    assert_eq!(
+        on_gpu_1(Field::NvlinkCrcDataErrorCountTotal),
+        Some(Value::Integer(7))
+    );
+    assert_eq!(
+        on_gpu_1(Field::ThermalViolation),
+        Some(Value::Integer(1_500_000))
+    );
+    assert_eq!(on_gpu_1(Field::PcieReplayCounter), Some(Value::Integer(11)));
+    // A reading the GPU does not give is left out, not shown as 0.
+    assert_eq!(on_gpu_1(Field::NvlinkBandwidthTotal), None);
+    assert_eq!(values(&families, Field::NvlinkBandwidthTotal).len(), 1);
+}
+
+#[test]
+fn nvidias_csvs_scrape_as_dcgm_exporter_names_them() {
+    let (_dir, simulator) = simulated("h100-80gb:1", &[]);
+    let xids = XidGauge::new(Duration::from_secs(300));
+    for csv in [
+        include_str!("../../../../tests/fixtures/nvidia/dcp-metrics-included.csv"),
+        include_str!("../../../../tests/fixtures/nvidia/default-counters.csv"),
+    ] {
+        let selection = Selection::parse(csv).unwrap();
+        let text = encode(Arc::new(collect(
+            &simulator,
+            &Holders::default(),
+            &xids,
+            &selection,
+        )));
+        for field in Field::DEFAULT.iter().filter(|field| !field.is_text()) {
+            assert!(
+                text.contains(&format!("\n{field}{{gpu=\"0\"")),
+                "{field}:\n{text}"
+            );
+        }
+        assert!(!text.contains("DCGM_FI_PROF_"), "{text}");
+        assert!(!text.contains("VGPU_LICENSE"), "{text}");
+    }
+    // The 1.x namespace: the metrics keep the names the file gives them.
+    let legacy = Selection::parse(include_str!(
+        "../../../../tests/fixtures/nvidia/1.x-compatibility-metrics.csv"
+    ))
+    .unwrap();
+    let text = encode(Arc::new(collect(
+        &simulator,
+        &Holders::default(),
+        &xids,
+        &legacy,
+    )));
+    assert!(text.contains("\ndcgm_gpu_temp{gpu=\"0\""), "{text}");
+    assert!(
+        text.contains("# TYPE dcgm_nvlink_bandwidth_total counter\n"),
+        "{text}"
+    );
+    assert!(!text.contains("DCGM_FI_"), "{text}");
 }

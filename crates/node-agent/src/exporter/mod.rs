@@ -9,9 +9,11 @@
 //!
 //! Where it differs from dcgm-exporter, on purpose: every container sharing a GPU is attributed (not one pod per
 //! GPU); the XID gauge clears after a quiet period; series of a GPU, MIG device or pod that is gone disappear
-//! with it (each collection is built afresh, so memory stays flat); a reading the backend does not give is left
-//! out rather than shown as 0; fields the backend has no reading for (memory temperature, encoder and decoder
-//! utilization, PCIe replays, reserved framebuffer) are accepted in the config and not exported.
+//! with it (each collection is built afresh, so memory stays flat); a reading the GPU does not give (NVML's
+//! `NotSupported`) is left out rather than shown as 0, as dcgm-exporter does; fields NVML cannot give at all (DCP
+//! `DCGM_FI_PROF_*` fields, which need DCGM's profiling module; dcgm-exporter's own `DCGM_EXP_*` fields; the vGPU
+//! license state) are accepted in the config, so NVIDIA's CSVs apply unchanged, and logged once per config with
+//! the reason.
 
 pub mod collect;
 pub mod config;
@@ -43,7 +45,6 @@ use crate::kube_io;
 pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
     let gpus = Gpus::open_reading_node(source, Some(&args.node_name)).await?;
     let (selections, selection) = watch::channel(Arc::new(Selection::default()));
-    tell_unsourced(&Selection::default(), "default set");
     if let Some(name) = &args.metrics_config_map {
         let client = kube_io::client().await?;
         // The DaemonSet runs in the operator's namespace, where the ConfigMap is: the client's default namespace
@@ -74,14 +75,15 @@ pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
         .context("serving /metrics")
 }
 
-/// Logs the selected fields that are never exported, once per selection.
-fn tell_unsourced(selection: &Selection, origin: &str) {
-    let unsourced: Vec<&str> = selection.unsourced().map(|field| field.name()).collect();
-    if !unsourced.is_empty() {
-        info!(
-            fields = %unsourced.join(", "),
+/// Logs the listed fields that are never exported, with the reason, once per selection.
+fn tell_unavailable(selection: &Selection, origin: &str) {
+    for field in selection.unavailable() {
+        warn!(
+            field = %field.name,
+            line = field.line,
             origin,
-            "not exported: the GPU backend has no reading for these fields"
+            reason = field.why.reason(),
+            "metrics config lists a field this exporter cannot read; it is not exported"
         );
     }
 }
@@ -113,7 +115,7 @@ async fn follow_config(
                     fields = selection.fields().len(),
                     "metrics config applied"
                 );
-                tell_unsourced(&selection, &format!("{namespace}/{name}"));
+                tell_unavailable(&selection, &format!("{namespace}/{name}"));
                 selections.send_replace(Arc::new(selection));
             }
             Err(error) => {

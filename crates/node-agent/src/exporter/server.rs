@@ -177,7 +177,7 @@ mod tests {
             used,
             format!(
                 "DCGM_FI_DEV_FB_USED{{gpu=\"1\",UUID=\"{uuid}\",pci_bus_id=\"00000000:11:00.0\",device=\"nvidia1\",\
-                 modelName=\"NVIDIA A100-SXM4-40GB\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"570.86.15\",\
+                 modelName=\"NVIDIA A100-SXM4-40GB\",hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"570.86.15\",\
                  pod=\"trainer\",namespace=\"ml\",container=\"main\"}} 3000"
             )
         );
