@@ -1,7 +1,7 @@
 //! The `discovery` role, GPU feature discovery: keeps the node's feature labels ([`labels`]) and its part of the
 //! GPUNode status current. It runs again when the Node changes (its `nvidia.com/device-plugin.config` label),
 //! when the device-plugin ConfigMap changes (sharing replicas), and every `--interval` (MIG geometry has no change
-//! events); it writes only when something changed.
+//! events); it writes only when something changed (and `nvidia.com/gfd.timestamp` at most every minute otherwise).
 
 pub mod labels;
 
@@ -16,12 +16,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use tracing::{info, instrument, warn};
 
-use self::labels::{Facts, Sharing};
+use self::labels::{Facts, PCI_CLASS_3D, Sharing};
 use crate::backend::{GpuSource, Gpus};
 use crate::cli::DiscoveryArgs;
 use crate::gpunode::{DISCOVERY, GpuNodeWriter, inventory_status, node_error};
-use crate::inventory;
+use crate::inventory::{self, GpuView};
 use crate::kube_io::{self, NodeApi, Watched};
+use crate::node_facts::host;
 
 /// The component name in `lastError`.
 const COMPONENT: &str = "discovery";
@@ -90,20 +91,27 @@ async fn reconcile(
     let (sharing, strategy, config_problem) =
         sharing(args, node.labels(), watched.config_map.as_ref());
     let machine = machine_type(gpus, node, &args.machine_type_file);
+    let pci_classes = pci_classes(gpus, &views, &args.pci_devices_dir);
     let computed = labels::labels(Facts {
         gpus: &views,
         strategy,
         sharing: sharing.as_ref(),
         machine: &machine,
+        pci_classes: &pci_classes,
     });
     let problem = match &computed {
-        Ok(desired) => {
-            let patch = labels::patch(node.labels(), desired);
+        Ok(labelled) => {
+            let now = (!args.no_timestamp).then(unix_now);
+            let patch = labels::patch(node.labels(), &labelled.labels, now);
             if !patch.is_empty() {
                 info!(changes = patch.labels.len(), "updating feature labels");
                 node_api.patch(&patch).await?;
             }
-            config_problem
+            let invalid = labelled.invalid.as_ref().map(ToString::to_string);
+            if let Some(invalid) = &invalid {
+                warn!(problem = %invalid, "labelled the node MIG-INVALID");
+            }
+            invalid.or(config_problem)
         }
         Err(error) => Some(error.to_string()),
     };
@@ -114,6 +122,31 @@ async fn reconcile(
         })
         .await?;
     Ok(())
+}
+
+/// Seconds since the Unix epoch, for `gfd.timestamp`.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// The PCI class of each GPU by address, for `gpu.mode`: from sysfs on real nodes; on the simulator every GPU is a
+/// 3D controller, as the data-centre models it simulates are.
+fn pci_classes(gpus: &Gpus, views: &[GpuView], dir: &Path) -> BTreeMap<String, u32> {
+    if gpus.simulator().is_some() {
+        return views
+            .iter()
+            .map(|gpu| (labels::pci_address(&gpu.inventory.pci_bus_id), PCI_CLASS_3D))
+            .collect();
+    }
+    match host::read_pci_devices(dir) {
+        Ok(devices) => host::nvidia_classes(&devices),
+        Err(error) => {
+            warn!(dir = %dir.display(), %error, "cannot read the PCI classes; gpu.mode is unknown");
+            BTreeMap::new()
+        }
+    }
 }
 
 /// The sharing and MIG strategy from the device-plugin config this node selects (its label, else the default
