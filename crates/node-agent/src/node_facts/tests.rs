@@ -274,3 +274,38 @@ fn simulated_nodes_have_a_3d_controller_per_gpu() {
         ]
     );
 }
+
+#[test]
+fn the_simulator_says_how_many_gpus_a_node_has() {
+    use crate::backend::{GpuSource, Simulate};
+    use k8s_openapi::api::core::v1::Node;
+
+    let mut annotated = Node::default();
+    annotated.metadata.annotations = Some(map(&[(
+        crd::labels::SIMULATED_GPUS_ANNOTATION,
+        "a100-40gb:2,h100-80gb:1",
+    )]));
+    let source = |simulate: Option<Simulate>| GpuSource {
+        simulate,
+        sim_state: None,
+    };
+    assert_eq!(
+        super::simulated_gpus(&source(Some(Simulate::Node)), &annotated),
+        Some(3)
+    );
+    assert_eq!(
+        super::simulated_gpus(&source(Some(Simulate::Node)), &Node::default()),
+        Some(0),
+        "a simulated node without the annotation has no GPU"
+    );
+    let spec = Simulate::Gpus("a100-80gb:4".parse().unwrap());
+    assert_eq!(
+        super::simulated_gpus(&source(Some(spec)), &Node::default()),
+        Some(4)
+    );
+    assert_eq!(
+        super::simulated_gpus(&source(None), &annotated),
+        None,
+        "real nodes read sysfs"
+    );
+}
