@@ -211,20 +211,18 @@ pub fn labels(facts: Facts<'_>) -> Result<Labelled, LabelError> {
         labels.set("gpu.compute.minor", first.compute_capability.minor);
     }
 
-    let mut invalid = None;
-    match facts.strategy {
-        MigStrategy::None => {}
+    let invalid = match facts.strategy {
+        MigStrategy::None => None,
         MigStrategy::Single => {
             labels.set("mig.strategy", "single");
-            if let Err(problem) = labels.single(&facts) {
-                invalid = Some(problem);
-            }
+            labels.single(&facts).err()
         }
         MigStrategy::Mixed => {
             labels.set("mig.strategy", "mixed");
             labels.mixed(&facts);
+            None
         }
-    }
+    };
     Ok(Labelled {
         labels: labels.0,
         invalid,
