@@ -172,6 +172,10 @@ pub struct DevicePluginStatus {
     /// Indexes of the GPUs whose devices are reported Unhealthy to the kubelet after a critical XID.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unhealthy_gpus: Vec<u32>,
+    /// What the config in use has that is ignored, e.g. `flags.plugin.someFlag: unknown key, ignored` (NVIDIA's
+    /// plugin ignores unknown keys too; this says which).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_warnings: Vec<String>,
 }
 
 /// One extended resource registered with the kubelet.

@@ -93,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
     let whole = ChosenConfig {
         name: Some("whole".into()),
         config: crd::config::device_plugin::parse("version: v1\n")?,
+        warnings: Vec::new(),
     };
     let (_configs, config_receiver) = watch::channel(Some(Ok(whole)));
     let (report, _reports) = watch::channel(Report::default());

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use crd::config::device_plugin::{MigStrategy, parse};
+use crd::config::device_plugin::{MigStrategy, parse_tolerant};
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
 use k8s_openapi::api::core::v1::ConfigMap;
 use node_agent::backend::{GpuSource, Gpus};
@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::api::DEVICE_PLUGINS_DIR;
 use crate::cluster::{ConfigSource, config_updates, publish_reports};
-use crate::config::choose;
+use crate::config::{ChosenConfig, choose};
 use crate::health::{Checks, DISABLE_ENV};
 use crate::manager::{self, Options, Report};
 use crate::plan::{PlannedGpu, advertise, effective_mig_strategy};
@@ -207,18 +207,27 @@ async fn stopped() {
 pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
-    let config = match config_map_data(&text) {
-        Some(data) => {
-            choose(
-                &args.config.display().to_string(),
-                Some(&data),
-                Some(&args.config_name),
-                None,
-            )?
-            .config
+    let chosen = match config_map_data(&text) {
+        Some(data) => choose(
+            &args.config.display().to_string(),
+            Some(&data),
+            Some(&args.config_name),
+            None,
+        )?,
+        None => {
+            let parsed =
+                parse_tolerant(&text).with_context(|| format!("config {}", args.config_name))?;
+            ChosenConfig {
+                name: Some(args.config_name.clone()),
+                warnings: parsed.warnings(),
+                config: parsed.config,
+            }
         }
-        None => parse(&text).with_context(|| format!("config {}", args.config_name))?,
     };
+    for warning in &chosen.warnings {
+        tracing::warn!(config = %args.config_name, %warning, "config key ignored");
+    }
+    let config = chosen.config;
     let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
     let views = node_agent::inventory::read(gpus.backend())?;
     let planned: Vec<PlannedGpu> = views

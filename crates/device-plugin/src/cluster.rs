@@ -154,6 +154,7 @@ pub fn status(report: &Report) -> GpuNodeStatus {
             config: report.config.clone(),
             resources,
             unhealthy_gpus: report.unhealthy.iter().copied().collect(),
+            config_warnings: report.config_warnings.clone(),
         }),
         health: Some(health(report.gpus.len(), report.unhealthy.len()).into()),
         last_error: report
@@ -232,11 +233,16 @@ mod tests {
             resources: BTreeMap::from([("nvidia.com/gpu.shared".into(), 16)]),
             gpus: Vec::new(),
             error: Some("bad".into()),
+            config_warnings: vec!["flags.plugin.futureFlag: unknown key, ignored".into()],
             unhealthy: BTreeSet::new(),
         };
         let status = status(&report);
         let plugin = status.device_plugin.unwrap();
         assert_eq!(plugin.config.as_deref(), Some("slice-4"));
+        assert_eq!(
+            plugin.config_warnings,
+            ["flags.plugin.futureFlag: unknown key, ignored"]
+        );
         assert_eq!(
             plugin.resources,
             [AdvertisedResource {

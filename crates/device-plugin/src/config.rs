@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crd::config::device_plugin::{DevicePluginConfig, parse};
+use crd::config::device_plugin::{DevicePluginConfig, parse_tolerant};
 
 /// The config a node runs with, and the key it came from (`None`: the built-in defaults, no ConfigMap).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -12,6 +12,8 @@ pub struct ChosenConfig {
     pub name: Option<String>,
     /// The parsed config.
     pub config: DevicePluginConfig,
+    /// What the config has that is ignored (unknown keys, as NVIDIA's plugin ignores them).
+    pub warnings: Vec<String>,
 }
 
 /// Why no config can be chosen; each says what to fix.
@@ -83,14 +85,15 @@ pub fn choose(
         key: key.to_owned(),
         keys: keys(),
     })?;
-    let config = parse(text).map_err(|error| ChoiceError::Invalid {
+    let parsed = parse_tolerant(text).map_err(|error| ChoiceError::Invalid {
         map: map.to_owned(),
         key: key.to_owned(),
         message: error.to_string(),
     })?;
     Ok(ChosenConfig {
         name: Some(key.to_owned()),
-        config,
+        warnings: parsed.warnings(),
+        config: parsed.config,
     })
 }
 
@@ -141,6 +144,19 @@ mod tests {
     }
 
     #[test]
+    fn unknown_keys_are_warnings_not_errors() {
+        let data = BTreeMap::from([(
+            "any".to_owned(),
+            "version: v1\nflags:\n  plugin:\n    futureFlag: true\n".to_owned(),
+        )]);
+        let chosen = choose("cfg", Some(&data), None, None).unwrap();
+        assert_eq!(
+            chosen.warnings,
+            ["flags.plugin.futureFlag: unknown key, ignored"]
+        );
+    }
+
+    #[test]
     fn errors_name_the_map_and_key() {
         assert_eq!(
             choose("cfg", None, Some("slice-4"), None).unwrap_err(),
@@ -159,6 +175,6 @@ mod tests {
             invalid.starts_with("ConfigMap cfg key \"broken\": "),
             "{invalid}"
         );
-        assert!(invalid.contains("replica"), "{invalid}");
+        assert!(invalid.contains("replicas"), "{invalid}");
     }
 }

@@ -71,6 +71,8 @@ pub struct Report {
     pub gpus: Vec<GpuView>,
     /// Why the latest config or GPU change could not be applied, if it could not.
     pub error: Option<String>,
+    /// What the config in use has that is ignored.
+    pub config_warnings: Vec<String>,
     /// The GPUs whose devices are Unhealthy (a recent critical XID).
     pub unhealthy: BTreeSet<u32>,
 }
@@ -196,6 +198,9 @@ impl State {
         let candidate = match update {
             Ok(chosen) => {
                 self.config_error = None;
+                for warning in &chosen.warnings {
+                    warn!(config = ?chosen.name, %warning, "config key ignored");
+                }
                 chosen
             }
             Err(error) => {
@@ -255,6 +260,11 @@ impl State {
     ) -> Option<Report> {
         self.started.then(|| Report {
             config: self.good.as_ref().and_then(|good| good.name.clone()),
+            config_warnings: self
+                .good
+                .as_ref()
+                .map(|good| good.warnings.clone())
+                .unwrap_or_default(),
             resources: servers.healthy_counts(),
             gpus: gpus.iter().map(|gpu| gpu.view.clone()).collect(),
             error: self

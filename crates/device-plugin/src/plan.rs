@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use crd::config::device_plugin::{
-    DevicePluginConfig, DeviceRef, MigStrategy, ReplicatedDevices, ReplicatedResource,
-    ResourceMapping, ResourceName, SharingStrategy, mig_resource_name,
+    AllocationPolicy, DevicePluginConfig, DeviceRef, MigStrategy, ReplicatedDevices,
+    ReplicatedResource, ResourceMapping, ResourceName, SharingStrategy, mig_resource_name,
 };
 use node_agent::inventory::GpuView;
 
@@ -52,6 +52,8 @@ pub struct Shared {
     pub strategy: SharingStrategy,
     /// Whether a container may ask for only one replica.
     pub fail_requests_greater_than_one: bool,
+    /// How GetPreferredAllocation picks replicas (`flags.plugin.sharedDevicesAllocationPolicy`).
+    pub allocation_policy: AllocationPolicy,
 }
 
 /// One resource the plugin registers, with its devices in the order they are listed.
@@ -127,6 +129,12 @@ pub fn advertise(
         let mode = Shared {
             strategy: sharing,
             fail_requests_greater_than_one: shared.fails_requests_greater_than_one(sharing),
+            allocation_policy: config
+                .flags
+                .as_ref()
+                .and_then(|flags| flags.plugin.as_ref())
+                .and_then(|plugin| plugin.shared_devices_allocation_policy)
+                .unwrap_or_default(),
         };
         for resource in &shared.resources {
             let Some(devices) = physical.get_mut(&resource.name) else {

@@ -72,7 +72,8 @@ fn guide_slice_4_with_rename_on_four_gpus() {
         resource.shared,
         Some(Shared {
             strategy: SharingStrategy::TimeSlicing,
-            fail_requests_greater_than_one: false
+            fail_requests_greater_than_one: false,
+            allocation_policy: AllocationPolicy::Distributed
         })
     );
 }
@@ -244,7 +245,8 @@ fn mig_devices_are_shared_by_gpu_and_mig_index() {
         resource.shared,
         Some(Shared {
             strategy: SharingStrategy::Mps,
-            fail_requests_greater_than_one: true
+            fail_requests_greater_than_one: true,
+            allocation_policy: AllocationPolicy::Distributed
         })
     );
 }
@@ -294,5 +296,16 @@ fn the_command_line_strategy_wins_over_the_config() {
     assert_eq!(
         effective_mig_strategy(None, &DevicePluginConfig::default()),
         MigStrategy::None
+    );
+}
+
+#[test]
+fn the_allocation_policy_comes_from_the_plugin_flags() {
+    let packed = format!("{SLICE_4}flags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n");
+    let plan = plan_for("a100-40gb:2", &[], &packed, MigStrategy::None).unwrap();
+    let resource = &plan[&"nvidia.com/gpu.shared".parse().unwrap()];
+    assert_eq!(
+        resource.shared.unwrap().allocation_policy,
+        AllocationPolicy::Packed
     );
 }

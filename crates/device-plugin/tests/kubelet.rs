@@ -128,6 +128,7 @@ fn config(text: &str, name: &str) -> Option<ConfigUpdate> {
     Some(Ok(ChosenConfig {
         name: Some(name.into()),
         config: crd::config::device_plugin::parse(text).unwrap(),
+        warnings: Vec::new(),
     }))
 }
 

@@ -47,6 +47,9 @@ pub enum Command {
     Mig(MigArgs),
     /// GPU feature discovery: publishes the `nvidia.com/gpu.*`, `cuda.*` and `mig-*` node labels.
     Discovery(DiscoveryArgs),
+    /// Node Feature Discovery's labels the operator needs (NVIDIA PCI devices, OS release, kernel version), for
+    /// clusters without NFD; runs on every node and needs no GPU access.
+    NodeFacts(NodeFactsArgs),
     /// Validation for init containers: marks the driver and toolkit ready, or waits for the marks.
     Validate(ValidateArgs),
     /// DCGM-exporter compatible GPU metrics on `/metrics` (and `/healthz`), with pod, namespace and container
@@ -170,9 +173,36 @@ pub struct DiscoveryArgs {
     /// File holding the machine type (DMI product name) for `nvidia.com/gpu.machine`.
     #[arg(long, default_value = "/sys/class/dmi/id/product_name")]
     pub machine_type_file: PathBuf,
+    /// sysfs folder of the PCI devices, whose classes give `nvidia.com/gpu.mode` (compute or graphics).
+    #[arg(long, default_value = "/sys/bus/pci/devices")]
+    pub pci_devices_dir: PathBuf,
+    /// Leave out the `nvidia.com/gfd.timestamp` label (GFD's `--no-timestamp`).
+    #[arg(long, env = "GFD_NO_TIMESTAMP")]
+    pub no_timestamp: bool,
     /// The node.
     #[command(flatten)]
     pub node: NodeArgs,
+}
+
+/// `gpu-node-agent node-facts`.
+#[derive(Debug, Args)]
+pub struct NodeFactsArgs {
+    /// Where the host's root filesystem is mounted: its `etc/os-release` (else `usr/lib/os-release`) gives the
+    /// OS labels.
+    #[arg(long, env = "HOST_ROOT", default_value = "/host")]
+    pub host_root: PathBuf,
+    /// The kernel release, for `kernel-version.full` (a container shares the host's kernel).
+    #[arg(long, default_value = "/proc/sys/kernel/osrelease")]
+    pub kernel_release_file: PathBuf,
+    /// sysfs folder of the PCI devices (the host's, as every container sees it).
+    #[arg(long, default_value = "/sys/bus/pci/devices")]
+    pub pci_devices_dir: PathBuf,
+    /// How often to read the facts again.
+    #[arg(long, value_parser = seconds, default_value = "60")]
+    pub interval: Duration,
+    /// Name of this node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
 }
 
 /// `gpu-node-agent exporter`.
@@ -409,8 +439,16 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed)
+            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed && !d.no_timestamp)
         );
+
+        let cli = parse(&["node-facts", "--host-root", "/host", "--node-name", "n1"]).unwrap();
+        let Command::NodeFacts(facts) = cli.command else {
+            panic!("node-facts")
+        };
+        assert_eq!(facts.host_root, PathBuf::from("/host"));
+        assert_eq!(facts.interval, Duration::from_secs(60));
+        assert_eq!(facts.pci_devices_dir, PathBuf::from("/sys/bus/pci/devices"));
 
         let cli = parse(&[
             "exporter",

@@ -4,6 +4,7 @@
 //! - [`mig`]: the MIG manager, which applies the geometry the node's `nvidia.com/mig.config` label names, never
 //!   leaving GPU clients paused, and its admin CLI (`mig plan|apply|assert`).
 //! - [`discovery`]: GPU feature discovery, the `nvidia.com/gpu.*` node labels.
+//! - [`node_facts`]: Node Feature Discovery's PCI, OS and kernel labels, for clusters without NFD.
 //! - [`validate`]: the validator's steps, ready files that operands' init containers wait for.
 //! - [`exporter`]: DCGM-exporter compatible GPU metrics, attributed to pods through the kubelet.
 //! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
@@ -22,6 +23,7 @@ pub mod gpunode;
 pub mod inventory;
 pub mod kube_io;
 pub mod mig;
+pub mod node_facts;
 pub mod node_patch;
 pub mod pod_resources;
 pub mod simulator_tool;

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use node_agent::cli::{Cli, Command, LogFormat};
-use node_agent::{discovery, exporter, mig, simulator_tool, status_exporter, validate};
+use node_agent::{discovery, exporter, mig, node_facts, simulator_tool, status_exporter, validate};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -14,6 +14,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Mig(args) => mig::run(args, &cli.gpus).await,
         Command::Discovery(args) => discovery::run(args, &cli.gpus).await,
+        Command::NodeFacts(args) => node_facts::run(args, &cli.gpus).await,
         Command::Validate(args) => validate::run(args, &cli.gpus).await,
         Command::Exporter(args) => exporter::run(args, &cli.gpus).await,
         Command::StatusExporter(args) => status_exporter::run(args).await,

@@ -273,6 +273,7 @@ mod tests {
                     count: 12,
                 }],
                 unhealthy_gpus: vec![2],
+                ..DevicePluginStatus::default()
             }),
             mig: Some(MigStatus {
                 config: Some("all-1g.10gb".into()),

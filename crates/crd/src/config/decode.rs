@@ -22,6 +22,11 @@ pub(crate) fn decode<T: DeserializeOwned>(
     text: &str,
     version: VersionField,
 ) -> Result<T, ConfigError> {
+    typed(document(text, version)?)
+}
+
+/// The document of `text` with its version checked, before typed deserialization.
+pub(crate) fn document(text: &str, version: VersionField) -> Result<Value, ConfigError> {
     let value: Value = serde_saphyr::from_str(text)
         .map_err(|error| ConfigError::Syntax(error.without_snippet().to_string()))?;
     let Value::Object(fields) = &value else {
@@ -46,12 +51,20 @@ pub(crate) fn decode<T: DeserializeOwned>(
         }
         None => {}
     }
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let path = error.path().to_string();
-        // serde quotes names with backticks; the rest of our messages use double quotes, as YAML does.
-        let message = error.inner().to_string().replace('`', "\"");
-        ConfigError::invalid(if path == "." { String::new() } else { path }, message)
-    })
+    Ok(value)
+}
+
+/// Typed deserialization of a document, the error naming the path of the field that failed.
+pub(crate) fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|error| path_error(&error))
+}
+
+/// A deserialization error as a [`ConfigError`] with the field's path.
+pub(crate) fn path_error(error: &serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
+    let path = error.path().to_string();
+    // serde quotes names with backticks; the rest of our messages use double quotes, as YAML does.
+    let message = error.inner().to_string().replace('`', "\"");
+    ConfigError::invalid(if path == "." { String::new() } else { path }, message)
 }
 
 /// What kind of YAML value this is, for messages.

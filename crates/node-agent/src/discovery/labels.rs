@@ -1,26 +1,32 @@
 //! The GPU feature discovery labels, as a pure function of one reading of the GPUs, the MIG strategy, the
-//! device plugin's sharing settings and the machine type. The names and values are NVIDIA's (reference:
-//! nvidia-compat.md, "GPU feature discovery labels"), so that node selectors written for their GFD keep working.
+//! device plugin's sharing settings, the machine type and the GPUs' PCI classes. Names, values and the rules
+//! that compute them are those of NVIDIA's GFD (k8s-device-plugin `internal/lm`), so that node selectors written
+//! for it keep working; `tests/fixtures/nvidia/gfd-expected-output*.txt` holds its expected label formats.
 //!
 //! By strategy: `none` labels the full GPUs; `single` labels the MIG devices as if they were the GPUs (product
-//! `<product>-MIG-<profile>`, their count, memory and slices), which needs every GPU in MIG mode with one profile;
-//! `mixed` labels the full GPUs plus `nvidia.com/mig-<profile>.*` for each profile present.
+//! `<product>-MIG-<profile>`, their count, memory and slices), which needs every GPU in MIG mode with one profile
+//! (else the product is `<product>-MIG-INVALID` with a count of 0); `mixed` labels the full GPUs plus
+//! `nvidia.com/mig-<profile>.*` for each profile present. `mig.strategy` is written for `single` and `mixed`
+//! only. A resource's `sharing-strategy` is that of the config when the resource has more than one replica, else
+//! `none`; GPUs with MIG on are labelled without sharing (replicas 0).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crd::config::device_plugin::{
     DevicePluginConfig, MigStrategy, SharingStrategy, mig_resource_name,
 };
 use crd::labels::NVIDIA_PREFIX;
 use crd::mig::{ComputeCapability, MigProfileName};
-use gpu::MigDevice;
+use gpu::{CudaVersion, MigDevice};
 
 use crate::inventory::GpuView;
 use crate::node_patch::MetadataPatch;
 
 /// Labels this role owns besides the `nvidia.com/mig-<profile>.*` family: it removes any of them that no longer
 /// applies, and never touches other `nvidia.com/` labels (the operator's, the MIG manager's, an admin's).
-const OWNED: [&str; 27] = [
+const OWNED: [&str; 34] = [
+    "gfd.timestamp",
     "gpu.product",
     "gpu.memory",
     "gpu.count",
@@ -28,6 +34,7 @@ const OWNED: [&str; 27] = [
     "gpu.compute.major",
     "gpu.compute.minor",
     "gpu.machine",
+    "gpu.mode",
     "gpu.replicas",
     "gpu.sharing-strategy",
     "gpu.multiprocessors",
@@ -38,6 +45,11 @@ const OWNED: [&str; 27] = [
     "gpu.engines.encoder",
     "gpu.engines.jpeg",
     "gpu.engines.ofa",
+    "cuda.driver.major",
+    "cuda.driver.minor",
+    "cuda.driver.rev",
+    "cuda.runtime.major",
+    "cuda.runtime.minor",
     "cuda.driver-version.major",
     "cuda.driver-version.minor",
     "cuda.driver-version.revision",
@@ -49,6 +61,15 @@ const OWNED: [&str; 27] = [
     "mps.capable",
     "mig.strategy",
 ];
+
+/// The label with the time of the last labelling pass, in Unix seconds.
+pub const TIMESTAMP: &str = "nvidia.com/gfd.timestamp";
+
+/// PCI class (base class and subclass, the top 16 bits of the 24-bit class code) of a VGA controller: a GPU in
+/// graphics mode.
+pub const PCI_CLASS_VGA: u32 = 0x0300;
+/// PCI class of a 3D controller: a GPU in compute mode (every MIG-capable GPU).
+pub const PCI_CLASS_3D: u32 = 0x0302;
 
 /// Whether `key` is a label this role writes.
 #[must_use]
@@ -110,109 +131,221 @@ pub struct Facts<'a> {
     pub sharing: Option<&'a Sharing>,
     /// The machine type (`gpu.machine`).
     pub machine: &'a str,
+    /// The PCI class of each GPU (`0x0302`, `0x0300`) by PCI address, for `gpu.mode`; a GPU missing here makes the
+    /// mode `unknown`, as GFD does when it cannot read a class.
+    pub pci_classes: &'a BTreeMap<String, u32>,
 }
 
-/// Why no labels can be computed; the role reports it and leaves the labels as they are.
+/// Why no labels can be computed; the role reports it and leaves the labels as they are (GFD exits on these).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelError {
     /// The driver sees no GPU.
     #[error("no GPUs found")]
     NoGpus,
-    /// The `single` strategy needs one profile on MIG GPUs only.
+    /// The driver version is not `X.Y[.Z]`.
+    #[error("driver version {0:?} is not of the form X.Y or X.Y.Z")]
+    DriverVersion(String),
+    /// MPS sharing configured on a node whose GPUs have MIG on.
     #[error(
-        "MIG strategy single needs every GPU in MIG mode with MIG devices of one profile; found {found} \
-         (use the mixed strategy, or a config with one profile for all GPUs)"
+        "MPS sharing is not supported for MIG devices: GPU {gpu} has MIG enabled (use time-slicing, or a MIG \
+         config with MIG disabled)"
     )]
-    NotSingle {
-        /// What the GPUs have.
-        found: String,
+    MpsWithMig {
+        /// The first GPU with MIG on.
+        gpu: u32,
     },
 }
 
-/// The labels, by full name.
-///
-/// # Errors
-/// No GPUs, or GPUs the `single` strategy cannot describe.
-pub fn labels(facts: Facts<'_>) -> Result<BTreeMap<String, String>, LabelError> {
-    let first = &facts.gpus.first().ok_or(LabelError::NoGpus)?.inventory;
-    let mut labels = Labels::default();
-    let driver: Vec<&str> = first.driver_version.split('.').collect();
-    for (part, value) in ["major", "minor", "revision"].iter().zip(&driver) {
-        labels.set(&format!("cuda.driver-version.{part}"), value);
-    }
-    labels.set("cuda.driver-version.full", &first.driver_version);
-    let cuda = first.cuda_driver_version;
-    labels.set("cuda.runtime-version.major", cuda.major);
-    labels.set("cuda.runtime-version.minor", cuda.minor);
-    labels.set("cuda.runtime-version.full", cuda);
-    labels.set("gpu.machine", facts.machine);
-    let mig_capable = facts.gpus.iter().any(|gpu| gpu.inventory.mig_capable());
-    labels.set("mig.capable", mig_capable);
-    labels.set("mig.strategy", strategy_name(facts.strategy));
-    let sharing = facts.sharing;
-    labels.set(
-        "gpu.sharing-strategy",
-        sharing.map_or("none", |sharing| sharing.strategy.label_value()),
-    );
-    labels.set(
-        "mps.capable",
-        sharing.is_some_and(|sharing| sharing.strategy == SharingStrategy::Mps),
-    );
-    labels.set("gpu.family", family(first.compute_capability));
-    labels.set("gpu.compute.major", first.compute_capability.major);
-    labels.set("gpu.compute.minor", first.compute_capability.minor);
-
-    let gpu_resource = replication(sharing, "nvidia.com/gpu");
-    let devices = mig_devices(facts.gpus);
-    if facts.strategy == MigStrategy::Single && facts.gpus.iter().any(mig_on) {
-        let profile = single_profile(facts.gpus, &devices)?;
-        let (_, example) = devices[0];
-        labels.set(
-            "gpu.product",
-            product(&first.product_name, Some(&profile), gpu_resource),
-        );
-        labels.set("gpu.count", devices.len());
-        labels.device("gpu", &profile, example);
-        labels.set("gpu.replicas", gpu_resource.map_or(1, |r| r.replicas));
-        return Ok(labels.0);
-    }
-    labels.set(
-        "gpu.product",
-        product(&first.product_name, None, gpu_resource),
-    );
-    labels.set("gpu.count", facts.gpus.len());
-    labels.set("gpu.memory", first.memory_mib);
-    labels.set("gpu.replicas", gpu_resource.map_or(1, |r| r.replicas));
-    if facts.strategy == MigStrategy::Mixed {
-        let mut by_profile: BTreeMap<MigProfileName, Vec<&MigDevice>> = BTreeMap::new();
-        for (profile, device) in &devices {
-            by_profile.entry(*profile).or_default().push(device);
-        }
-        for (profile, found) in by_profile {
-            let resource = mig_resource_name(&profile);
-            let prefix = resource.short_name();
-            let shared = replication(sharing, resource.as_str());
-            labels.set(&format!("{prefix}.count"), found.len());
-            labels.set(
-                &format!("{prefix}.replicas"),
-                shared.map_or(1, |r| r.replicas),
-            );
-            labels.set(
-                &format!("{prefix}.product"),
-                product(&first.product_name, Some(&profile), shared),
-            );
-            labels.device(prefix, &profile, found[0]);
-        }
-    }
-    Ok(labels.0)
+/// Why the `single` strategy cannot describe the node. GFD then labels the node `<product>-MIG-INVALID` with a
+/// count of 0, so that nothing gets scheduled on a wrong device; so do we, and the role reports this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "MIG strategy single needs every GPU in MIG mode with MIG devices of one profile; found {found} (use the \
+     mixed strategy, or a config with one profile for all GPUs)"
+)]
+pub struct NotSingle {
+    /// What the GPUs have.
+    pub found: String,
 }
 
+/// The labels of one pass, and the problem that made the `single` strategy's labels invalid, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    /// The labels, by full name, without the timestamp (see [`patch`]).
+    pub labels: BTreeMap<String, String>,
+    /// Set when the `single` strategy labelled the node invalid.
+    pub invalid: Option<NotSingle>,
+}
+
+/// The labels, by full name, computed as NVIDIA's GPU feature discovery computes them.
+///
+/// # Errors
+/// No GPUs, a driver version that is not `X.Y[.Z]`, or MPS sharing with MIG on.
+pub fn labels(facts: Facts<'_>) -> Result<Labelled, LabelError> {
+    let first = &facts.gpus.first().ok_or(LabelError::NoGpus)?.inventory;
+    let mut labels = Labels::default();
+    labels.versions(&first.driver_version, first.cuda_driver_version)?;
+    labels.set("gpu.machine", sanitise(facts.machine));
+    let mig_capable = facts.gpus.iter().any(|gpu| gpu.inventory.mig_capable());
+    labels.set("mig.capable", mig_capable);
+    labels.set("mps.capable", mps_capable(&facts)?);
+    labels.set("gpu.mode", gpu_mode(facts.gpus, facts.pci_classes));
+
+    // Whole GPUs. GFD labels GPUs with MIG on without the sharing settings (no replicas), and lets those with MIG
+    // off, which the device plugin does share, override them.
+    let whole = Resource {
+        name: FULL_GPU,
+        sharing: facts
+            .gpus
+            .iter()
+            .any(|gpu| !mig_on(gpu))
+            .then_some(facts.sharing),
+    };
+    labels.base(&whole, &[&first.product_name], facts.gpus.len());
+    if first.memory_mib != 0 {
+        labels.set("gpu.memory", first.memory_mib);
+    }
+    if first.compute_capability.major != 0 {
+        labels.set("gpu.family", family(first.compute_capability));
+        labels.set("gpu.compute.major", first.compute_capability.major);
+        labels.set("gpu.compute.minor", first.compute_capability.minor);
+    }
+
+    let invalid = match facts.strategy {
+        MigStrategy::None => None,
+        MigStrategy::Single => {
+            labels.set("mig.strategy", "single");
+            labels.single(&facts).err()
+        }
+        MigStrategy::Mixed => {
+            labels.set("mig.strategy", "mixed");
+            labels.mixed(&facts);
+            None
+        }
+    };
+    Ok(Labelled {
+        labels: labels.0,
+        invalid,
+    })
+}
+
+/// `mps.capable`: false unless the config shares with MPS; then true, and an error when a GPU has MIG on (GFD
+/// refuses to label such a node, as the device plugin refuses to start).
+fn mps_capable(facts: &Facts<'_>) -> Result<bool, LabelError> {
+    if facts.sharing.map(|sharing| sharing.strategy) != Some(SharingStrategy::Mps) {
+        return Ok(false);
+    }
+    match facts.gpus.iter().find(|gpu| mig_on(gpu)) {
+        Some(gpu) => Err(LabelError::MpsWithMig {
+            gpu: gpu.inventory.index,
+        }),
+        None => Ok(true),
+    }
+}
+
+/// `gpu.mode`: `compute` when every GPU is a 3D controller, `graphics` when every one is a VGA controller,
+/// otherwise (mixed classes, a class not read) `unknown`.
+#[must_use]
+pub fn gpu_mode(gpus: &[GpuView], classes: &BTreeMap<String, u32>) -> &'static str {
+    let found: Option<Vec<u32>> = gpus
+        .iter()
+        .map(|gpu| {
+            classes
+                .get(&pci_address(&gpu.inventory.pci_bus_id))
+                .copied()
+        })
+        .collect();
+    let Some(mut found) = found else {
+        return "unknown";
+    };
+    found.sort_unstable();
+    found.dedup();
+    match found.as_slice() {
+        [PCI_CLASS_3D] => "compute",
+        [PCI_CLASS_VGA] => "graphics",
+        _ => "unknown",
+    }
+}
+
+/// A PCI address as sysfs names it (`0000:3b:00.0`), from NVML's form (`00000000:3B:00.0`).
+#[must_use]
+pub fn pci_address(bus_id: &str) -> String {
+    let lower = bus_id.to_ascii_lowercase();
+    match lower.split_once(':') {
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
+        _ => lower,
+    }
+}
+
+/// The full-GPU resource name, under which whole GPUs (and MIG devices with the single strategy) are labelled.
+const FULL_GPU: &str = "nvidia.com/gpu";
+
+/// One resource being labelled: its name and the sharing that applies to it (`None`: labelled without sharing,
+/// replicas 0, as GFD does for GPUs with MIG on).
+struct Resource<'a> {
+    name: &'a str,
+    sharing: Option<Option<&'a Sharing>>,
+}
+
+impl Resource<'_> {
+    /// The label prefix: `gpu`, `mig-1g.5gb`.
+    fn prefix(&self) -> &str {
+        self.name.strip_prefix(NVIDIA_PREFIX).unwrap_or(self.name)
+    }
+
+    fn replication(&self) -> Option<&Replication> {
+        self.sharing??.resources.get(self.name)
+    }
+
+    /// 0 without sharing settings; else the configured replicas, 1 when not replicated.
+    fn replicas(&self) -> u32 {
+        match self.sharing {
+            None => 0,
+            Some(_) => self.replication().map_or(1, |r| r.replicas.max(1)),
+        }
+    }
+
+    fn shared(&self) -> bool {
+        self.replication().is_some_and(|r| r.replicas > 1)
+    }
+
+    /// `none` unless replicated more than once.
+    fn sharing_strategy(&self) -> &'static str {
+        match self.sharing.flatten() {
+            Some(sharing) if self.shared() => sharing.strategy.label_value(),
+            _ => "none",
+        }
+    }
+
+    /// The parts joined with `-`, with `-SHARED` when replicated under the original name.
+    fn product(&self, parts: &[&str]) -> String {
+        let mut parts: Vec<String> = parts
+            .iter()
+            .map(|part| sanitise(part))
+            .filter(|part| !part.is_empty())
+            .collect();
+        if self.shared() && !self.replication().is_some_and(|r| r.renamed) {
+            parts.push("SHARED".to_owned());
+        }
+        parts.join("-")
+    }
+}
+
+/// How often the timestamp label is renewed when nothing else changes: GFD's default labelling interval. Renewing
+/// it on every pass would patch the Node every `--interval`, and each patch wakes this role's own Node watch.
+pub const TIMESTAMP_REFRESH: Duration = Duration::from_secs(60);
+
 /// The patch that brings the node's labels to `desired`: changed values set, owned labels that no longer apply
-/// removed, every other label untouched.
+/// removed, every other label untouched. With `now` (Unix seconds; `None` when timestamps are off, which removes
+/// the label), `gfd.timestamp` is set to it whenever another label changes, or when it is missing or older than
+/// [`TIMESTAMP_REFRESH`].
 #[must_use]
 pub fn patch(
     current: &BTreeMap<String, String>,
     desired: &BTreeMap<String, String>,
+    now: Option<u64>,
 ) -> MetadataPatch {
     let mut patch = MetadataPatch::default();
     for (key, value) in desired {
@@ -220,14 +353,31 @@ pub fn patch(
     }
     for key in current
         .keys()
-        .filter(|key| is_owned(key) && !desired.contains_key(*key))
+        .filter(|key| is_owned(key) && !desired.contains_key(*key) && *key != TIMESTAMP)
     {
         patch.labels.insert(key.clone(), None);
     }
-    patch.minus(current, &BTreeMap::new())
+    let mut patch = patch.minus(current, &BTreeMap::new());
+    match now {
+        None => {
+            if current.contains_key(TIMESTAMP) {
+                patch.labels.insert(TIMESTAMP.to_owned(), None);
+            }
+        }
+        Some(now) => {
+            let stale = current
+                .get(TIMESTAMP)
+                .and_then(|value| value.parse::<u64>().ok())
+                .is_none_or(|then| now.saturating_sub(then) >= TIMESTAMP_REFRESH.as_secs());
+            if stale || !patch.is_empty() {
+                patch = patch.label(TIMESTAMP, now.to_string());
+            }
+        }
+    }
+    patch
 }
 
-/// Label values by full name, sanitised to what a label value may hold.
+/// Label values by full name.
 #[derive(Debug, Default)]
 struct Labels(BTreeMap<String, String>);
 
@@ -239,8 +389,63 @@ impl Labels {
         );
     }
 
-    /// The attributes of one MIG device under `prefix` (`gpu` or `mig-<profile>`).
-    fn device(&mut self, prefix: &str, profile: &MigProfileName, device: &MigDevice) {
+    /// The driver and CUDA versions, under both the current names and the deprecated ones GFD still writes (the
+    /// operator itself reads `cuda.driver.major`).
+    fn versions(&mut self, driver: &str, cuda: CudaVersion) -> Result<(), LabelError> {
+        let parts: Vec<&str> = driver.split('.').collect();
+        let (major, minor, revision) = match parts.as_slice() {
+            [major, minor] => (*major, *minor, ""),
+            [major, minor, revision] => (*major, *minor, *revision),
+            _ => return Err(LabelError::DriverVersion(driver.to_owned())),
+        };
+        for (name, value) in [
+            ("cuda.driver.major", major),
+            ("cuda.driver.minor", minor),
+            ("cuda.driver.rev", revision),
+            ("cuda.driver-version.major", major),
+            ("cuda.driver-version.minor", minor),
+            ("cuda.driver-version.revision", revision),
+            ("cuda.driver-version.full", driver),
+        ] {
+            self.set(name, value);
+        }
+        for (name, value) in [
+            ("cuda.runtime.major", cuda.major),
+            ("cuda.runtime.minor", cuda.minor),
+            ("cuda.runtime-version.major", cuda.major),
+            ("cuda.runtime-version.minor", cuda.minor),
+        ] {
+            self.set(name, value);
+        }
+        self.set("cuda.runtime-version.full", cuda);
+        Ok(())
+    }
+
+    /// Product, count, replicas and sharing strategy of a resource.
+    fn base(&mut self, resource: &Resource<'_>, product: &[&str], count: usize) {
+        let prefix = resource.prefix();
+        self.set(&format!("{prefix}.product"), resource.product(product));
+        self.set(&format!("{prefix}.count"), count);
+        self.set(&format!("{prefix}.replicas"), resource.replicas());
+        self.set(
+            &format!("{prefix}.sharing-strategy"),
+            resource.sharing_strategy(),
+        );
+    }
+
+    /// One MIG resource: its base labels with the parent's product and the profile, and the attributes of one of
+    /// its devices.
+    fn mig(
+        &mut self,
+        resource: &Resource<'_>,
+        parent: &str,
+        profile: &MigProfileName,
+        devices: &[&MigDevice],
+    ) {
+        let profile_name = profile.to_string().replace('+', ".");
+        self.base(resource, &[parent, "MIG", &profile_name], devices.len());
+        let prefix = resource.prefix();
+        let device = devices[0];
         self.set(&format!("{prefix}.memory"), device.memory_mib);
         self.set(
             &format!("{prefix}.multiprocessors"),
@@ -261,69 +466,111 @@ impl Labels {
             }
         }
     }
+
+    /// The `single` strategy: the MIG devices labelled as `nvidia.com/gpu`, when every GPU has MIG on with
+    /// devices of one profile; nothing more when no GPU has MIG on; else the invalid labels.
+    fn single(&mut self, facts: &Facts<'_>) -> Result<(), NotSingle> {
+        let enabled: Vec<&GpuView> = facts.gpus.iter().filter(|gpu| mig_on(gpu)).collect();
+        let Some(first) = enabled.first() else {
+            return Ok(());
+        };
+        let devices = mig_devices(facts.gpus);
+        let mut profiles: Vec<String> = devices
+            .iter()
+            .map(|(_, name, _)| name.to_string())
+            .collect();
+        profiles.sort();
+        profiles.dedup();
+        let full = facts.gpus.len() - enabled.len();
+        let empty = enabled.iter().filter(|gpu| gpu.devices.is_empty()).count();
+        let unnamed = enabled
+            .iter()
+            .flat_map(|gpu| &gpu.devices)
+            .filter(|(name, _)| name.is_none())
+            .count();
+        if full > 0 || empty > 0 || unnamed > 0 || profiles.len() != 1 {
+            let resource = Resource {
+                name: FULL_GPU,
+                sharing: None,
+            };
+            self.set(
+                "gpu.product",
+                resource.product(&[&first.inventory.product_name, "MIG", "INVALID"]),
+            );
+            self.set("gpu.count", 0);
+            self.set("gpu.replicas", 0);
+            self.set("gpu.sharing-strategy", "");
+            self.set("gpu.memory", 0);
+            return Err(NotSingle {
+                found: format!(
+                    "{full} GPUs with MIG off, {empty} with MIG on and no MIG devices, MIG devices of [{}]",
+                    profiles.join(", ")
+                ),
+            });
+        }
+        let (parent, profile, _) = devices[0];
+        let all: Vec<&MigDevice> = devices.iter().map(|(_, _, device)| *device).collect();
+        let resource = Resource {
+            name: FULL_GPU,
+            sharing: Some(facts.sharing),
+        };
+        self.mig(&resource, parent, &profile, &all);
+        Ok(())
+    }
+
+    /// The `mixed` strategy: `nvidia.com/mig-<profile>.*` for each profile present.
+    fn mixed(&mut self, facts: &Facts<'_>) {
+        let mut by_profile: BTreeMap<MigProfileName, (&str, Vec<&MigDevice>)> = BTreeMap::new();
+        for (parent, profile, device) in mig_devices(facts.gpus) {
+            by_profile
+                .entry(profile)
+                .or_insert_with(|| (parent, Vec::new()))
+                .1
+                .push(device);
+        }
+        for (profile, (parent, devices)) in by_profile {
+            let name = mig_resource_name(&profile);
+            let resource = Resource {
+                name: name.as_str(),
+                sharing: Some(facts.sharing),
+            };
+            self.mig(&resource, parent, &profile, &devices);
+        }
+    }
 }
 
 fn mig_on(gpu: &GpuView) -> bool {
     gpu.inventory.mig_mode.is_some_and(|mode| mode.current)
 }
 
-/// Every named MIG device of the node.
-fn mig_devices(gpus: &[GpuView]) -> Vec<(MigProfileName, &MigDevice)> {
+/// Every named MIG device of the node, with its GPU's product name.
+fn mig_devices(gpus: &[GpuView]) -> Vec<(&str, MigProfileName, &MigDevice)> {
     gpus.iter()
-        .flat_map(|gpu| &gpu.devices)
-        .filter_map(|(name, device)| Some(((*name)?, device)))
+        .flat_map(|gpu| {
+            gpu.devices.iter().filter_map(|(name, device)| {
+                Some((gpu.inventory.product_name.as_str(), (*name)?, device))
+            })
+        })
         .collect()
 }
 
-/// The one profile of the `single` strategy.
-fn single_profile(
-    gpus: &[GpuView],
-    devices: &[(MigProfileName, &MigDevice)],
-) -> Result<MigProfileName, LabelError> {
-    let mut profiles: Vec<String> = devices.iter().map(|(name, _)| name.to_string()).collect();
-    profiles.sort();
-    profiles.dedup();
-    let full = gpus.iter().filter(|gpu| !mig_on(gpu)).count();
-    match (devices.first(), profiles.len(), full) {
-        (Some((profile, _)), 1, 0) => Ok(*profile),
-        _ => Err(LabelError::NotSingle {
-            found: format!(
-                "{full} GPUs with MIG off and MIG devices of [{}]",
-                profiles.join(", ")
-            ),
-        }),
-    }
-}
-
-/// How a resource is replicated, if it is.
-fn replication<'s>(sharing: Option<&'s Sharing>, resource: &str) -> Option<&'s Replication> {
-    sharing?.resources.get(resource)
-}
-
-/// `NVIDIA-A100-SXM4-40GB`, `...-MIG-1g.5gb`, with `-SHARED` when replicas are advertised under the original name.
-fn product(name: &str, profile: Option<&MigProfileName>, shared: Option<&Replication>) -> String {
-    let mut product = name.replace(' ', "-");
-    if let Some(profile) = profile {
-        product.push_str(&format!("-MIG-{profile}"));
-    }
-    if shared.is_some_and(|replication| !replication.renamed) {
-        product.push_str("-SHARED");
-    }
-    product
-}
-
-fn strategy_name(strategy: MigStrategy) -> &'static str {
-    match strategy {
-        MigStrategy::None => "none",
-        MigStrategy::Single => "single",
-        MigStrategy::Mixed => "mixed",
-    }
+/// A name part as GFD cleans it: characters other than letters, digits, `-`, `_`, `.` and space dropped, runs of
+/// spaces turned into one `-` (`NVIDIA A100-SXM4-40GB` -> `NVIDIA-A100-SXM4-40GB`).
+#[must_use]
+pub fn sanitise(text: &str) -> String {
+    let kept: String = text
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
+        .collect();
+    kept.split_whitespace().collect::<Vec<_>>().join("-")
 }
 
 /// The architecture name for a compute capability.
 #[must_use]
 pub fn family(capability: ComputeCapability) -> &'static str {
     match (capability.major, capability.minor) {
+        (1, _) => "tesla",
+        (2, _) => "fermi",
         (3, _) => "kepler",
         (5, _) => "maxwell",
         (6, _) => "pascal",
@@ -333,6 +580,7 @@ pub fn family(capability: ComputeCapability) -> &'static str {
         (8, _) => "ampere",
         (9, _) => "hopper",
         (10 | 12, _) => "blackwell",
+        (13, _) => "rubin",
         _ => "undefined",
     }
 }

@@ -1,7 +1,7 @@
 //! The `discovery` role, GPU feature discovery: keeps the node's feature labels ([`labels`]) and its part of the
 //! GPUNode status current. It runs again when the Node changes (its `nvidia.com/device-plugin.config` label),
 //! when the device-plugin ConfigMap changes (sharing replicas), and every `--interval` (MIG geometry has no change
-//! events); it writes only when something changed.
+//! events); it writes only when something changed (and `nvidia.com/gfd.timestamp` at most every minute otherwise).
 
 pub mod labels;
 
@@ -16,12 +16,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use tracing::{info, instrument, warn};
 
-use self::labels::{Facts, Sharing};
+use self::labels::{Facts, PCI_CLASS_3D, Sharing};
 use crate::backend::{GpuSource, Gpus};
 use crate::cli::DiscoveryArgs;
 use crate::gpunode::{DISCOVERY, GpuNodeWriter, inventory_status, node_error};
-use crate::inventory;
+use crate::inventory::{self, GpuView};
 use crate::kube_io::{self, NodeApi, Watched};
+use crate::node_facts::host;
 
 /// The component name in `lastError`.
 const COMPONENT: &str = "discovery";
@@ -87,23 +88,29 @@ async fn reconcile(
             return Err(error).context("reading the GPUs");
         }
     };
-    let (sharing, strategy, config_problem) =
-        sharing(args, node.labels(), watched.config_map.as_ref());
+    let selected = select_config(args, node.labels(), watched.config_map.as_ref());
     let machine = machine_type(gpus, node, &args.machine_type_file);
+    let pci_classes = pci_classes(gpus, &views, &args.pci_devices_dir);
     let computed = labels::labels(Facts {
         gpus: &views,
-        strategy,
-        sharing: sharing.as_ref(),
+        strategy: selected.strategy,
+        sharing: selected.sharing.as_ref(),
         machine: &machine,
+        pci_classes: &pci_classes,
     });
     let problem = match &computed {
-        Ok(desired) => {
-            let patch = labels::patch(node.labels(), desired);
+        Ok(labelled) => {
+            let now = (!selected.no_timestamp).then(unix_now);
+            let patch = labels::patch(node.labels(), &labelled.labels, now);
             if !patch.is_empty() {
                 info!(changes = patch.labels.len(), "updating feature labels");
                 node_api.patch(&patch).await?;
             }
-            config_problem
+            let invalid = labelled.invalid.as_ref().map(ToString::to_string);
+            if let Some(invalid) = &invalid {
+                warn!(problem = %invalid, "labelled the node MIG-INVALID");
+            }
+            invalid.or(selected.problem)
         }
         Err(error) => Some(error.to_string()),
     };
@@ -116,16 +123,59 @@ async fn reconcile(
     Ok(())
 }
 
-/// The sharing and MIG strategy from the device-plugin config this node selects (its label, else the default
-/// key, else the only key), and what is wrong with the selection, if anything. The config file's
-/// `flags.migStrategy` wins over `--mig-strategy`, as the device plugin reads it from the same file.
-fn sharing(
+/// Seconds since the Unix epoch, for `gfd.timestamp`.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// The PCI class of each GPU by address, for `gpu.mode`: from sysfs on real nodes; on the simulator every GPU is a
+/// 3D controller, as the data-centre models it simulates are.
+fn pci_classes(gpus: &Gpus, views: &[GpuView], dir: &Path) -> BTreeMap<String, u32> {
+    if gpus.simulator().is_some() {
+        return views
+            .iter()
+            .map(|gpu| (labels::pci_address(&gpu.inventory.pci_bus_id), PCI_CLASS_3D))
+            .collect();
+    }
+    match host::read_pci_devices(dir) {
+        Ok(devices) => host::nvidia_classes(&devices),
+        Err(error) => {
+            warn!(dir = %dir.display(), %error, "cannot read the PCI classes; gpu.mode is unknown");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// What feature discovery takes from the device-plugin config the node selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Selected {
+    /// The sharing it sets up, if any.
+    sharing: Option<Sharing>,
+    /// Its `flags.migStrategy`, else `--mig-strategy`.
+    strategy: MigStrategy,
+    /// Its `flags.gfd.noTimestamp`, else `--no-timestamp`.
+    no_timestamp: bool,
+    /// What is wrong with the selection, if anything.
+    problem: Option<String>,
+}
+
+/// The config this node selects (its label, else the default key, else the only key) and what it sets. The
+/// config file's flags win over the command line's, as the device plugin and GFD read them from the same file.
+fn select_config(
     args: &DiscoveryArgs,
     labels: &BTreeMap<String, String>,
     config_map: Option<&ConfigMap>,
-) -> (Option<Sharing>, MigStrategy, Option<String>) {
+) -> Selected {
+    let from_args = |problem| Selected {
+        sharing: None,
+        strategy: args.mig_strategy,
+        no_timestamp: args.no_timestamp,
+        problem,
+    };
     let (Some(name), Some(config_map)) = (&args.device_plugin_config_map, config_map) else {
-        return (None, args.mig_strategy, None);
+        return from_args(None);
     };
     let data = config_map.data.clone().unwrap_or_default();
     let key = labels
@@ -138,23 +188,29 @@ fn sharing(
                 .flatten()
         });
     let Some(key) = key else {
-        return (None, args.mig_strategy, None);
+        return from_args(None);
     };
     let mut parsed = parse_config_map(&data);
     if let Some(error) = parsed.errors.iter().find(|error| error.key == key) {
-        let problem = format!("device-plugin ConfigMap {name}: {error}");
-        return (None, args.mig_strategy, Some(problem));
+        return from_args(Some(format!("device-plugin ConfigMap {name}: {error}")));
     }
     let Some(config) = parsed.configs.remove(&key) else {
-        let problem = format!("device-plugin ConfigMap {name} has no key {key}");
-        return (None, args.mig_strategy, Some(problem));
+        return from_args(Some(format!(
+            "device-plugin ConfigMap {name} has no key {key}"
+        )));
     };
-    let strategy = config
-        .flags
-        .as_ref()
-        .and_then(|flags| flags.mig_strategy)
-        .unwrap_or(args.mig_strategy);
-    (Sharing::of(&config), strategy, None)
+    let flags = config.flags.as_ref();
+    Selected {
+        sharing: Sharing::of(&config),
+        strategy: flags
+            .and_then(|flags| flags.mig_strategy)
+            .unwrap_or(args.mig_strategy),
+        no_timestamp: flags
+            .and_then(|flags| flags.gfd.as_ref())
+            .and_then(|gfd| gfd.no_timestamp)
+            .unwrap_or(args.no_timestamp),
+        problem: None,
+    }
 }
 
 /// The machine type: the DMI product name on real nodes; the Node's instance-type label (or `unknown`) on the
@@ -199,37 +255,59 @@ mod tests {
             "any",
         ]);
         let data = config_map(&[
-            ("any", "version: v1\nflags:\n  migStrategy: mixed\n"),
+            (
+                "any",
+                "version: v1\nflags:\n  migStrategy: mixed\n  gfd:\n    noTimestamp: true\n",
+            ),
             ("slice-4", SLICE_4),
         ]);
-        let (sharing, strategy, problem) = sharing(&args, &BTreeMap::new(), Some(&data));
         assert_eq!(
-            (sharing, strategy, problem),
-            (None, MigStrategy::Mixed, None),
-            "default key, its strategy"
+            select_config(&args, &BTreeMap::new(), Some(&data)),
+            Selected {
+                sharing: None,
+                strategy: MigStrategy::Mixed,
+                no_timestamp: true,
+                problem: None
+            },
+            "default key, its flags"
         );
         let labelled = BTreeMap::from([(DEVICE_PLUGIN_CONFIG.to_owned(), "slice-4".to_owned())]);
-        let (sharing, strategy, _) = super::sharing(&args, &labelled, Some(&data));
-        assert_eq!(sharing.unwrap().resources["nvidia.com/gpu"].replicas, 4);
-        assert_eq!(strategy, MigStrategy::Single);
-        let missing = BTreeMap::from([(DEVICE_PLUGIN_CONFIG.to_owned(), "nope".to_owned())]);
-        let (_, _, problem) = super::sharing(&args, &missing, Some(&data));
+        let selected = select_config(&args, &labelled, Some(&data));
         assert_eq!(
-            problem.as_deref(),
+            selected.sharing.unwrap().resources["nvidia.com/gpu"].replicas,
+            4
+        );
+        assert_eq!(selected.strategy, MigStrategy::Single);
+        assert!(!selected.no_timestamp);
+        let missing = BTreeMap::from([(DEVICE_PLUGIN_CONFIG.to_owned(), "nope".to_owned())]);
+        assert_eq!(
+            select_config(&args, &missing, Some(&data))
+                .problem
+                .as_deref(),
             Some("device-plugin ConfigMap dp has no key nope")
         );
     }
 
     #[test]
     fn a_single_key_is_used_without_label_or_default() {
-        let args = args(&["--mig-strategy", "none", "--device-plugin-config-map", "dp"]);
-        let (sharing, _, _) = super::sharing(
+        let args = args(&[
+            "--mig-strategy",
+            "none",
+            "--device-plugin-config-map",
+            "dp",
+            "--no-timestamp",
+        ]);
+        let selected = select_config(
             &args,
             &BTreeMap::new(),
             Some(&config_map(&[("only", SLICE_4)])),
         );
-        assert!(sharing.is_some());
-        let (none, _, _) = super::sharing(&args, &BTreeMap::new(), None);
-        assert!(none.is_none());
+        assert!(selected.sharing.is_some());
+        assert!(selected.no_timestamp, "the command line's");
+        assert!(
+            select_config(&args, &BTreeMap::new(), None)
+                .sharing
+                .is_none()
+        );
     }
 }

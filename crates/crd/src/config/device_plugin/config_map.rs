@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{DevicePluginConfig, parse};
+use super::{DevicePluginConfig, parse_tolerant};
 use crate::config::{ConfigError, NamedConfigError, label_value_problem};
 
 /// Every config of such a ConfigMap: the good ones by key, and an error for each bad one. Both are kept because
@@ -15,6 +15,8 @@ pub struct ParsedConfigMap {
     pub configs: BTreeMap<String, DevicePluginConfig>,
     /// One error per bad key, in key order; displays as `<key>: <path>: <message>`.
     pub errors: Vec<NamedConfigError>,
+    /// For each good key whose config has keys this version ignores, their warnings.
+    pub warnings: BTreeMap<String, Vec<String>>,
 }
 
 /// Parses every value of a ConfigMap's `data` as a device-plugin config.
@@ -29,11 +31,15 @@ pub fn parse_config_map(data: &BTreeMap<String, String>) -> ParsedConfigMap {
                     "the key cannot be selected with the nvidia.com/device-plugin.config label: {problem}"
                 ),
             )),
-            None => parse(text),
+            None => parse_tolerant(text),
         };
         match result {
             Ok(config) => {
-                parsed.configs.insert(key.clone(), config);
+                let warnings = config.warnings();
+                if !warnings.is_empty() {
+                    parsed.warnings.insert(key.clone(), warnings);
+                }
+                parsed.configs.insert(key.clone(), config.config);
             }
             Err(error) => parsed.errors.push(NamedConfigError {
                 key: key.clone(),

@@ -13,8 +13,16 @@
 //! ```
 //!
 //! Field names and optionality follow NVIDIA's `api/config/v1` (including GFD's flags, which share the file), so
-//! every file their plugin reads, this reads. Unlike theirs, unknown fields are errors: a misspelt `replica` must
-//! not silently turn sharing off.
+//! every file their plugin reads, this reads. Keys this version does not know are ignored, as NVIDIA's plugin
+//! ignores them, but never silently: [`parse_tolerant`] returns them, and the device plugin logs them and shows
+//! them in GPUNode status (`status.devicePlugin.configWarnings`), so that a misspelt `replica` is seen.
+//!
+//! Every typed field has its effect, except these, which are accepted and ignored (each one's doc says why):
+//! `flags.failOnInitError`, `flags.restartOnDeviceUnhealthy`, `flags.mpsRoot`, `flags.nvidiaDriverRoot`,
+//! `flags.nvidiaDevRoot`, `flags.gdrcopyEnabled`, `flags.gdsEnabled`, `flags.mofedEnabled`,
+//! `flags.useNodeFeatureAPI`, `flags.deviceDiscoveryStrategy`, `flags.plugin.nvidiaCTKPath`,
+//! `flags.plugin.containerDriverRoot`, `flags.plugin.kubeletSocket`, `flags.plugin.cdiFeatureFlags`,
+//! `flags.gfd.oneshot`, `flags.gfd.sleepInterval`, `flags.gfd.outputFile`, `flags.gfd.machineTypeFile`, `imex`.
 
 mod config_map;
 mod devices;
@@ -32,8 +40,11 @@ pub use devices::{DeviceRef, ReplicatedDevices};
 pub use duration::GoDuration;
 pub use resource_name::{ResourceName, ResourceNameError, mig_resource_name};
 
+use serde_json::Value;
+use serde_path_to_error::{Path, Segment};
+
 use super::ConfigVersion;
-use super::decode::{VersionField, decode};
+use super::decode::{VersionField, document, path_error};
 use super::error::ConfigError;
 
 /// A whole device-plugin config file.
@@ -61,41 +72,48 @@ pub struct DevicePluginConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Flags {
-    /// How MIG devices are advertised.
+    /// How MIG devices are advertised; wins over the command line in the device plugin and feature discovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_strategy: Option<MigStrategy>,
-    /// Whether the plugin exits when NVML cannot be initialized.
+    /// Whether the plugin exits when NVML cannot be initialized. Accepted and ignored: the plugin always reports
+    /// the failure in GPUNode status and retries, which is what `false` does in NVIDIA's plugin, without exiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_on_init_error: Option<bool>,
-    /// Whether the plugin restarts when a device turns unhealthy.
+    /// Whether the plugin restarts when a device turns unhealthy. Accepted and ignored: devices recover here
+    /// without a restart once their GPU has been quiet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_on_device_unhealthy: Option<bool>,
-    /// Root of the MPS control daemon's files on the host.
+    /// Root of the MPS control daemon's files on the host. Accepted and ignored: the plugin's `--mps-root`, which
+    /// the operator renders together with the matching host mount, decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps_root: Option<String>,
-    /// Root of the driver installation on the host.
+    /// Root of the driver installation on the host. Accepted and ignored: device nodes and libraries reach
+    /// containers through the container toolkit (or CDI), which has its own driver root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_driver_root: Option<String>,
-    /// Root of the device nodes on the host (defaults to the driver root).
+    /// Root of the device nodes on the host (defaults to the driver root). Accepted and ignored, as
+    /// `nvidiaDriverRoot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_dev_root: Option<String>,
-    /// Whether GDRCopy devices are injected.
+    /// Whether GDRCopy devices are injected. Accepted and ignored: this plugin injects GPU devices only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gdrcopy_enabled: Option<bool>,
-    /// Whether GPUDirect Storage devices are injected.
+    /// Whether GPUDirect Storage devices are injected. Accepted and ignored, as `gdrcopyEnabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gds_enabled: Option<bool>,
-    /// Whether MOFED devices are injected.
+    /// Whether MOFED devices are injected. Accepted and ignored, as `gdrcopyEnabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mofed_enabled: Option<bool>,
-    /// Whether GFD writes NodeFeature objects instead of a features file.
+    /// Whether GFD writes NodeFeature objects instead of a features file. Accepted and ignored: feature discovery
+    /// here patches the Node's labels itself and needs neither NFD nor its API.
     #[serde(
         rename = "useNodeFeatureAPI",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub use_node_feature_api: Option<bool>,
-    /// How devices are discovered.
+    /// How devices are discovered. Accepted and ignored: devices always come from NVML (Tegra integrated GPUs are
+    /// not supported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_discovery_strategy: Option<DeviceDiscoveryStrategy>,
     /// Flags of the plugin alone.
@@ -130,41 +148,63 @@ pub struct PluginFlags {
     /// Annotation prefix for the `cdi-annotations` strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi_annotation_prefix: Option<String>,
-    /// Path of `nvidia-ctk` (the CDI hook) on the host.
+    /// Path of `nvidia-ctk` (the CDI hook) on the host. Accepted and ignored: the CDI spec written here names
+    /// device nodes only and needs no hook.
     #[serde(
         rename = "nvidiaCTKPath",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub nvidia_ctk_path: Option<String>,
-    /// Where the driver root is mounted in the plugin's container.
+    /// Where the driver root is mounted in the plugin's container. Accepted and ignored, as
+    /// `flags.nvidiaDriverRoot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_driver_root: Option<String>,
-    /// Path of the kubelet's device-plugin socket.
+    /// Path of the kubelet's device-plugin socket. Accepted and ignored: the plugin's `--plugin-dir`, rendered with
+    /// the kubelet root the operator knows, decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet_socket: Option<String>,
-    /// CDI feature flags, comma separated.
+    /// CDI feature flags, comma separated. Accepted and ignored: they tune NVIDIA's CDI spec generator, not used
+    /// here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi_feature_flags: Option<String>,
+    /// Which replicas GetPreferredAllocation picks for shared (time-sliced or MPS) devices and MIG devices:
+    /// `distributed` (NVIDIA's default) spreads a request over the GPUs with the fewest replicas in use,
+    /// `packed` fills the GPUs with the most in use first. Whole GPUs are picked by NUMA locality either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_devices_allocation_policy: Option<AllocationPolicy>,
+}
+
+/// How GetPreferredAllocation picks among shared devices (NVIDIA's `sharedDevicesAllocationPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AllocationPolicy {
+    /// Fewest replicas in use first: workloads spread over the GPUs.
+    #[default]
+    Distributed,
+    /// Most replicas in use first: workloads consolidate on few GPUs, leaving others free.
+    Packed,
 }
 
 /// Flags of GPU feature discovery alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GfdFlags {
-    /// Label once and exit.
+    /// Label once and exit. Accepted and ignored: feature discovery runs as a DaemonSet and keeps labels current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oneshot: Option<bool>,
-    /// Leave out the timestamp label.
+    /// Leave out the `nvidia.com/gfd.timestamp` label (as the `--no-timestamp` flag does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_timestamp: Option<bool>,
-    /// Time between labelling passes.
+    /// Time between labelling passes. Accepted and ignored: feature discovery's `--interval` decides, and it also
+    /// runs on every Node and ConfigMap change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep_interval: Option<GoDuration>,
-    /// Where the features file is written.
+    /// Where the features file is written. Accepted and ignored: labels are patched onto the Node, no file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_file: Option<String>,
-    /// File holding the machine type.
+    /// File holding the machine type. Accepted and ignored: the `--machine-type-file` flag decides, with the
+    /// host mount the DaemonSet has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_type_file: Option<String>,
 }
@@ -346,7 +386,7 @@ pub struct ReplicatedResource {
     pub replicas: u32,
 }
 
-/// IMEX channels (multi-node NVLink).
+/// IMEX channels (multi-node NVLink). Accepted and ignored: no IMEX channel is injected into containers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Imex {
@@ -358,12 +398,81 @@ pub struct Imex {
     pub required: bool,
 }
 
-/// Parses a device-plugin config from YAML or JSON text, and checks it.
+/// A config as parsed, with the keys it ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// The config.
+    pub config: DevicePluginConfig,
+    /// The path of each key this version does not know (`flags.plugin.newFlag`), in the order found.
+    pub unknown_keys: Vec<String>,
+}
+
+impl Parsed {
+    /// One warning per ignored key.
+    #[must_use]
+    pub fn warnings(&self) -> Vec<String> {
+        self.unknown_keys
+            .iter()
+            .map(|path| format!("{path}: unknown key, ignored"))
+            .collect()
+    }
+}
+
+/// Parses a device-plugin config from YAML or JSON text, and checks it. Keys it does not know are left out and
+/// listed, as NVIDIA's plugin ignores them; everything else that is wrong is an error.
+///
+/// # Errors
+/// A [`ConfigError`] naming the first bad field.
+pub fn parse_tolerant(text: &str) -> Result<Parsed, ConfigError> {
+    let mut document = document(text, VersionField::Optional)?;
+    let mut unknown_keys = Vec::new();
+    // Each round removes one unknown key, so the loop ends; the structs deny unknown fields precisely so that
+    // each one is found with its path.
+    let config: DevicePluginConfig = loop {
+        match serde_path_to_error::deserialize(document.clone()) {
+            Ok(config) => break config,
+            Err(error)
+                if error.inner().to_string().starts_with("unknown field")
+                    && remove(&mut document, error.path()) =>
+            {
+                unknown_keys.push(error.path().to_string());
+            }
+            Err(error) => return Err(path_error(&error)),
+        }
+    };
+    validate::validate(&config)?;
+    Ok(Parsed {
+        config,
+        unknown_keys,
+    })
+}
+
+/// Parses a device-plugin config as [`parse_tolerant`] does, without the list of ignored keys.
 ///
 /// # Errors
 /// A [`ConfigError`] naming the first bad field.
 pub fn parse(text: &str) -> Result<DevicePluginConfig, ConfigError> {
-    let config: DevicePluginConfig = decode(text, VersionField::Optional)?;
-    validate::validate(&config)?;
-    Ok(config)
+    parse_tolerant(text).map(|parsed| parsed.config)
+}
+
+/// Removes the key at `path` from `document`; false when the path does not lead to a key.
+fn remove(document: &mut Value, path: &Path) -> bool {
+    let segments: Vec<&Segment> = path.iter().collect();
+    let Some((Segment::Map { key }, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut node = document;
+    for segment in parents {
+        let next = match (segment, node) {
+            (Segment::Map { key }, Value::Object(fields)) => fields.get_mut(key),
+            (Segment::Seq { index }, Value::Array(items)) => items.get_mut(*index),
+            _ => None,
+        };
+        let Some(next) = next else { return false };
+        node = next;
+    }
+    match node {
+        Value::Object(fields) => fields.remove(key).is_some(),
+        _ => false,
+    }
 }

@@ -252,17 +252,68 @@ fn bad_enum_values_name_the_allowed_ones() {
 }
 
 #[test]
-fn unknown_fields() {
+fn unknown_keys_are_ignored_and_listed() {
+    let parsed = parse_tolerant(
+        "version: v1\nnewTopLevel: {a: 1}\nflags:\n  plugin:\n    passDeviceSpec: true\n    passDeviceSpecs: true\n\
+         sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n      weight: 2\n",
+    )
+    .unwrap();
     assert_eq!(
-        error("flags:\n  plugin:\n    passDeviceSpec: true\n"),
-        "flags.plugin.passDeviceSpec: unknown field \"passDeviceSpec\", expected one of \"passDeviceSpecs\", \
-         \"deviceListStrategy\", \"deviceIDStrategy\", \"cdiAnnotationPrefix\", \"nvidiaCTKPath\", \
-         \"containerDriverRoot\", \"kubeletSocket\", \"cdiFeatureFlags\""
+        parsed.unknown_keys,
+        [
+            "flags.plugin.passDeviceSpec",
+            "newTopLevel",
+            "sharing.timeSlicing.resources[0].weight"
+        ]
     );
     assert_eq!(
+        parsed.warnings()[0],
+        "flags.plugin.passDeviceSpec: unknown key, ignored"
+    );
+    let plugin = parsed.config.flags.unwrap().plugin.unwrap();
+    assert_eq!(plugin.pass_device_specs, Some(true));
+    let (_, shared) = parsed.config.sharing.as_ref().unwrap().active().unwrap();
+    assert_eq!(shared.resources[0].replicas, 4);
+    assert!(
+        parse_tolerant("version: v1\n")
+            .unwrap()
+            .unknown_keys
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_misspelt_required_key_is_still_an_error() {
+    assert_eq!(
         error(&time_slicing("name: nvidia.com/gpu\nreplica: 4")),
-        "sharing.timeSlicing.resources[0].replica: unknown field \"replica\", expected one of \"name\", \"rename\", \
-         \"devices\", \"replicas\""
+        "sharing.timeSlicing.resources[0]: missing field \"replicas\""
+    );
+}
+
+#[test]
+fn shared_devices_allocation_policy() {
+    let policy = |text: &str| {
+        parse(&format!(
+            "version: v1\nflags:\n  plugin:\n    sharedDevicesAllocationPolicy: {text}\n"
+        ))
+        .map(|config| {
+            config
+                .flags
+                .unwrap()
+                .plugin
+                .unwrap()
+                .shared_devices_allocation_policy
+        })
+    };
+    assert_eq!(policy("packed"), Ok(Some(AllocationPolicy::Packed)));
+    assert_eq!(
+        policy("distributed"),
+        Ok(Some(AllocationPolicy::Distributed))
+    );
+    assert_eq!(AllocationPolicy::default(), AllocationPolicy::Distributed);
+    assert_eq!(
+        policy("spread").unwrap_err().to_string(),
+        "flags.plugin.sharedDevicesAllocationPolicy: unknown variant \"spread\", expected \"distributed\" or \"packed\""
     );
 }
 
@@ -412,5 +463,84 @@ fn config_map_reports_bad_keys_and_keeps_good_ones() {
              more, or remove the sharing entry)",
             "yaml: invalid YAML: unclosed bracket '[' at line 1, column 10",
         ]
+    );
+}
+
+/// NVIDIA's published device-plugin configs (README examples, and one with every key of their `api/config/v1`),
+/// as our fixtures.
+macro_rules! nvidia_fixture {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../../../../../tests/fixtures/nvidia/", $name)),
+        )
+    };
+}
+
+#[test]
+fn nvidias_example_configs_parse_without_warnings() {
+    for (name, text) in [
+        nvidia_fixture!("device-plugin-readme-config0.yaml"),
+        nvidia_fixture!("device-plugin-readme-config1.yaml"),
+        nvidia_fixture!("device-plugin-time-slicing.yaml"),
+        nvidia_fixture!("device-plugin-time-slicing-rename.yaml"),
+        nvidia_fixture!("device-plugin-mps.yaml"),
+        nvidia_fixture!("device-plugin-mps-rename.yaml"),
+        nvidia_fixture!("device-plugin-every-flag.yaml"),
+    ] {
+        let parsed = parse_tolerant(text).unwrap_or_else(|error| panic!("{name}: {error}"));
+        assert_eq!(parsed.unknown_keys, Vec::<String>::new(), "{name}");
+    }
+    let (_, every) = nvidia_fixture!("device-plugin-every-flag.yaml");
+    let config = parse(every).unwrap();
+    let flags = config.flags.unwrap();
+    let plugin = flags.plugin.unwrap();
+    assert_eq!(
+        plugin.shared_devices_allocation_policy,
+        Some(AllocationPolicy::Packed)
+    );
+    assert_eq!(
+        plugin.device_list_strategy,
+        [
+            DeviceListStrategy::Envvar,
+            DeviceListStrategy::CdiAnnotations
+        ]
+    );
+    assert_eq!(flags.gfd.unwrap().no_timestamp, Some(true));
+    assert_eq!(flags.mig_strategy, Some(MigStrategy::Mixed));
+}
+
+#[test]
+fn a_command_line_option_written_into_the_config_is_ignored_with_a_warning() {
+    let (_, text) = nvidia_fixture!("device-plugin-cli-options-in-config.yaml");
+    let parsed = parse_tolerant(text).unwrap();
+    assert_eq!(
+        parsed.warnings(),
+        ["flags.compatWithCPUManager: unknown key, ignored"]
+    );
+    assert_eq!(
+        parsed.config.flags.unwrap().mig_strategy,
+        Some(MigStrategy::None)
+    );
+}
+
+#[test]
+fn config_maps_list_the_ignored_keys_per_config() {
+    let data = BTreeMap::from([
+        (
+            "any".to_owned(),
+            "version: v1\nflags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n    newFlag: 1\n"
+                .to_owned(),
+        ),
+        ("plain".to_owned(), "version: v1\n".to_owned()),
+    ]);
+    let parsed = parse_config_map(&data);
+    assert_eq!(parsed.configs.len(), 2);
+    assert_eq!(
+        parsed.warnings,
+        BTreeMap::from([(
+            "any".to_owned(),
+            vec!["flags.plugin.newFlag: unknown key, ignored".to_owned()]
+        )])
     );
 }
