@@ -46,3 +46,33 @@ pub fn output(env: &[(String, String)], program: &str, args: &[&str]) -> anyhow:
 pub fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
+
+/// The cargo target directory: `$CARGO_TARGET_DIR`, else `target/` in the workspace.
+pub fn target_dir(root: &Path) -> std::path::PathBuf {
+    std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), std::path::PathBuf::from)
+}
+
+/// The environment of every release build (images and benchmarks share one, so they share one build): the
+/// workspace, target and cargo-home paths rewritten to fixed names, so that the same commit gives the same
+/// binaries wherever it is checked out.
+pub fn release_env(root: &Path) -> Vec<(String, String)> {
+    let cargo_home = std::env::var("CARGO_HOME")
+        .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
+    let flags = [
+        (root.display().to_string(), "/gpu-operator-rs"),
+        (target_dir(root).display().to_string(), "/target"),
+        (cargo_home, "/cargo"),
+    ]
+    .iter()
+    .map(|(from, to)| format!("--remap-path-prefix={from}={to}"))
+    .collect::<Vec<_>>()
+    .join(" ");
+    vec![("RUSTFLAGS".into(), flags)]
+}
+
+/// `cargo build --release` of the given `--package`/`--bin`/`--example` arguments, with [`release_env`].
+pub fn release_build(root: &Path, targets: &[String]) -> anyhow::Result<()> {
+    let mut args = vec!["build", "--release"];
+    args.extend(targets.iter().map(String::as_str));
+    run(root, &release_env(root), &cargo(), &args)
+}

@@ -6,6 +6,7 @@ mod command;
 mod crdgen;
 mod demo;
 mod e2e;
+mod images;
 mod install;
 mod test;
 
@@ -43,6 +44,8 @@ enum Task {
     },
     /// Benchmark the operator on the local cluster with N simulated GPU nodes, and the device plugin's Allocate latency.
     Bench(bench::Args),
+    /// Build the OCI image archives of the operator, node agent, device plugin and pause image (no registry).
+    Images(images::Args),
     /// Every check and test: formatting, generated CRDs, clippy, unit tests, helm lint, end-to-end tests.
     Test,
 }
@@ -59,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         } => e2e::run(&root, keep_cluster, filter.as_deref()),
         Task::Test => test::run(&root),
         Task::Bench(args) => bench::run(&root, &args),
+        Task::Images(args) => images::run(&root, &args).map(|_| ()),
     }
 }

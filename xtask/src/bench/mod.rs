@@ -42,26 +42,18 @@ fn say(message: impl AsRef<str>) {
     eprintln!("bench: {}", message.as_ref());
 }
 
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from)
-}
-
 pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     let counts = report::parse_node_counts(&args.nodes)?;
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| target_dir(root).join("bench"));
+        .unwrap_or_else(|| command::target_dir(root).join("bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
     say("building the operator and the Allocate latency example (release)");
-    command::run(
+    command::release_build(
         root,
-        &[],
-        &command::cargo(),
         &[
-            "build",
-            "--release",
             "--package",
             "operator",
             "--bin",
@@ -70,9 +62,10 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             "device-plugin",
             "--example",
             "allocate_latency",
-        ],
+        ]
+        .map(String::from),
     )?;
-    let operator = target_dir(root).join("release/gpu-operator");
+    let operator = command::target_dir(root).join("release/gpu-operator");
 
     say(format!("Allocate latency, {} calls", args.calls));
     let allocate = allocate_latency(root, args.calls)?;
@@ -126,22 +119,14 @@ fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
 
 fn allocate_latency(root: &Path, calls: u32) -> anyhow::Result<Allocate> {
     let calls = calls.to_string();
-    let output = std::process::Command::new(command::cargo())
-        .args([
-            "run",
-            "--quiet",
-            "--release",
-            "--package",
-            "device-plugin",
-            "--example",
-            "allocate_latency",
-            "--",
-            "--calls",
-            &calls,
-        ])
-        .current_dir(root)
-        .output()
-        .context("cannot run the allocate_latency example")?;
+    // Built by `run` with the release environment; `cargo run` here would rebuild it without.
+    let output = std::process::Command::new(
+        command::target_dir(root).join("release/examples/allocate_latency"),
+    )
+    .args(["--calls", &calls])
+    .current_dir(root)
+    .output()
+    .context("cannot run the allocate_latency example")?;
     anyhow::ensure!(
         output.status.success(),
         "the allocate_latency example failed: {}",

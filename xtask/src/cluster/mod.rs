@@ -14,7 +14,7 @@ mod fetch;
 mod gomod;
 mod kubeconfig;
 mod nodes;
-mod paths;
+pub(crate) mod paths;
 mod process;
 mod progress;
 mod toolchain;
