@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::{cluster, command, crdgen, e2e};
+use crate::{cluster, command, crdgen, e2e, images};
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
     let cargo = command::cargo();
@@ -27,6 +27,8 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     )?;
     step("unit tests");
     command::run(root, &[], &cargo, &["test", "--workspace"])?;
+    step("container images (release builds; each binary started in its image)");
+    images::run(root, &images::Args::default())?;
     step("helm lint (helm is built with the cluster's tools)");
     let info = cluster::ensure_up()?;
     let chart = root.join("charts/gpu-operator").display().to_string();

@@ -65,7 +65,7 @@ const COMPONENTS: &[Component] = &[
 /// The pause image's name; the local node's containerd config points its sandbox image here.
 pub const PAUSE_IMAGE: &str = "pause";
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct Args {
     /// Where to write the archives (default: `<cache>/images`).
     #[arg(long)]
