@@ -414,11 +414,9 @@ pub(super) fn on_delete() -> DaemonSetUpdateStrategy {
     }
 }
 
+/// The section's pull policy, IfNotPresent when unset or unknown (validation warns about the latter).
 fn pull_policy(image: &ImageSpec) -> String {
-    image
-        .image_pull_policy
-        .clone()
-        .unwrap_or_else(|| "IfNotPresent".into())
+    image.pull_policy().to_owned()
 }
 
 fn resources(spec: &SpecResources) -> ResourceRequirements {
