@@ -164,27 +164,90 @@ pub fn chart_installed() {
         );
         let status = run("helm", &["status", RELEASE, "-n", NAMESPACE]);
         if !status.success {
-            let chart = chart_dir();
-            ok(
-                "helm",
-                &[
-                    "install",
-                    "--wait",
-                    "--timeout",
-                    "180s",
-                    RELEASE,
-                    "-n",
-                    NAMESPACE,
-                    "--create-namespace",
-                    &chart,
-                    "--set",
-                    "driver.enabled=false",
-                    "--set",
-                    "nfd.enabled=false",
-                ],
-            );
+            install_chart(&GUIDE_VALUES);
         }
     });
+}
+
+/// The values of NVIDIA's guide for nodes with pre-installed drivers, which [`chart_installed`] installs with.
+pub const GUIDE_VALUES: [&str; 4] = [
+    "--set",
+    "driver.enabled=false",
+    "--set",
+    "nfd.enabled=false",
+];
+
+/// `helm install --wait` of the chart as release [`RELEASE`] in [`NAMESPACE`], with `values` (flags such as
+/// `--set k=v` or `-f file`); the result, whether or not it succeeded.
+pub fn try_install_chart(values: &[&str]) -> Run {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        "--wait",
+        "--timeout",
+        "180s",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--create-namespace",
+        &chart,
+    ];
+    args.extend_from_slice(values);
+    run("helm", &args)
+}
+
+/// [`try_install_chart`], which must succeed.
+pub fn install_chart(values: &[&str]) {
+    let result = try_install_chart(values);
+    assert!(
+        result.success,
+        "helm install {} failed:\n{}\n{}",
+        values.join(" "),
+        result.stdout,
+        result.stderr
+    );
+}
+
+/// Removes the release and every ClusterPolicy, so that a test can install the chart its own way.
+pub fn uninstall_chart() {
+    let _ = run("helm", &["uninstall", RELEASE, "-n", NAMESPACE, "--wait"]);
+    let _ = run(
+        "kubectl",
+        &["delete", "clusterpolicies", "--all", "--wait=true"],
+    );
+}
+
+/// Puts the chart back as [`chart_installed`] installs it when dropped (also when a test fails), so that the
+/// suites after a test that installs the chart its own way find the install they expect.
+#[derive(Debug)]
+pub struct RestoreStandardInstall;
+
+impl Drop for RestoreStandardInstall {
+    fn drop(&mut self) {
+        uninstall_chart();
+        // No panic here: this may run while a failed test unwinds.
+        let restored = try_install_chart(&GUIDE_VALUES);
+        if !restored.success {
+            eprintln!("restoring the standard install failed: {}", restored.stderr);
+        }
+    }
+}
+
+/// Waits until ClusterPolicy `name` reports `state` for its current generation, and returns it.
+pub fn wait_for_policy_state(name: &str, state: &str, timeout: Duration) -> Value {
+    let get = || kubectl_json(&["get", "clusterpolicy", name]);
+    eventually(timeout, || {
+        let policy = get();
+        Ok((policy["status"]["state"] == state
+            && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+            .then_some(policy))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "ClusterPolicy {name} never became {state}: {error:#}\n{:#}",
+            get()["status"]
+        )
+    })
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now, for a process under test to serve on.
