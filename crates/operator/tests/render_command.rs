@@ -108,6 +108,53 @@ fn nvidias_sample_policy_renders_every_operand() {
         command.contains(r#""--config-map","default-mig-parted-config""#),
         "{command}"
     );
+    // Nothing in the sample needs a warning.
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A ClusterPolicy as NVIDIA's chart makes it names NVIDIA's images: the operands this operator implements run
+/// its own, and `render` says so for each.
+#[test]
+fn nvidias_images_are_replaced_with_a_warning_each() {
+    let dir = std::env::temp_dir().join(format!("render-nvidia-images-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let policy = dir.join("policy.yaml");
+    let text = "apiVersion: nvidia.com/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  \
+        devicePlugin: {repository: nvcr.io/nvidia, image: k8s-device-plugin, version: v0.20.0}\n  \
+        migManager: {repository: nvcr.io/nvidia/cloud-native, image: k8s-mig-manager, version: v0.15.0}\n";
+    std::fs::write(&policy, text).expect("write policy");
+    let output = render(
+        &policy.display().to_string(),
+        &repo_file("tests/fixtures/nodes-two-os.yaml"),
+    );
+    let images = daemonset_images(&rendered(&output));
+    let version = env!("CARGO_PKG_VERSION");
+    for (name, image) in [
+        ("nvidia-device-plugin-daemonset", "gpu-device-plugin"),
+        ("nvidia-mig-manager", "gpu-node-agent"),
+    ] {
+        assert!(
+            images.contains(&(
+                name.to_owned(),
+                format!("ghcr.io/gpu-operator-rs/{image}:{version}")
+            )),
+            "{images:?}"
+        );
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(
+        stderr.contains("warning: spec.devicePlugin names NVIDIA's image nvcr.io/nvidia/k8s-device-plugin:v0.20.0"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: spec.migManager names NVIDIA's image nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0"),
+        "{stderr}"
+    );
 }
 
 #[test]

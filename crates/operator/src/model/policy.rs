@@ -314,7 +314,7 @@ pub fn validate(
                     .entry(section.component)
                     .or_default()
                     .push(format!(
-                        "spec.{field} names NVIDIA's image {named}; this operator implements the {component} itself and runs {ours} instead (clear spec.{field}.repository, image and version, or name one of this operator's images)",
+                        "spec.{field} names NVIDIA's image {named}; this operator runs its own {component} image {ours} instead (clear spec.{field}.repository, image and version, or name one of this operator's images)",
                         field = section.field,
                         component = section.component,
                     ));
@@ -601,7 +601,7 @@ mod tests {
                 "{}",
                 warnings[0]
             );
-            assert!(warnings[0].contains(&format!("runs {} instead", builtin.0[variable])));
+            assert!(warnings[0].contains(&format!("image {} instead", builtin.0[variable])));
         }
         // The driver and the toolkit are NVIDIA's: their images run as named, without a word.
         assert_eq!(

@@ -705,7 +705,7 @@ mod tests {
         assert_eq!(
             plugin.warnings,
             [
-                "spec.devicePlugin names NVIDIA's image nvcr.io/nvidia/k8s-device-plugin:v0.20.0; this operator implements the device-plugin itself and runs x/DEVICE_PLUGIN_IMAGE:1 instead (clear spec.devicePlugin.repository, image and version, or name one of this operator's images)"
+                "spec.devicePlugin names NVIDIA's image nvcr.io/nvidia/k8s-device-plugin:v0.20.0; this operator runs its own device-plugin image x/DEVICE_PLUGIN_IMAGE:1 instead (clear spec.devicePlugin.repository, image and version, or name one of this operator's images)"
             ]
         );
         // A failed reconcile keeps the warnings in sight.
