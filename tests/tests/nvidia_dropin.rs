@@ -350,3 +350,70 @@ fn nvidias_sample_cluster_policy_alone_becomes_ready() {
     kubectl(&["delete", "clusterpolicy", "gpu-cluster-policy"]);
     drop(operator);
 }
+
+/// The objects `helm template` renders from NVIDIA's values file plus `extra` values given as YAML.
+fn template_with_nvidias_values(extra: &str) -> Vec<Value> {
+    let path = std::env::temp_dir().join(format!("dropin-values-{}.yaml", std::process::id()));
+    std::fs::write(&path, extra).expect("write the extra values");
+    let chart = chart_dir();
+    let out = ok(
+        "helm",
+        &[
+            "template",
+            RELEASE,
+            &chart,
+            "-n",
+            NAMESPACE,
+            "-f",
+            &fixture_path("values-v26.7.0.yaml"),
+            "-f",
+            &path.display().to_string(),
+        ],
+    );
+    serde_saphyr::from_multiple::<Value>(&out)
+        .expect("helm template prints YAML")
+        .into_iter()
+        .filter(|object| !object.is_null())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the local cluster's helm: run `cargo xtask e2e`"]
+fn nvidias_config_map_values_create_config_maps() {
+    // The layouts of NVIDIA's values file: the metrics CSV as text, the MIG ConfigMap's data with key config.yaml.
+    let objects = template_with_nvidias_values(
+        "dcgmExporter:\n  config:\n    name: custom-dcgm-exporter-metrics\n    create: true\n    data: |-\n      DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).\n\
+         migManager:\n  config:\n    name: custom-mig-parted-configs\n    create: true\n    data:\n      config.yaml: |-\n        version: v1\n        mig-configs:\n          all-disabled:\n            - devices: all\n              mig-enabled: false\n",
+    );
+    let config_map = |name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no ConfigMap {name}"))
+            .clone()
+    };
+    assert_eq!(
+        config_map("custom-dcgm-exporter-metrics")["data"]["dcgm-metrics.csv"],
+        "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz)."
+    );
+    assert!(
+        config_map("custom-mig-parted-configs")["data"]["config.yaml"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("version: v1\nmig-configs:")
+    );
+    // The built-in geometries stay installed for nodes of other policies.
+    config_map("default-mig-parted-config");
+    let policy = objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterPolicy")
+        .expect("the ClusterPolicy");
+    assert_eq!(
+        policy["spec"]["dcgmExporter"]["config"],
+        json!({"name": "custom-dcgm-exporter-metrics"})
+    );
+    assert_eq!(
+        policy["spec"]["migManager"]["config"],
+        json!({"name": "custom-mig-parted-configs", "default": "all-disabled"})
+    );
+}
