@@ -208,27 +208,81 @@ pub fn install_chart(values: &[&str]) {
     );
 }
 
-/// Removes the release and every ClusterPolicy, so that a test can install the chart its own way.
-pub fn uninstall_chart() {
-    let _ = run("helm", &["uninstall", RELEASE, "-n", NAMESPACE, "--wait"]);
-    let _ = run(
+/// Deletes every ClusterPolicy and waits until they are gone. The operator's finalizer removes its node labels,
+/// so an operator must be running.
+fn delete_cluster_policies() {
+    let deleted = run(
         "kubectl",
-        &["delete", "clusterpolicies", "--all", "--wait=true"],
+        &[
+            "delete",
+            "clusterpolicies",
+            "--all",
+            "--wait=true",
+            "--timeout=90s",
+        ],
     );
+    if !deleted.success {
+        eprintln!("deleting the ClusterPolicies failed: {}", deleted.stderr);
+    }
 }
 
-/// Puts the chart back as [`chart_installed`] installs it when dropped (also when a test fails), so that the
-/// suites after a test that installs the chart its own way find the install they expect.
+/// The chart installed a test's own way, with the operator running as a local process. When dropped (also when
+/// the test fails), the ClusterPolicies are deleted while the operator still runs (its finalizer removes the node
+/// labels), the operator stops, and the chart is installed again as [`chart_installed`] installs it, so that the
+/// suites after this test find the install they expect.
 #[derive(Debug)]
-pub struct RestoreStandardInstall;
+pub struct OwnInstall {
+    pub operator: Option<Operator>,
+}
 
-impl Drop for RestoreStandardInstall {
+impl OwnInstall {
+    /// Removes the release in place (with an operator running for the ClusterPolicies' finalizer), installs the
+    /// chart with `values` (`install` must succeed), and starts the operator as `identity`.
+    pub fn start(values: &[&str], identity: &str) -> Self {
+        if run("helm", &["status", RELEASE, "-n", NAMESPACE]).success {
+            let cleaner = Operator::start(&format!("{identity}-cleanup"));
+            delete_cluster_policies();
+            drop(cleaner);
+            ok(
+                "helm",
+                &[
+                    "uninstall",
+                    RELEASE,
+                    "-n",
+                    NAMESPACE,
+                    "--wait",
+                    "--timeout",
+                    "90s",
+                ],
+            );
+        }
+        install_chart(values);
+        Self {
+            operator: Some(Operator::start(identity)),
+        }
+    }
+}
+
+impl Drop for OwnInstall {
     fn drop(&mut self) {
-        uninstall_chart();
         // No panic here: this may run while a failed test unwinds.
+        delete_cluster_policies();
+        drop(self.operator.take());
+        let _ = run(
+            "helm",
+            &[
+                "uninstall",
+                RELEASE,
+                "-n",
+                NAMESPACE,
+                "--wait",
+                "--timeout",
+                "90s",
+            ],
+        );
         let restored = try_install_chart(&GUIDE_VALUES);
         if !restored.success {
-            eprintln!("restoring the standard install failed: {}", restored.stderr);
+            eprintln!("restoring the guide's install failed: {}", restored.stderr);
         }
     }
 }

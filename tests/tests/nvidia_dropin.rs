@@ -90,13 +90,13 @@ fn args_of(container: &Value) -> String {
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn nvidias_complete_values_file_installs_and_runs_our_images() {
-    let _restore = RestoreStandardInstall;
-    uninstall_chart();
     step(
         "helm install -f NVIDIA's v26.7.0 values.yaml, unchanged (nfd.enabled: true, migManager.config.name: \"\")",
     );
-    install_chart(&["-f", &fixture_path("values-v26.7.0.yaml")]);
-    let operator = Operator::start("e2e-dropin-values");
+    let _install = OwnInstall::start(
+        &["-f", &fixture_path("values-v26.7.0.yaml")],
+        "e2e-dropin-values",
+    );
 
     step("the ClusterPolicy NVIDIA's values make becomes ready");
     let policy = wait_for_policy_state("cluster-policy", "ready", WAIT);
@@ -171,33 +171,24 @@ fn nvidias_complete_values_file_installs_and_runs_our_images() {
     // No Node Feature Discovery was deployed although nfd.enabled is true.
     let deployments = kubectl(&["get", "deployments", "-n", NAMESPACE, "-o", "name"]);
     assert_eq!(deployments.trim(), "deployment.apps/gpu-operator");
-    drop(operator);
 }
 
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn the_guides_commands_work_in_order() {
-    let _restore = RestoreStandardInstall;
-    uninstall_chart();
-    let chart = chart_dir();
+    // The guide's command, character for character; OwnInstall runs it as `helm install --wait gpu-operator -n
+    // gpu-operator --create-namespace <chart> --set driver.enabled=false --set nfd.enabled=false`.
     step("helm install --wait ... --set driver.enabled=false --set nfd.enabled=false");
-    ok(
-        "helm",
+    assert_eq!((RELEASE, NAMESPACE), ("gpu-operator", "gpu-operator"));
+    let _install = OwnInstall::start(
         &[
-            "install",
-            "--wait",
-            "gpu-operator",
-            "-n",
-            "gpu-operator",
-            "--create-namespace",
-            &chart,
             "--set",
             "driver.enabled=false",
             "--set",
             "nfd.enabled=false",
         ],
+        "e2e-dropin-guides",
     );
-    let operator = Operator::start("e2e-dropin-guides");
     wait_for_policy_state("cluster-policy", "ready", WAIT);
 
     step("time-slicing: the ConfigMap with key `any`, then the guide's patch with default any");
@@ -307,19 +298,18 @@ fn the_guides_commands_work_in_order() {
         "-n",
         NAMESPACE,
     ]);
-    drop(operator);
 }
 
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn nvidias_sample_cluster_policy_alone_becomes_ready() {
-    let _restore = RestoreStandardInstall;
-    uninstall_chart();
     step(
         "the chart without its ClusterPolicy (clusterPolicy.deployCR=false, as in NVIDIA's chart)",
     );
-    install_chart(&["--set", "clusterPolicy.deployCR=false"]);
-    let operator = Operator::start("e2e-dropin-sample");
+    let _install = OwnInstall::start(
+        &["--set", "clusterPolicy.deployCR=false"],
+        "e2e-dropin-sample",
+    );
     let policies = kubectl(&["get", "clusterpolicies", "-o", "name"]);
     assert!(policies.trim().is_empty(), "{policies}");
 
@@ -347,8 +337,6 @@ fn nvidias_sample_cluster_policy_alone_becomes_ready() {
         "{:#}",
         policy["status"]
     );
-    kubectl(&["delete", "clusterpolicy", "gpu-cluster-policy"]);
-    drop(operator);
 }
 
 /// The objects `helm template` renders from NVIDIA's values file plus `extra` values given as YAML.
