@@ -164,27 +164,144 @@ pub fn chart_installed() {
         );
         let status = run("helm", &["status", RELEASE, "-n", NAMESPACE]);
         if !status.success {
-            let chart = chart_dir();
+            install_chart(&GUIDE_VALUES);
+        }
+    });
+}
+
+/// The values of NVIDIA's guide for nodes with pre-installed drivers, which [`chart_installed`] installs with.
+pub const GUIDE_VALUES: [&str; 4] = [
+    "--set",
+    "driver.enabled=false",
+    "--set",
+    "nfd.enabled=false",
+];
+
+/// `helm install --wait` of the chart as release [`RELEASE`] in [`NAMESPACE`], with `values` (flags such as
+/// `--set k=v` or `-f file`); the result, whether or not it succeeded.
+pub fn try_install_chart(values: &[&str]) -> Run {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        "--wait",
+        "--timeout",
+        "180s",
+        RELEASE,
+        "-n",
+        NAMESPACE,
+        "--create-namespace",
+        &chart,
+    ];
+    args.extend_from_slice(values);
+    run("helm", &args)
+}
+
+/// [`try_install_chart`], which must succeed.
+pub fn install_chart(values: &[&str]) {
+    let result = try_install_chart(values);
+    assert!(
+        result.success,
+        "helm install {} failed:\n{}\n{}",
+        values.join(" "),
+        result.stdout,
+        result.stderr
+    );
+}
+
+/// Deletes every ClusterPolicy and waits until they are gone. The operator's finalizer removes its node labels,
+/// so an operator must be running.
+fn delete_cluster_policies() {
+    let deleted = run(
+        "kubectl",
+        &[
+            "delete",
+            "clusterpolicies",
+            "--all",
+            "--wait=true",
+            "--timeout=90s",
+        ],
+    );
+    if !deleted.success {
+        eprintln!("deleting the ClusterPolicies failed: {}", deleted.stderr);
+    }
+}
+
+/// The chart installed a test's own way, with the operator running as a local process. When dropped (also when
+/// the test fails), the ClusterPolicies are deleted while the operator still runs (its finalizer removes the node
+/// labels), the operator stops, and the chart is installed again as [`chart_installed`] installs it, so that the
+/// suites after this test find the install they expect.
+#[derive(Debug)]
+pub struct OwnInstall {
+    pub operator: Option<Operator>,
+}
+
+impl OwnInstall {
+    /// Removes the release in place (with an operator running for the ClusterPolicies' finalizer), installs the
+    /// chart with `values` (`install` must succeed), and starts the operator as `identity`.
+    pub fn start(values: &[&str], identity: &str) -> Self {
+        if run("helm", &["status", RELEASE, "-n", NAMESPACE]).success {
+            let cleaner = Operator::start(&format!("{identity}-cleanup"));
+            delete_cluster_policies();
+            drop(cleaner);
             ok(
                 "helm",
                 &[
-                    "install",
-                    "--wait",
-                    "--timeout",
-                    "180s",
+                    "uninstall",
                     RELEASE,
                     "-n",
                     NAMESPACE,
-                    "--create-namespace",
-                    &chart,
-                    "--set",
-                    "driver.enabled=false",
-                    "--set",
-                    "nfd.enabled=false",
+                    "--wait",
+                    "--timeout",
+                    "90s",
                 ],
             );
         }
-    });
+        install_chart(values);
+        Self {
+            operator: Some(Operator::start(identity)),
+        }
+    }
+}
+
+impl Drop for OwnInstall {
+    fn drop(&mut self) {
+        // No panic here: this may run while a failed test unwinds.
+        delete_cluster_policies();
+        drop(self.operator.take());
+        let _ = run(
+            "helm",
+            &[
+                "uninstall",
+                RELEASE,
+                "-n",
+                NAMESPACE,
+                "--wait",
+                "--timeout",
+                "90s",
+            ],
+        );
+        let restored = try_install_chart(&GUIDE_VALUES);
+        if !restored.success {
+            eprintln!("restoring the guide's install failed: {}", restored.stderr);
+        }
+    }
+}
+
+/// Waits until ClusterPolicy `name` reports `state` for its current generation, and returns it.
+pub fn wait_for_policy_state(name: &str, state: &str, timeout: Duration) -> Value {
+    let get = || kubectl_json(&["get", "clusterpolicy", name]);
+    eventually(timeout, || {
+        let policy = get();
+        Ok((policy["status"]["state"] == state
+            && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+            .then_some(policy))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "ClusterPolicy {name} never became {state}: {error:#}\n{:#}",
+            get()["status"]
+        )
+    })
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now, for a process under test to serve on.

@@ -133,68 +133,64 @@ fn guide_patch_commands_work_verbatim() {
     ]);
 }
 
-/// Each rule with a bad policy fragment and the words its rejection must contain.
+/// Each rule with a bad policy fragment and the words its rejection must contain. Every rule refuses only what
+/// NVIDIA's operator fails on too (crd::crds::tests::every_cel_rule_refuses_only_what_nvidia_fails_on); the
+/// comment on each case says how NVIDIA's operator fails on the same input.
 fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
     vec![
         (
+            // NVIDIA: imagePath returns "invalid image specification: repository, image and version must all be set".
             "partial image triple",
             json!({"devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin"}}),
             "spec.devicePlugin: Invalid value: repository, image and version must be set together",
         ),
         (
+            // NVIDIA: the same imagePath error.
             "image triple without image",
             json!({"driver": {"repository": "nvcr.io/nvidia", "version": "570.172.08"}}),
             "spec.driver: Invalid value: repository, image and version must be set together",
         ),
         (
+            // NVIDIA: its CRD's enum [none, single, mixed] refuses it.
             "mig strategy",
             json!({"mig": {"strategy": "both"}}),
             "mig.strategy must be none, single or mixed",
         ),
         (
-            "device plugin default without name",
-            json!({"devicePlugin": {"config": {"default": "any"}}}),
-            "set devicePlugin.config.name to that ConfigMap, or remove devicePlugin.config.default",
-        ),
-        (
+            // NVIDIA: its CRD's enum [RollingUpdate, OnDelete] refuses it.
             "update strategy",
             json!({"daemonsets": {"updateStrategy": "Recreate"}}),
             "daemonsets.updateStrategy must be RollingUpdate or OnDelete",
         ),
         (
+            // NVIDIA: applyUpdateStrategyConfig returns "failed to apply rolling update config" (not an integer).
             "max unavailable",
             json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": "one"}}}),
             "daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage",
         ),
         (
+            // NVIDIA: the DaemonSet it renders with maxUnavailable -1 is refused by the API server.
             "negative max unavailable",
             json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": -1}}}),
             "daemonsets.rollingUpdate.maxUnavailable must be a whole number",
         ),
         (
+            // NVIDIA: with autoUpgrade, the upgrade controller's GetScaledValueFromIntOrPercent errors on it.
             "driver upgrade max unavailable",
-            json!({"driver": {"upgradePolicy": {"maxUnavailable": "half"}}}),
+            json!({"driver": {"upgradePolicy": {"autoUpgrade": true, "maxUnavailable": "half"}}}),
             "driver.upgradePolicy.maxUnavailable must be a whole number",
         ),
         (
-            "image pull policy",
-            json!({"toolkit": {"imagePullPolicy": "Sometimes"}}),
-            "imagePullPolicy must be Always, Never or IfNotPresent",
-        ),
-        (
+            // NVIDIA: its CRD's enum [auto, open, proprietary] refuses it.
             "kernel module type",
             json!({"driver": {"kernelModuleType": "closed"}}),
             "driver.kernelModuleType must be auto, open or proprietary",
         ),
         (
+            // NVIDIA: its CRD's enum [all-disabled, ""] refuses it.
             "mig manager default",
             json!({"migManager": {"config": {"default": "all-1g.5gb"}}}),
             "migManager.config.default must be all-disabled or empty",
-        ),
-        (
-            "default runtime",
-            json!({"operator": {"defaultRuntime": "podman"}}),
-            "operator.defaultRuntime must be containerd, crio or docker",
         ),
     ]
 }
@@ -224,6 +220,23 @@ fn cel_rules_reject_bad_input_with_their_message() {
     }});
     let result = kubectl_apply(&valid.to_string(), &["--dry-run=server"]);
     assert!(result.success, "valid policy rejected: {}", result.stderr);
+    // What NVIDIA's operator accepts and ignores is accepted too (the status warns): a default without a name,
+    // an unknown pull policy (IfNotPresent), any defaultRuntime (unread), maxUnavailable where it is not read
+    // (OnDelete, autoUpgrade false), a partial image triple in a disabled section (no image is resolved).
+    let tolerated = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cel-check"}, "spec": {
+        "devicePlugin": {"config": {"name": "", "default": "any"}},
+        "toolkit": {"imagePullPolicy": "Sometimes"},
+        "operator": {"defaultRuntime": "podman"},
+        "daemonsets": {"updateStrategy": "OnDelete", "rollingUpdate": {"maxUnavailable": "one"}},
+        "driver": {"upgradePolicy": {"autoUpgrade": false, "maxUnavailable": "half"}},
+        "gfd": {"enabled": false, "repository": "nvcr.io/nvidia"}
+    }});
+    let result = kubectl_apply(&tolerated.to_string(), &["--dry-run=server"]);
+    assert!(
+        result.success,
+        "tolerated policy rejected: {}",
+        result.stderr
+    );
 }
 
 #[test]

@@ -7,9 +7,28 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* Image version of one of this project's images: the section's version, else the chart's appVersion. */}}
-{{- define "gpu-operator.version" -}}
-{{- .section.version | default .root.Chart.AppVersion -}}
+{{/*
+The repository of this project's own images: operator.repository, unless it names NVIDIA's registry (as NVIDIA's
+values file does), whose operator image does not run this chart's operator; then this project's home repository,
+the one the operator has compiled in.
+*/}}
+{{- define "gpu-operator.ownRepository" -}}
+{{- $repository := .Values.operator.repository | default "ghcr.io/gpu-operator-rs" -}}
+{{- if hasPrefix "nvcr.io/" $repository -}}
+ghcr.io/gpu-operator-rs
+{{- else -}}
+{{- $repository -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The version of this project's own images: operator.version, else the chart's appVersion. */}}
+{{- define "gpu-operator.ownVersion" -}}
+{{- .Values.operator.version | default .Chart.AppVersion -}}
+{{- end -}}
+
+{{/* One of this project's images by name, e.g. gpu-node-agent. */}}
+{{- define "gpu-operator.ownImage" -}}
+{{- printf "%s/%s:%s" (include "gpu-operator.ownRepository" .root) .name (include "gpu-operator.ownVersion" .root) -}}
 {{- end -}}
 
 {{/*
@@ -29,12 +48,20 @@ only fields that say something.
 {{- end -}}
 
 {{/*
-The ClusterPolicy spec of one operand section: the section's values minus the chart-only keys and empty
-values, with this project's images defaulting to the chart's appVersion.
+The ClusterPolicy spec of one operand section: the keys of the section that the ClusterPolicy defines (the
+common ones and `.keys`), without empty values, and with the chart's appVersion where a repository is set but no
+version (NVIDIA's chart does the same for the validator and node status exporter). Other keys of the section
+(NVIDIA's `hostNetwork`, chart-only keys such as `create` and `data`) are left out.
 */}}
 {{- define "gpu-operator.operandSection" -}}
-{{- $section := omit .section "create" "data" -}}
-{{- if and $section.repository (eq (toString $section.version) "") -}}
+{{- $common := list "enabled" "repository" "image" "version" "imagePullPolicy" "imagePullSecrets" "resources" "args" "env" -}}
+{{- $section := dict -}}
+{{- range $key := concat $common (.keys | default list) -}}
+{{- if hasKey $.section $key -}}
+{{- $_ := set $section $key (index $.section $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $section.repository (eq (toString ($section.version | default "")) "") -}}
 {{- $_ := set $section "version" .root.Chart.AppVersion -}}
 {{- end -}}
 {{- include "gpu-operator.compact" $section -}}

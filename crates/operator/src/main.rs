@@ -93,12 +93,16 @@ async fn main() -> anyhow::Result<()> {
             nodes,
             namespace,
         } => {
-            emit(&render_command::render_files(
+            let rendered = render_command::render_files(
                 &policy,
                 &nodes,
                 &namespace,
                 &DefaultImages::from_env(),
-            )?)?;
+            )?;
+            for warning in &rendered.warnings {
+                eprintln!("warning: {warning}");
+            }
+            emit(&rendered.yaml)?;
         }
         Command::Run {
             health_addr,

@@ -28,13 +28,22 @@ pub enum RenderCommandError {
     Yaml(String),
 }
 
-/// The YAML the command prints.
+/// What the command prints: the objects as YAML on standard output, and the warnings the operator would write
+/// into the status (settings tolerated as NVIDIA's operator tolerates them, NVIDIA images replaced by this
+/// operator's) on standard error.
+#[derive(Debug)]
+pub struct Rendered {
+    pub yaml: String,
+    pub warnings: Vec<String>,
+}
+
+/// Renders the objects for the policy in `policy_path` on the nodes in `nodes_path`.
 pub fn render_files(
     policy_path: &Path,
     nodes_path: &Path,
     namespace: &str,
     defaults: &DefaultImages,
-) -> Result<String, RenderCommandError> {
+) -> Result<Rendered, RenderCommandError> {
     let policy: ClusterPolicy =
         documents(policy_path)?
             .into_iter()
@@ -46,14 +55,21 @@ pub fn render_files(
     let validated = validate(&policy.spec, defaults)?;
     let default_runtime = ContainerRuntime::from_default(&validated.spec.operator.default_runtime);
     let facts = ClusterFacts::from_nodes(namespace, &nodes, default_runtime);
-    render(&validated, &facts)
+    let yaml = render(&validated, &facts)
         .iter()
         .map(|object| {
             serde_saphyr::to_string(&object.to_json())
                 .map(|yaml| format!("---\n{yaml}"))
                 .map_err(|error| RenderCommandError::Yaml(error.to_string()))
         })
-        .collect()
+        .collect::<Result<String, _>>()?;
+    let warnings = validated
+        .warnings
+        .iter()
+        .chain(validated.component_warnings.values().flatten())
+        .cloned()
+        .collect();
+    Ok(Rendered { yaml, warnings })
 }
 
 /// The objects of a YAML file: several documents, and `kind: List` documents unpacked.

@@ -9,15 +9,14 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{ImageSpec, UnknownFields, serde_defaults};
-use super::operands::MAX_UNAVAILABLE_RULE;
 
 /// Settings of the operator itself.
 #[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct OperatorSpec {
-    /// Container runtime assumed where a node does not report one: containerd, crio or docker.
+    /// Container runtime assumed where a node does not report one: containerd, crio or docker. NVIDIA's operator
+    /// no longer reads it and accepts any value; another value here means containerd, and the status says so.
     #[serde(default = "default_runtime")]
-    #[x_kube(validation = Rule::new("self in ['containerd', 'crio', 'docker']").message("operator.defaultRuntime must be containerd, crio or docker"))]
     pub default_runtime: String,
     /// Name of the RuntimeClass created for GPU pods.
     #[serde(default = "default_runtime_class")]
@@ -51,6 +50,7 @@ fn default_runtime_class() -> String {
 /// Settings applied to every operand DaemonSet.
 #[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(ROLLING_MAX_UNAVAILABLE_RULE).message("daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage of nodes such as 25%"))]
 pub struct DaemonsetsSpec {
     /// Labels added to every operand DaemonSet and its pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -66,6 +66,7 @@ pub struct DaemonsetsSpec {
     pub priority_class_name: Option<String>,
     /// Update strategy of the operand DaemonSets: RollingUpdate or OnDelete. The driver always uses OnDelete
     /// unless its upgrade policy says otherwise.
+    // Kept: NVIDIA's CRD declares the same enum, so its API server refuses any other value too.
     #[serde(default = "default_update_strategy")]
     #[x_kube(validation = Rule::new("self in ['RollingUpdate', 'OnDelete']").message("daemonsets.updateStrategy must be RollingUpdate or OnDelete"))]
     pub update_strategy: String,
@@ -88,29 +89,37 @@ fn default_update_strategy() -> String {
     "RollingUpdate".into()
 }
 
+/// CEL rule on `daemonsets`: with RollingUpdate, a set `rollingUpdate.maxUnavailable` is a number or a
+/// percentage. Kept because NVIDIA's operator fails on the same input: its `applyUpdateStrategyConfig`
+/// (controllers/object_controls.go) parses any value without `%` as an integer and returns "failed to apply
+/// rolling update config" when it is not one, and passes a negative number or a bad percentage to a DaemonSet
+/// the API server refuses. Like NVIDIA's, it does not look at the value under OnDelete, nor at an empty one.
+const ROLLING_MAX_UNAVAILABLE_RULE: &str = "self.updateStrategy == 'OnDelete' || !has(self.rollingUpdate) \
+     || !has(self.rollingUpdate.maxUnavailable) \
+     || (type(self.rollingUpdate.maxUnavailable) == int ? self.rollingUpdate.maxUnavailable >= 0 \
+         : string(self.rollingUpdate.maxUnavailable).matches('^([0-9]+%?)?$'))";
+
 /// Rolling update settings of the operand DaemonSets.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RollingUpdateSpec {
-    /// How many nodes may update an operand at once: a number (e.g. 1) or a percentage (e.g. 25%). Default 1.
+    /// How many nodes may update an operand at once: a number (e.g. 1) or a percentage (e.g. 25%). Default 1;
+    /// empty means the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(MAX_UNAVAILABLE_RULE).message("daemonsets.rollingUpdate.maxUnavailable must be a whole number of nodes such as 1, or a percentage of nodes such as 25%"))]
     pub max_unavailable: Option<IntOrString>,
 }
 
 /// How MIG devices are advertised.
-#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 pub struct MigSpec {
     /// MIG strategy of the device plugin and feature discovery: none (MIG devices not advertised), single (every
     /// MIG device as nvidia.com/gpu; all of a node's MIG devices must be one profile) or mixed (one resource per
-    /// profile, e.g. nvidia.com/mig-1g.5gb).
-    #[serde(default = "default_mig_strategy")]
+    /// profile, e.g. nvidia.com/mig-1g.5gb). Unset, as in NVIDIA's operator: the device-plugin config file's
+    /// `flags.migStrategy` decides, else none. (The Helm chart sets single.)
+    // Kept: NVIDIA's CRD declares the same enum, so its API server refuses any other value too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self in ['none', 'single', 'mixed']").message("mig.strategy must be none, single or mixed: single advertises MIG devices as nvidia.com/gpu, mixed as nvidia.com/mig-<profile>"))]
-    pub strategy: String,
-}
-
-fn default_mig_strategy() -> String {
-    "single".into()
+    pub strategy: Option<String>,
 }
 
 /// How the Container Device Interface is used.
@@ -175,12 +184,6 @@ impl Default for OperatorSpec {
 }
 
 impl Default for DaemonsetsSpec {
-    fn default() -> Self {
-        serde_defaults()
-    }
-}
-
-impl Default for MigSpec {
     fn default() -> Self {
         serde_defaults()
     }

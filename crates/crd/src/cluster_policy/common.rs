@@ -37,9 +37,9 @@ pub struct ImageSpec {
     /// Image tag (e.g. `550.127.05`), or a digest starting with `sha256:`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    /// When the kubelet pulls the image: Always, Never or IfNotPresent (default IfNotPresent).
+    /// When the kubelet pulls the image: Always, Never or IfNotPresent (default IfNotPresent). Any other value
+    /// is treated as IfNotPresent, as NVIDIA's operator does, and named in the status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self in ['Always', 'Never', 'IfNotPresent']").message("imagePullPolicy must be Always, Never or IfNotPresent"))]
     pub image_pull_policy: Option<String>,
     /// Names of Secrets in the operator's namespace used to pull the image from a private registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -115,7 +115,26 @@ pub struct ConfigMapRef {
     pub name: Option<String>,
 }
 
+/// The pull policies Kubernetes knows.
+pub const PULL_POLICIES: [&str; 3] = ["Always", "Never", "IfNotPresent"];
+
 impl ImageSpec {
+    /// The pull policy to give the kubelet: the spec's when Kubernetes knows it, else IfNotPresent (NVIDIA's
+    /// operator maps every other value to IfNotPresent too).
+    pub fn pull_policy(&self) -> &str {
+        self.image_pull_policy
+            .as_deref()
+            .filter(|policy| PULL_POLICIES.contains(policy))
+            .unwrap_or("IfNotPresent")
+    }
+
+    /// The spec's pull policy when it is set but not one Kubernetes knows (it is replaced by IfNotPresent).
+    pub fn unknown_pull_policy(&self) -> Option<&str> {
+        self.image_pull_policy
+            .as_deref()
+            .filter(|policy| !policy.is_empty() && !PULL_POLICIES.contains(policy))
+    }
+
     /// The image reference this spec names, following NVIDIA's rules: `repository/image:version`,
     /// `repository/image@sha256:...` for digests, or `image` alone when repository and version are empty.
     /// `None` when nothing is set, so the caller falls back to its default image.

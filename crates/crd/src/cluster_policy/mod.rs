@@ -15,16 +15,16 @@ pub use cluster::{
     UnsupportedSection,
 };
 pub use common::{
-    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, ResourceRequirements,
-    UnknownFields,
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, PULL_POLICIES,
+    ResourceRequirements, UnknownFields,
 };
 pub use operands::{
-    DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec, DrainSpec,
-    DriverLicensingConfigSpec, DriverRepoConfigSpec, DriverSpec, DriverUpgradePolicySpec,
-    ExporterServiceSpec, GpuDirectRdmaSpec, HpcJobMappingSpec, ImageAndEnvSpec, MigManagerSpec,
-    MigPartedConfigRef, MpsSpec, PlainOperandSpec, PodDeletionSpec, ServiceMonitorSpec,
-    ToolkitSpec, ValidationStepSpec, ValidatorSpec, VirtualTopologyConfigSpec,
-    WaitForCompletionSpec,
+    DEFAULT_MIG_CONFIG_MAP, DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec,
+    DrainSpec, DriverLicensingConfigSpec, DriverRepoConfigSpec, DriverSpec,
+    DriverUpgradePolicySpec, ExporterServiceSpec, GpuDirectRdmaSpec, HpcJobMappingSpec,
+    ImageAndEnvSpec, MigManagerSpec, MigPartedConfigRef, MpsSpec, PlainOperandSpec,
+    PodDeletionSpec, ServiceMonitorSpec, ToolkitSpec, ValidationStepSpec, ValidatorSpec,
+    VirtualTopologyConfigSpec, WaitForCompletionSpec,
 };
 pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
 
@@ -152,24 +152,100 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 }
 
 impl ClusterPolicySpec {
-    /// The unimplemented sections the user enabled, by their field names, for the status to name.
+    /// The unimplemented sections the user enabled, by their field names, for the status to name. The parts of
+    /// sandbox workloads (VFIO, vGPU, Kata, confidential computing) count only when `sandboxWorkloads.enabled`
+    /// is true: NVIDIA's operator deploys them only then, and its chart enables several of them by default.
     pub fn enabled_unsupported_sections(&self) -> Vec<&'static str> {
+        let enabled = |section: &Option<UnsupportedSection>| {
+            section.as_ref().and_then(|s| s.enabled) == Some(true)
+        };
+        let sandbox = enabled(&self.sandbox_workloads);
         [
-            ("psa", &self.psa),
-            ("psp", &self.psp),
-            ("gds", &self.gds),
-            ("gdrcopy", &self.gdrcopy),
-            ("sandboxWorkloads", &self.sandbox_workloads),
-            ("vfioManager", &self.vfio_manager),
-            ("sandboxDevicePlugin", &self.sandbox_device_plugin),
-            ("vgpuManager", &self.vgpu_manager),
-            ("vgpuDeviceManager", &self.vgpu_device_manager),
-            ("kataManager", &self.kata_manager),
-            ("ccManager", &self.cc_manager),
+            ("psa", &self.psa, true),
+            ("psp", &self.psp, true),
+            ("gds", &self.gds, true),
+            ("gdrcopy", &self.gdrcopy, true),
+            ("sandboxWorkloads", &self.sandbox_workloads, true),
+            ("vfioManager", &self.vfio_manager, sandbox),
+            ("sandboxDevicePlugin", &self.sandbox_device_plugin, sandbox),
+            ("vgpuManager", &self.vgpu_manager, sandbox),
+            ("vgpuDeviceManager", &self.vgpu_device_manager, sandbox),
+            ("kataManager", &self.kata_manager, sandbox),
+            ("ccManager", &self.cc_manager, sandbox),
         ]
         .into_iter()
-        .filter(|(_, section)| section.as_ref().and_then(|s| s.enabled).unwrap_or(false))
-        .map(|(name, _)| name)
+        .filter(|(_, section, deployable)| *deployable && enabled(section))
+        .map(|(name, _, _)| name)
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_parts_count_only_with_sandbox_workloads() {
+        // NVIDIA's chart enables vfioManager, sandboxDevicePlugin, vgpuDeviceManager and ccManager by default,
+        // with sandboxWorkloads disabled: nothing is deployed, so nothing is unsupported.
+        let mut spec: ClusterPolicySpec = serde_json::from_value(serde_json::json!({
+            "sandboxWorkloads": {"enabled": false, "defaultWorkload": "container"},
+            "vfioManager": {"enabled": true},
+            "sandboxDevicePlugin": {"enabled": true},
+            "vgpuDeviceManager": {"enabled": true},
+            "ccManager": {"enabled": true},
+            "gds": {"enabled": true},
+        }))
+        .unwrap();
+        assert_eq!(spec.enabled_unsupported_sections(), ["gds"]);
+        spec.sandbox_workloads.as_mut().unwrap().enabled = Some(true);
+        assert_eq!(
+            spec.enabled_unsupported_sections(),
+            [
+                "gds",
+                "sandboxWorkloads",
+                "vfioManager",
+                "sandboxDevicePlugin",
+                "vgpuDeviceManager",
+                "ccManager"
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_mig_config_name_means_the_builtin_geometries() {
+        let config: MigPartedConfigRef =
+            serde_json::from_value(serde_json::json!({"name": "", "default": "all-disabled"}))
+                .unwrap();
+        assert_eq!(config.config_map_name(), DEFAULT_MIG_CONFIG_MAP);
+        assert_eq!(
+            MigPartedConfigRef::default().config_map_name(),
+            DEFAULT_MIG_CONFIG_MAP
+        );
+        let named: MigPartedConfigRef =
+            serde_json::from_value(serde_json::json!({"name": "custom"})).unwrap();
+        assert_eq!(named.config_map_name(), "custom");
+        assert_eq!(named.default, "all-disabled");
+    }
+
+    #[test]
+    fn upgrade_policy_defaults_are_nvidias() {
+        let policy: DriverUpgradePolicySpec =
+            serde_json::from_value(serde_json::json!({"podDeletion": {}, "drain": {}})).unwrap();
+        assert!(!policy.auto_upgrade);
+        assert_eq!(policy.max_parallel_upgrades, 1);
+        assert_eq!(
+            policy.max_unavailable,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("25%".into())
+        );
+        assert_eq!(policy.pod_deletion.unwrap().timeout_seconds, 300);
+        assert_eq!(policy.drain.unwrap().timeout_seconds, 300);
+    }
+
+    #[test]
+    fn omitted_mig_strategy_stays_omitted() {
+        let spec: ClusterPolicySpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(spec.mig.strategy, None);
+        assert_eq!(serde_json::to_value(&spec).unwrap(), serde_json::json!({}));
     }
 }

@@ -35,6 +35,7 @@ pub struct DriverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_open_kernel_modules: Option<bool>,
     /// Which kernel modules the driver loads: auto (chosen from the GPUs and driver branch), open or proprietary.
+    // Kept: NVIDIA's CRD declares the same enum, so its API server refuses any other value too.
     #[serde(default = "default_kernel_module_type")]
     #[x_kube(validation = Rule::new("self in ['auto', 'open', 'proprietary']").message("driver.kernelModuleType must be auto, open or proprietary"))]
     pub kernel_module_type: String,
@@ -102,36 +103,55 @@ pub struct GpuDirectRdmaSpec {
     pub use_host_mofed: Option<bool>,
 }
 
-/// How driver upgrades proceed across the cluster.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+/// How driver upgrades proceed across the cluster. The defaults are NVIDIA's (its CRD's): no automatic
+/// upgrade, one node at a time, at most 25% of the nodes unavailable, 300 seconds for pod deletion and drain.
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(UPGRADE_MAX_UNAVAILABLE_RULE).message("driver.upgradePolicy.maxUnavailable must be a whole number of nodes such as 1, or a percentage of nodes such as 25%"))]
 pub struct DriverUpgradePolicySpec {
     /// Upgrade drivers automatically when the driver version changes (default false: pods are replaced only when
-    /// deleted, the OnDelete strategy).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auto_upgrade: Option<bool>,
-    /// How many nodes may upgrade at once; 0 means no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// deleted, the OnDelete strategy). NVIDIA's Helm chart sets true. When false the other fields are ignored.
+    #[serde(default)]
+    pub auto_upgrade: bool,
+    /// How many nodes may upgrade at once; 0 means no limit (default 1).
+    #[serde(default = "default_max_parallel_upgrades")]
     #[schemars(range(min = 0))]
-    pub max_parallel_upgrades: Option<i32>,
-    /// How many nodes may be unavailable during the upgrade: a number (e.g. 1) or a percentage (e.g. 25%).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(MAX_UNAVAILABLE_RULE).message("driver.upgradePolicy.maxUnavailable must be a whole number of nodes such as 1, or a percentage of nodes such as 25%"))]
-    pub max_unavailable: Option<IntOrString>,
+    pub max_parallel_upgrades: i32,
+    /// How many nodes may be unavailable during the upgrade: a number (e.g. 1) or a percentage (e.g. 25%, the
+    /// default).
+    #[serde(default = "default_upgrade_max_unavailable")]
+    pub max_unavailable: IntOrString,
     /// Wait for pods matching a selector to complete before upgrading a node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_completion: Option<WaitForCompletionSpec>,
     /// How pods using GPUs are deleted before a node's driver is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_deletion: Option<PodDeletionSpec>,
-    /// Whether and how a node is drained before its driver is replaced.
+    /// Whether and how the node is drained before its driver is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainSpec>,
 }
 
-/// CEL rule shared by every `maxUnavailable`: a non-negative integer, or a percentage string.
-pub(crate) const MAX_UNAVAILABLE_RULE: &str =
-    "type(self) == int ? self >= 0 : string(self).matches('^[0-9]+%?$')";
+fn default_max_parallel_upgrades() -> i32 {
+    1
+}
+
+fn default_upgrade_max_unavailable() -> IntOrString {
+    IntOrString::String("25%".into())
+}
+
+fn default_timeout_seconds() -> i32 {
+    300
+}
+
+/// CEL rule on `driver.upgradePolicy`: with automatic upgrades on, `maxUnavailable` is a number or a percentage.
+/// Kept because NVIDIA's operator fails on the same input: its upgrade controller
+/// (controllers/upgrade_controller.go) reads the value with `intstr.GetScaledValueFromIntOrPercent` only when
+/// autoUpgrade is true, and that returns an error for a string that is not a percentage, so no driver is ever
+/// upgraded. (A string of digits, which NVIDIA refuses there, is accepted here as that number; a negative number,
+/// which NVIDIA's CRD lets through but which no DaemonSet accepts, is refused.)
+const UPGRADE_MAX_UNAVAILABLE_RULE: &str = "!has(self.autoUpgrade) || !self.autoUpgrade || !has(self.maxUnavailable) \
+     || (type(self.maxUnavailable) == int ? self.maxUnavailable >= 0 : string(self.maxUnavailable).matches('^[0-9]+%?$'))";
 
 /// Waiting for jobs to finish before a driver upgrade.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
@@ -140,45 +160,48 @@ pub struct WaitForCompletionSpec {
     /// Label selector of the pods to wait for, e.g. `app=training`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
-    /// Seconds to wait before going on anyway; 0 waits forever.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<i32>,
+    /// Seconds to wait before going on anyway; 0 (the default) waits forever.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub timeout_seconds: i32,
 }
 
 /// Deleting GPU pods before a driver upgrade.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodDeletionSpec {
-    /// Delete pods that no controller manages (they are not recreated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force: Option<bool>,
-    /// Seconds to wait for the deletion; 0 waits forever.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<i32>,
-    /// Delete pods that use emptyDir volumes (their data is lost).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delete_empty_dir: Option<bool>,
+    /// Delete pods that no controller manages (they are not recreated; default false).
+    #[serde(default)]
+    pub force: bool,
+    /// Seconds to wait for the deletion (default 300); 0 waits forever.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 0))]
+    pub timeout_seconds: i32,
+    /// Delete pods that use emptyDir volumes, whose data is lost (default false).
+    #[serde(default)]
+    pub delete_empty_dir: bool,
 }
 
 /// Draining a node before a driver upgrade.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainSpec {
     /// Drain the node before upgrading its driver (default false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable: Option<bool>,
-    /// Drain even pods that no controller manages.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force: Option<bool>,
+    #[serde(default)]
+    pub enable: bool,
+    /// Drain even pods that no controller manages (default false).
+    #[serde(default)]
+    pub force: bool,
     /// Label selector limiting which pods are drained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<String>,
-    /// Seconds to wait for the drain; 0 waits forever.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<i32>,
-    /// Drain pods that use emptyDir volumes (their data is lost).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delete_empty_dir: Option<bool>,
+    /// Seconds to wait for the drain (default 300); 0 waits forever.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 0))]
+    pub timeout_seconds: i32,
+    /// Drain pods that use emptyDir volumes, whose data is lost (default false).
+    #[serde(default)]
+    pub delete_empty_dir: bool,
 }
 
 /// An auxiliary container's image and environment (the driver manager).
@@ -270,13 +293,13 @@ pub struct DevicePluginSpec {
 
 /// Where the device plugin finds its named configurations.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
-#[x_kube(validation = Rule::new("!has(self.default) || self.default == '' || (has(self.name) && self.name != '')").message("devicePlugin.config.default picks a key inside the ConfigMap named by devicePlugin.config.name: set devicePlugin.config.name to that ConfigMap, or remove devicePlugin.config.default"))]
 pub struct DevicePluginConfigRef {
     /// Name of the ConfigMap (in the operator's namespace) whose keys are device-plugin configurations, one
     /// version v1 file per key. Empty: the plugin runs with its built-in defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Key of the ConfigMap used on nodes without the nvidia.com/device-plugin.config label. Requires name.
+    /// Key of the ConfigMap used on nodes without the nvidia.com/device-plugin.config label. Ignored without a
+    /// name, as in NVIDIA's operator (the status warns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<String>,
 }
@@ -437,18 +460,31 @@ pub struct MigManagerSpec {
 /// Where the MIG manager finds its geometries.
 #[derive(Clone, Debug, Deserialize, Serialize, KubeSchema, PartialEq)]
 pub struct MigPartedConfigRef {
-    /// Name of the ConfigMap holding config.yaml in mig-parted v1 format.
-    #[serde(default = "default_mig_config_map")]
+    /// Name of the ConfigMap holding config.yaml in mig-parted v1 format. Empty or unset: this operator's
+    /// built-in geometries, the ConfigMap default-mig-parted-config the chart installs (NVIDIA's operator
+    /// generates its default from the hardware; ours covers every MIG-capable GPU of NVIDIA's default config).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// Geometry for MIG-capable nodes without an nvidia.com/mig.config label: all-disabled, or empty to leave
     /// such nodes unlabelled.
+    // Kept: NVIDIA's CRD declares the same enum, so its API server refuses any other value too.
     #[serde(default = "default_mig_config")]
     #[x_kube(validation = Rule::new("self in ['all-disabled', '']").message("migManager.config.default must be all-disabled or empty; pick other geometries per node with the nvidia.com/mig.config label"))]
     pub default: String,
 }
 
-fn default_mig_config_map() -> String {
-    "default-mig-parted-config".into()
+/// The ConfigMap of built-in MIG geometries, used when `migManager.config.name` is empty.
+pub const DEFAULT_MIG_CONFIG_MAP: &str = "default-mig-parted-config";
+
+impl MigPartedConfigRef {
+    /// The ConfigMap the MIG manager reads: the named one, else [`DEFAULT_MIG_CONFIG_MAP`].
+    pub fn config_map_name(&self) -> &str {
+        if self.name.is_empty() {
+            DEFAULT_MIG_CONFIG_MAP
+        } else {
+            &self.name
+        }
+    }
 }
 
 fn default_mig_config() -> String {
@@ -503,6 +539,24 @@ impl Default for DriverSpec {
 }
 
 impl Default for ToolkitSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for DriverUpgradePolicySpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for PodDeletionSpec {
+    fn default() -> Self {
+        serde_defaults()
+    }
+}
+
+impl Default for DrainSpec {
     fn default() -> Self {
         serde_defaults()
     }

@@ -63,4 +63,8 @@ pub struct ComponentStatus {
     /// Why the component is not ready, naming the nodes concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Where the component runs other than the spec says, one line each naming the field, e.g. an NVIDIA
+    /// image replaced by this operator's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

@@ -131,7 +131,8 @@ pub(super) async fn reconcile_policy(
             .iter_mut()
             .find(|c| c.name == Component::DcgmExporter.label_name());
         if let Some(exporter) = exporter {
-            exporter.message = Some(summary.skipped.join("; "));
+            // Not a readiness problem: the exporter runs; only its scrape configuration could not be made.
+            exporter.warnings.extend(summary.skipped.iter().cloned());
         }
     }
     context.metrics.gpu_nodes.set(facts.gpu_nodes.len() as i64);

@@ -42,7 +42,8 @@ pub fn config_problems(
             .config
             .clone()
             .unwrap_or_default()
-            .name;
+            .config_map_name()
+            .to_owned();
         let found = mig_problems(&name, namespace, find(&name).as_ref());
         problems
             .entry(Component::MigManager)

@@ -38,6 +38,8 @@ pub mod reason {
     pub const ERROR: &str = "Error";
     pub const UNSUPPORTED: &str = "Unsupported";
     pub const UNKNOWN_FIELDS: &str = "UnknownFields";
+    pub const WARNINGS: &str = "Warnings";
+    pub const TOLERATED_AS_NVIDIA_DOES: &str = "ToleratedAsNvidiaDoes";
     pub const FIELDS_IGNORED: &str = "FieldsIgnored";
     pub const RECONCILED: &str = "Reconciled";
     pub const RECONCILE_FAILED: &str = "ReconcileFailed";
@@ -107,6 +109,17 @@ pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> C
         observed.generation,
         now,
     ));
+    if !observed.policy.warnings.is_empty() {
+        conditions.push(condition(
+            previous,
+            reason::WARNINGS,
+            true,
+            reason::TOLERATED_AS_NVIDIA_DOES,
+            &observed.policy.warnings.join("; "),
+            observed.generation,
+            now,
+        ));
+    }
     if !observed.unknown_fields.is_empty() {
         let message = format!(
             "{} {} not defined by this operator's ClusterPolicy schema: kept as written but ignored (a typo, or a field of a newer NVIDIA release)",
@@ -155,7 +168,14 @@ pub fn failed(
     let kept: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| c.type_ == reason::UNSUPPORTED || c.type_ == reason::UNKNOWN_FIELDS)
+        .filter(|c| {
+            [
+                reason::UNSUPPORTED,
+                reason::UNKNOWN_FIELDS,
+                reason::WARNINGS,
+            ]
+            .contains(&c.type_.as_str())
+        })
         .cloned()
         .collect();
     status.conditions = vec![
@@ -278,6 +298,12 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         }
         .into(),
         message: (!problems.is_empty()).then(|| problems.join("; ")),
+        warnings: observed
+            .policy
+            .component_warnings
+            .get(&component)
+            .cloned()
+            .unwrap_or_default(),
     }
 }
 
@@ -390,11 +416,16 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     fn policy() -> ValidatedPolicy {
-        let spec = ClusterPolicySpec {
-            vgpu_manager: Some(crd::cluster_policy::UnsupportedSection {
+        let enabled = || {
+            Some(crd::cluster_policy::UnsupportedSection {
                 enabled: Some(true),
                 ..Default::default()
-            }),
+            })
+        };
+        // vGPU is deployed only for sandbox workloads, in NVIDIA's operator too.
+        let spec = ClusterPolicySpec {
+            sandbox_workloads: enabled(),
+            vgpu_manager: enabled(),
             ..ClusterPolicySpec::default()
         };
         let images = DefaultImages(
@@ -631,6 +662,59 @@ mod tests {
             status.conditions[0]
                 .message
                 .contains("ClusterPolicy cluster-policy is the active one")
+        );
+    }
+
+    #[test]
+    fn tolerated_settings_and_replaced_images_are_reported() {
+        let spec: ClusterPolicySpec = serde_json::from_value(serde_json::json!({
+            "devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0",
+                             "config": {"default": "any"}},
+        }))
+        .unwrap();
+        let images = DefaultImages(
+            DefaultImages::VARIABLES
+                .iter()
+                .map(|v| (v.to_string(), format!("x/{v}:1")))
+                .collect(),
+        );
+        let policy = validate(&spec, &images).unwrap();
+        let sets = all_ready(2);
+        let status = compute(&observe(&policy, &sets, &[], 2), &[], &now());
+        // Warnings do not hold readiness back.
+        assert_eq!(status.state, Some(PolicyState::Ready));
+        let warnings = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == reason::WARNINGS)
+            .expect("warnings condition");
+        assert_eq!(warnings.status, "True");
+        assert!(
+            warnings
+                .message
+                .starts_with("spec.devicePlugin.config.default is \"any\" but spec.devicePlugin.config.name is empty"),
+            "{}",
+            warnings.message
+        );
+        let plugin = status
+            .components
+            .iter()
+            .find(|c| c.name == "device-plugin")
+            .unwrap();
+        assert_eq!(plugin.state, "ready");
+        assert_eq!(
+            plugin.warnings,
+            [
+                "spec.devicePlugin names NVIDIA's image nvcr.io/nvidia/k8s-device-plugin:v0.20.0; this operator runs its own device-plugin image x/DEVICE_PLUGIN_IMAGE:1 instead (clear spec.devicePlugin.repository, image and version, or name one of this operator's images)"
+            ]
+        );
+        // A failed reconcile keeps the warnings in sight.
+        let failed = failed(&status, "boom", Some(3), &now());
+        assert!(
+            failed
+                .conditions
+                .iter()
+                .any(|c| c.type_ == reason::WARNINGS)
         );
     }
 }

@@ -23,16 +23,18 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
         .mps
         .as_ref()
         .map_or(DEFAULT_MPS_ROOT, |mps| mps.root.as_str());
-    let mut command = vec![
-        "gpu-device-plugin".to_owned(),
-        "run".into(),
-        "--mig-strategy".into(),
-        policy.mig_strategy.as_str().into(),
+    let mut command = vec!["gpu-device-plugin".to_owned(), "run".into()];
+    // Unset, as NVIDIA's operator leaves MIG_STRATEGY unset: the plugin takes the config file's
+    // `flags.migStrategy`, else none.
+    if let Some(strategy) = policy.mig_strategy {
+        command.extend(["--mig-strategy".into(), strategy.as_str().into()]);
+    }
+    command.extend([
         "--kubelet-root".into(),
         kubelet_root.into(),
         "--mps-root".into(),
         mps_root.into(),
-    ];
+    ]);
     command.extend(config_flags(spec, "--config-map"));
     if spec.cdi.enabled.unwrap_or(true) {
         command.push("--cdi".into());

@@ -6,14 +6,16 @@ use super::common::{
     Awaits, NODE_AGENT, OperandDaemonSet, container, namespace_env, node_name_env,
 };
 use super::device_plugin::config_flags;
-use crate::model::{ClusterFacts, Component, ValidatedPolicy};
+use crate::model::{ClusterFacts, Component, MigStrategy, ValidatedPolicy};
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let mut command: Vec<String> = [
         NODE_AGENT,
         "discovery",
         "--mig-strategy",
-        policy.mig_strategy.as_str(),
+        // Unset: none, NVIDIA's feature discovery default; the device-plugin config's `flags.migStrategy` still
+        // wins, as it does for the device plugin.
+        policy.mig_strategy.unwrap_or(MigStrategy::None).as_str(),
     ]
     .map(String::from)
     .into();

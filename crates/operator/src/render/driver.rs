@@ -162,9 +162,9 @@ fn driver_update_strategy(
         .driver
         .upgrade_policy
         .as_ref()
-        .filter(|p| p.auto_upgrade == Some(true))
+        .filter(|p| p.auto_upgrade)
     {
-        Some(upgrade) => update_strategy(&policy.spec.daemonsets, upgrade.max_unavailable.as_ref()),
+        Some(upgrade) => update_strategy(&policy.spec.daemonsets, Some(&upgrade.max_unavailable)),
         None => on_delete(),
     }
 }

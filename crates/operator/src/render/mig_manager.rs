@@ -13,9 +13,10 @@ use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec.mig_manager;
     let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
-    // Without a `config` section, the schema's defaults (default-mig-parted-config, all-disabled).
+    // Without a `config` section, the schema's defaults: the built-in geometries, all-disabled. An empty name is
+    // the built-in geometries too (NVIDIA's chart writes `name: ""`).
     let config = spec.config.clone().unwrap_or_default();
-    let (config_map, default) = (config.name.as_str(), config.default.as_str());
+    let (config_map, default) = (config.config_map_name(), config.default.as_str());
     let mut command = vec![
         NODE_AGENT,
         "mig",

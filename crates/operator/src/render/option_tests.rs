@@ -345,6 +345,17 @@ fn every_daemonsets_option_on_one_operand() {
         json!(1)
     );
 
+    // Empty is unset, as NVIDIA's operator reads it: the default of 1.
+    let empty = render_component(
+        json!({"daemonsets": {"rollingUpdate": {"maxUnavailable": ""}}}),
+        &one_node(),
+        Component::DevicePlugin,
+    );
+    assert_eq!(
+        empty[0]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        json!(1)
+    );
+
     let on_delete = render_component(
         json!({"daemonsets": {"updateStrategy": "OnDelete"}}),
         &one_node(),

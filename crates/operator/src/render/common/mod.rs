@@ -381,11 +381,15 @@ pub(super) fn update_strategy(
     if daemonsets.update_strategy == "OnDelete" {
         return on_delete();
     }
+    // An empty string is unset, as NVIDIA's operator reads it (its values file may leave it empty).
+    let set = |value: &&IntOrString| !matches!(value, IntOrString::String(text) if text.is_empty());
     let max_unavailable = max_unavailable
+        .filter(set)
         .or(daemonsets
             .rolling_update
             .as_ref()
-            .and_then(|r| r.max_unavailable.as_ref()))
+            .and_then(|r| r.max_unavailable.as_ref())
+            .filter(set))
         .map_or(IntOrString::Int(1), kubernetes_int_or_percent);
     DaemonSetUpdateStrategy {
         type_: Some("RollingUpdate".into()),
@@ -414,11 +418,9 @@ pub(super) fn on_delete() -> DaemonSetUpdateStrategy {
     }
 }
 
+/// The section's pull policy, IfNotPresent when unset or unknown (validation warns about the latter).
 fn pull_policy(image: &ImageSpec) -> String {
-    image
-        .image_pull_policy
-        .clone()
-        .unwrap_or_else(|| "IfNotPresent".into())
+    image.pull_policy().to_owned()
 }
 
 fn resources(spec: &SpecResources) -> ResourceRequirements {
