@@ -52,14 +52,15 @@ pub fn target_dir(root: &Path) -> std::path::PathBuf {
     std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), std::path::PathBuf::from)
 }
 
-/// The environment of every release build (images and benchmarks share one, so they share one build): the
-/// workspace, target and cargo-home paths rewritten to fixed names, so that the same commit gives the same
-/// binaries wherever it is checked out.
+/// The environment of every release build (images and benchmarks share one, so they share one build): the target
+/// and cargo-home paths rewritten to fixed names, so that the same commit gives the same binaries wherever it is
+/// built. The checkout's own path needs no rewriting: cargo hands rustc the workspace's sources by relative path. It
+/// is left out on purpose, since these flags are part of every artifact's fingerprint: with it, each fresh clone
+/// would rebuild every dependency.
 pub fn release_env(root: &Path) -> Vec<(String, String)> {
     let cargo_home = std::env::var("CARGO_HOME")
         .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
     let flags = [
-        (root.display().to_string(), "/gpu-operator-rs"),
         (target_dir(root).display().to_string(), "/target"),
         (cargo_home, "/cargo"),
     ]

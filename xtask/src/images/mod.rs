@@ -3,7 +3,7 @@
 //! all written without a registry or a container engine into `<cache>/images/`.
 //!
 //! Every image is two layers: the shared glibc userland from Debian's packages (see `userland`) and one binary.
-//! The binaries are built with the workspace and cargo paths remapped, the layers with fixed owners and times
+//! The binaries are built with the target and cargo paths remapped, the layers with fixed owners and times
 //! (the commit's), so the same commit gives the same digests wherever it is built.
 
 mod oci;
