@@ -168,9 +168,102 @@ fn nvidias_complete_values_file_installs_and_runs_our_images() {
         "-n",
         NAMESPACE,
     ]);
-    // No Node Feature Discovery was deployed although nfd.enabled is true.
+    // No Node Feature Discovery was deployed although nfd.enabled is true: the node agent's node-facts role runs on
+    // every node instead, and publishes the labels the operator needs with only its own ServiceAccount's rights.
     let deployments = kubectl(&["get", "deployments", "-n", NAMESPACE, "-o", "name"]);
     assert_eq!(deployments.trim(), "deployment.apps/gpu-operator");
+    node_facts_replace_nfd();
+}
+
+/// The chart's node-facts DaemonSet runs the node agent's image on every node, and the role (a local process with
+/// the DaemonSet's ServiceAccount, on a host root that says what the node's OS labels say) puts back the NFD label
+/// that makes a node a GPU node, and records that it owns it.
+fn node_facts_replace_nfd() {
+    step("node-facts in place of Node Feature Discovery");
+    let daemonset = kubectl_json(&["get", "daemonset", "gpu-node-facts", "-n", NAMESPACE]);
+    let pod = &daemonset["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "gpu-node-facts");
+    assert_eq!(pod["tolerations"], json!([{"operator": "Exists"}]));
+    let container = &pod["containers"][0];
+    assert!(
+        container["image"]
+            .as_str()
+            .is_some_and(|image| image.starts_with(&format!("{OWN_REPOSITORY}gpu-node-agent:"))),
+        "{container:#}"
+    );
+    assert_eq!(container["args"][0], "node-facts");
+
+    let node = gpu_node_names().into_iter().next().expect("a GPU node");
+    let labels = kubectl_json(&["get", "node", &node])["metadata"]["labels"].clone();
+    let label = |name: &str| {
+        labels[format!("feature.node.kubernetes.io/{name}")]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let host = scenario_dir("node-facts");
+    std::fs::create_dir_all(host.join("etc")).expect("host root");
+    std::fs::write(
+        host.join("etc/os-release"),
+        format!(
+            "ID={}\nVERSION_ID=\"{}\"\n",
+            label("system-os_release.ID"),
+            label("system-os_release.VERSION_ID")
+        ),
+    )
+    .expect("os-release");
+    std::fs::write(
+        host.join("kernel"),
+        format!("{}\n", label("kernel-version.full")),
+    )
+    .expect("kernel release");
+    kubectl(&[
+        "label",
+        "node",
+        &node,
+        "feature.node.kubernetes.io/pci-10de.present-",
+    ]);
+
+    let state = host.join("gpus.json");
+    let host_root = host.display().to_string();
+    let kernel = host.join("kernel").display().to_string();
+    let agent = agents::NodeAgent::start(
+        &node,
+        "gpu-node-facts",
+        &state,
+        &[
+            "node-facts",
+            "--host-root",
+            &host_root,
+            "--kernel-release-file",
+            &kernel,
+        ],
+        &[],
+    );
+    eventually(WAIT, || {
+        let node = kubectl_json(&["get", "node", &node]);
+        let present =
+            node["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] == "true";
+        let owned = node["metadata"]["annotations"]["nvidia.com/node-facts.labels"]
+            .as_str()
+            .is_some_and(|owned| owned.contains("pci-10de.present"));
+        Ok((present && owned).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("node-facts did not label {node}: {e:#}\n{}", agent.output()));
+    let after = kubectl_json(&["get", "node", &node])["metadata"]["labels"].clone();
+    for name in [
+        "system-os_release.ID",
+        "system-os_release.VERSION_ID",
+        "kernel-version.full",
+    ] {
+        let key = format!("feature.node.kubernetes.io/{name}");
+        assert_eq!(
+            after[&key],
+            labels[&key],
+            "{key} changed: {}",
+            agent.output()
+        );
+    }
 }
 
 #[test]
