@@ -463,6 +463,7 @@ fn launch(
     children: &mut Vec<(Child, Record)>,
 ) -> anyhow::Result<()> {
     let ports = state.ports;
+    let host_address = state.host_address;
     let mut start = |name: &str,
                      args: Vec<String>,
                      children: &mut Vec<(Child, Record)>|
@@ -485,7 +486,7 @@ fn launch(
 
     start(
         "kube-apiserver",
-        apiserver_args(files, ports, state.host_address),
+        apiserver_args(files, ports, host_address),
         children,
     )?;
     let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;

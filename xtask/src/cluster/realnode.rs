@@ -291,12 +291,13 @@ pub fn tear_down(state_dir: &Path, state: &State) -> anyhow::Result<()> {
             .iter()
             .any(|record| record.name == name && process::is_running(record))
     };
-    if running("kubelet") && running("containerd") {
-        if let Err(error) = drain(&kubectl, &kubeconfig, &node) {
-            progress::say(format!(
-                "the real node's pods did not all stop through the kubelet ({error:#}); killing them"
-            ));
-        }
+    if running("kubelet")
+        && running("containerd")
+        && let Err(error) = drain(&kubectl, &kubeconfig, &node)
+    {
+        progress::say(format!(
+            "the real node's pods did not all stop through the kubelet ({error:#}); killing them"
+        ));
     }
     // The kubelet first, so that it restarts nothing; containerd last, after its containers are gone.
     let (containerd, others): (Vec<Record>, Vec<Record>) = node
