@@ -13,7 +13,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -161,6 +161,7 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         processes: Vec::new(),
     };
     save(&dirs, &node)?;
+    let mut children = Children::new();
     let kubeconfig = state_dir.join("kubeconfig");
     let logs = state_dir.join("logs");
 
@@ -177,8 +178,16 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         "--config".to_owned(),
         dirs.path("containerd.toml").display().to_string(),
     ];
-    start(&mut node, &dirs, "containerd", &containerd, &args, &logs)?;
-    wait("containerd", Duration::from_secs(30), &node, || {
+    start(
+        &mut node,
+        &mut children,
+        &dirs,
+        "containerd",
+        &containerd,
+        &args,
+        &logs,
+    )?;
+    wait("containerd", Duration::from_secs(30), &mut children, || {
         ctr(&node.socket, &["version"]).map(drop)
     })?;
     progress::step("import the images into containerd", |step| {
@@ -206,7 +215,15 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         "--config={}",
         dirs.path("kube-proxy.yaml").display()
     )];
-    start(&mut node, &dirs, "kube-proxy", &kube_proxy, &args, &logs)?;
+    start(
+        &mut node,
+        &mut children,
+        &dirs,
+        "kube-proxy",
+        &kube_proxy,
+        &args,
+        &logs,
+    )?;
 
     write(
         &dirs.path("kubelet.yaml"),
@@ -232,12 +249,20 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         format!("--node-labels={}", labels.join(",")),
     ];
     let kubelet = state.bin_dir.join("kubelet");
-    start(&mut node, &dirs, "kubelet", &kubelet, &args, &logs)?;
+    start(
+        &mut node,
+        &mut children,
+        &dirs,
+        "kubelet",
+        &kubelet,
+        &args,
+        &logs,
+    )?;
     let kubectl = state.bin_dir.join("kubectl");
     wait(
         &format!("node {} to be Ready", request.name),
         READY_TIMEOUT,
-        &node,
+        &mut children,
         || {
             let output = kubectl_output(
                 &kubectl,
@@ -656,41 +681,47 @@ nodeStatusUpdateFrequency: 2s
     )
 }
 
+/// The node's processes as this xtask started them, to notice one exiting.
+type Children = Vec<(Child, Record)>;
+
 fn start(
     node: &mut NodeState,
+    children: &mut Children,
     dirs: &Dirs,
     name: &str,
     binary: &Path,
     args: &[String],
     logs: &Path,
 ) -> anyhow::Result<()> {
-    let (_child, record) =
+    let (child, record) =
         process::spawn(name, binary, args, &[], &logs.join(format!("{name}.log")))?;
-    node.processes.push(record);
+    node.processes.push(record.clone());
+    children.push((child, record));
     save(dirs, node)
 }
 
-/// Polls `probe` until it succeeds, failing early (with its log's tail) when one of the node's processes died.
+/// Polls `probe` until it succeeds, failing early (with its log's tail) when one of the node's processes exits.
 fn wait(
     what: &str,
     timeout: Duration,
-    node: &NodeState,
+    children: &mut Children,
     mut probe: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     progress::step(&format!("wait for {what}"), |step| {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(dead) = node
-                .processes
-                .iter()
-                .find(|record| !process::is_running(record))
-            {
-                anyhow::bail!(
-                    "{} exited while waiting for {what}; last lines of {}:\n{}",
-                    dead.name,
-                    dead.log.display(),
-                    progress::log_tail(&dead.log, 30)
-                );
+            for (child, record) in children.iter_mut() {
+                if let Some(status) = child
+                    .try_wait()
+                    .with_context(|| format!("cannot check on {}", record.name))?
+                {
+                    anyhow::bail!(
+                        "{} exited ({status}) while waiting for {what}; last lines of {}:\n{}",
+                        record.name,
+                        record.log.display(),
+                        progress::log_tail(&record.log, 30)
+                    );
+                }
             }
             match probe() {
                 Ok(()) => return Ok(()),
