@@ -42,20 +42,19 @@ pub fn download(dir: &Path) -> anyhow::Result<Vec<Package>> {
                 })?
             }
         };
-        let deb = dir.join(deb_file_name(name, &version));
-        if !deb.exists() {
-            run(
-                dir,
-                "apt-get",
-                &["download", "-qq", &format!("{name}={version}")],
-            )?;
-        }
-        if !deb.exists() {
-            bail!(
-                "apt-get download {name}={version} wrote no {}",
-                deb.display()
-            );
-        }
+        let deb = match find_deb(dir, name, &version)? {
+            Some(deb) => deb,
+            None => {
+                let package = format!("{name}={version}");
+                run(dir, "apt-get", &["download", "-qq", &package])?;
+                find_deb(dir, name, &version)?.with_context(|| {
+                    format!(
+                        "apt-get download {package} wrote no .deb into {}",
+                        dir.display()
+                    )
+                })?
+            }
+        };
         packages.push(Package {
             name: (*name).to_string(),
             version,
@@ -83,9 +82,26 @@ fn parse_candidate(policy: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Debian's file name for a package version: `:` (epoch) is written `%3a`.
-fn deb_file_name(name: &str, version: &str) -> String {
-    format!("{name}_{}_amd64.deb", version.replace(':', "%3a"))
+/// The `.deb` of this package version in `dir`, for whichever architecture (`amd64`, or `all` for data-only
+/// packages such as ca-certificates).
+fn find_deb(dir: &Path, name: &str, version: &str) -> anyhow::Result<Option<PathBuf>> {
+    let prefix = deb_file_prefix(name, version);
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if file.starts_with(&prefix) && file.ends_with(".deb") {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// Debian's file name of a package version up to the architecture: `:` (an epoch) is written `%3a`.
+fn deb_file_prefix(name: &str, version: &str) -> String {
+    format!("{name}_{}_", version.replace(':', "%3a"))
 }
 
 fn run(dir: &Path, program: &str, args: &[&str]) -> anyhow::Result<()> {
@@ -236,8 +252,8 @@ mod tests {
 
     #[test]
     fn epochs_are_escaped_in_file_names() {
-        assert_eq!(deb_file_name("libc6", "2.36-9"), "libc6_2.36-9_amd64.deb");
-        assert_eq!(deb_file_name("tool", "1:2.0"), "tool_1%3a2.0_amd64.deb");
+        assert_eq!(deb_file_prefix("libc6", "2.36-9"), "libc6_2.36-9_");
+        assert_eq!(deb_file_prefix("tool", "1:2.0"), "tool_1%3a2.0_");
     }
 
     #[test]
