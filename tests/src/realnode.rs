@@ -25,6 +25,18 @@ pub struct BuiltImage {
     pub digest: String,
 }
 
+impl BuiltImage {
+    /// `<repository>@<digest>`: what the kubelet reports as a container's `imageID` (the real node tags every
+    /// imported image so, as a pull would).
+    pub fn digest_reference(&self) -> String {
+        let (repository, _tag) = self
+            .reference
+            .rsplit_once(':')
+            .expect("references carry a tag");
+        format!("{repository}@{}", self.digest)
+    }
+}
+
 /// The image whose reference is `<repository>/<name>:<version>`.
 pub fn image(name: &str) -> BuiltImage {
     let path = std::env::var("E2E_IMAGES_JSON").unwrap_or_else(|_| {

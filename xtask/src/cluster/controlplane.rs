@@ -195,7 +195,9 @@ pub fn apiserver_args(files: &Files, ports: Ports, host_address: Option<Ipv4Addr
     ];
     args.extend(listen);
     args.extend([
-        // `kubectl logs` and `exec` on the real node: the kubelet trusts the cluster CA.
+        // `kubectl logs` and `exec` on the real node: the kubelet trusts the cluster CA, and is reached at its
+        // InternalIP (its Hostname address is the node name, which no DNS resolves).
+        "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
         path_arg(
             "kubelet-client-certificate",
             &files.file("kubelet-client.crt"),

@@ -81,6 +81,21 @@ pub struct NodeState {
 struct BuiltImage {
     reference: String,
     archive: PathBuf,
+    /// The manifest's digest.
+    digest: String,
+}
+
+impl BuiltImage {
+    /// `<repository>@<digest>`: the name under which the kubelet reports the image a container runs
+    /// (`imageID`), as it would for a pulled image.
+    fn digest_reference(&self) -> String {
+        let repository = self
+            .reference
+            .rsplit_once(':')
+            .filter(|(_, tag)| !tag.contains('/'))
+            .map_or(self.reference.as_str(), |(repository, _)| repository);
+        format!("{repository}@{}", self.digest)
+    }
 }
 
 /// The files of the real node, all under `<cluster>/realnode/`.
@@ -193,14 +208,23 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
     progress::step("import the images into containerd", |step| {
         for image in &images {
             step.update(&image.reference);
+            let archive = image.archive.display().to_string();
+            ctr(
+                &node.socket,
+                &["-n", CRI_NAMESPACE, "images", "import", &archive],
+            )?;
+            // `import --digests` would name the digest image `import-<date>@...`, not after the repository.
+            let digest_reference = image.digest_reference();
             ctr(
                 &node.socket,
                 &[
                     "-n",
                     CRI_NAMESPACE,
                     "images",
-                    "import",
-                    &image.archive.display().to_string(),
+                    "tag",
+                    "--force",
+                    &image.reference,
+                    &digest_reference,
                 ],
             )?;
         }
@@ -838,6 +862,23 @@ mod tests {
         assert!(config.contains("address: 192.0.2.2"));
         assert!(config.contains("failCgroupV1: false"));
         assert!(config.contains("cgroupDriver: cgroupfs"));
+    }
+
+    #[test]
+    fn names_an_image_by_its_repository_and_digest() {
+        let image = |reference: &str| BuiltImage {
+            reference: reference.into(),
+            archive: PathBuf::new(),
+            digest: "sha256:ab".into(),
+        };
+        assert_eq!(
+            image("ghcr.io/gpu-operator-rs/pause:0.1.0").digest_reference(),
+            "ghcr.io/gpu-operator-rs/pause@sha256:ab"
+        );
+        assert_eq!(
+            image("localhost:5000/testapp").digest_reference(),
+            "localhost:5000/testapp@sha256:ab"
+        );
     }
 
     #[test]
