@@ -39,6 +39,8 @@ const PACKAGES: [(&str, &str); 4] = [
     ("containernetworking-plugins", "/usr/lib/cni/bridge"),
     ("iptables", "/usr/sbin/iptables"),
 ];
+/// util-linux's unshare (essential on Debian).
+const UNSHARE: &str = "/usr/bin/unshare";
 /// Where Debian's containernetworking-plugins puts the plugins.
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// The images' namespace in containerd that the CRI plugin (and so the kubelet) uses.
@@ -188,20 +190,33 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         &dirs.path("cni/10-gpu-operator-rs.conflist"),
         &cni_config(&dirs),
     )?;
-    let containerd = PathBuf::from(PACKAGES[0].1);
-    let args = vec![
-        "--config".to_owned(),
-        dirs.path("containerd.toml").display().to_string(),
-    ];
-    start(
-        &mut node,
-        &mut children,
-        &dirs,
+    // In a mount namespace of its own whose root is a slave of the host's: containers may then mount host paths
+    // with HostToContainer propagation (the validator's "/" does), which needs a shared or slave mount, while the
+    // host's own "/" stays as it is (private here, where PID 1 is not systemd). Mounts the kubelet makes on the
+    // host (volumes) still reach containerd.
+    let config = dirs.path("containerd.toml").display().to_string();
+    let args = [
+        "--mount",
+        "--propagation",
+        "slave",
+        "--",
+        PACKAGES[0].1,
+        "--config",
+        &config,
+    ]
+    .map(str::to_owned);
+    let (child, mut record) = process::spawn(
         "containerd",
-        &containerd,
+        Path::new(UNSHARE),
         &args,
-        &logs,
+        &[],
+        &logs.join("containerd.log"),
     )?;
+    // unshare execs containerd in place: the PID is containerd's.
+    record.binary = PathBuf::from(PACKAGES[0].1);
+    node.processes.push(record.clone());
+    children.push((child, record));
+    save(&dirs, &node)?;
     wait("containerd", Duration::from_secs(30), &mut children, || {
         ctr(&node.socket, &["version"]).map(drop)
     })?;
