@@ -190,10 +190,12 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         &dirs.path("cni/10-gpu-operator-rs.conflist"),
         &cni_config(&dirs),
     )?;
-    // In a mount namespace of its own whose root is a slave of the host's: containers may then mount host paths
-    // with HostToContainer propagation (the validator's "/" does), which needs a shared or slave mount, while the
-    // host's own "/" stays as it is (private here, where PID 1 is not systemd). Mounts the kubelet makes on the
-    // host (volumes) still reach containerd.
+    // containerd runs in a mount namespace of its own whose root is a slave of the host's: containers may then
+    // mount host paths with HostToContainer propagation (the validator's "/" does), which needs a shared or slave
+    // mount, while the host's own "/" stays as it is (private here, where PID 1 is not systemd). The node's
+    // directory is made a shared mount first, so that the volumes the kubelet mounts under it on the host reach
+    // containerd's namespace.
+    share_mount(&dirs.root)?;
     let config = dirs.path("containerd.toml").display().to_string();
     let args = [
         "--mount",
@@ -472,6 +474,27 @@ fn kill_containers(socket: &Path) {
             &["-n", CRI_NAMESPACE, "tasks", "delete", "--force", task],
         );
     }
+}
+
+/// Bind-mounts `dir` onto itself and marks it shared (recursively).
+fn share_mount(dir: &Path) -> anyhow::Result<()> {
+    let dir = dir.display().to_string();
+    mount(&["--bind", &dir, &dir])?;
+    mount(&["--make-rshared", &dir])
+}
+
+fn mount(args: &[&str]) -> anyhow::Result<()> {
+    let output = Command::new("mount")
+        .args(args)
+        .output()
+        .context("cannot run mount")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "mount {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(())
 }
 
 /// Lazily unmounts every mount point under `dir` (volumes, overlay root file systems, sandbox /dev/shm), deepest
