@@ -156,10 +156,4 @@ fn the_chart_runs_the_operator_as_a_pod_that_leads_and_reconciles() {
     })
     .expect("the operator writes the ClusterPolicy's status");
     println!("ClusterPolicy state: {policy}");
-
-    step("helm uninstall");
-    e2e::ok(
-        "helm",
-        &["uninstall", "--wait", e2e::RELEASE, "-n", e2e::NAMESPACE],
-    );
 }

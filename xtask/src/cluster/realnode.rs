@@ -190,17 +190,17 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         &dirs.path("cni/10-gpu-operator-rs.conflist"),
         &cni_config(&dirs),
     )?;
-    // containerd runs in a mount namespace of its own whose root is a slave of the host's: containers may then
-    // mount host paths with HostToContainer propagation (the validator's "/" does), which needs a shared or slave
-    // mount, while the host's own "/" stays as it is (private here, where PID 1 is not systemd). The node's
-    // directory is made a shared mount first, so that the volumes the kubelet mounts under it on the host reach
-    // containerd's namespace.
+    // containerd runs in a mount namespace of its own in which every mount is shared: containers may then mount
+    // host paths with HostToContainer propagation (the validator's "/" does), which needs a shared or slave
+    // mount, while the host's own "/" stays as it is (private here, where PID 1 is not systemd, so nothing
+    // propagates back to it). The node's directory is made a shared mount on the host first: its copy in
+    // containerd's namespace is then its peer, and the volumes the kubelet mounts under it reach containerd.
     share_mount(&dirs.root)?;
     let config = dirs.path("containerd.toml").display().to_string();
     let args = [
         "--mount",
         "--propagation",
-        "slave",
+        "shared",
         "--",
         PACKAGES[0].1,
         "--config",
