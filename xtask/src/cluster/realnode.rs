@@ -735,7 +735,7 @@ imageGCHighThresholdPercent: 100
 localStorageCapacityIsolation: false
 protectKernelDefaults: false
 resolvConf: \"\"
-podLogsDirectory: {pod_logs}
+podLogsDir: {pod_logs}
 nodeStatusUpdateFrequency: 2s
 ",
         client_ca = client_ca.display(),
@@ -900,6 +900,7 @@ mod tests {
         assert!(config.contains("address: 192.0.2.2"));
         assert!(config.contains("failCgroupV1: false"));
         assert!(config.contains("cgroupDriver: cgroupfs"));
+        assert!(config.contains("podLogsDir: /c/cluster/realnode/logs"));
     }
 
     #[test]
