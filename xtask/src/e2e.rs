@@ -170,3 +170,16 @@ fn run_real_node_tests(
     args.extend(filter);
     command::run(root, &env, &command::cargo(), &args)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plain_run_takes_every_suite_but_the_real_node_one() {
+        let suites = suites(&crate::crdgen::workspace_root()).unwrap();
+        assert!(suites.contains(&"operator".to_owned()), "{suites:?}");
+        assert!(suites.contains(&"device_plugin".to_owned()), "{suites:?}");
+        assert!(!suites.contains(&REAL_NODE_SUITE.to_owned()), "{suites:?}");
+    }
+}
