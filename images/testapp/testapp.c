@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
     for (char **entry = environ; *entry != NULL; entry++) {
         printf("env %s\n", *entry);
     }
+    fflush(stdout); /* the environment shows even while the probe below waits */
     probe_apiserver();
     printf("testapp: pid %d, waiting\n", (int)getpid());
     fflush(stdout);
