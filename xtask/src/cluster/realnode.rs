@@ -8,8 +8,11 @@
 //! through the API (so the kubelet tears their sandboxes and networks down), then stops the kubelet, kube-proxy
 //! (and removes its rules) and containerd, unmounts what is left under the directory and deletes the bridge.
 //!
+//! containerd runs in a mount namespace of its own where mounts are shared (see [`add`]), so that containers can
+//! use HostToContainer mount propagation on a host whose root mount is private, without changing the host's.
+//!
 //! Only one real kubelet can run on a machine: its device-plugin directory is fixed at
-//! `/var/lib/kubelet/device-plugins`.
+//! `/var/lib/kubelet/device-plugins` (`add` refuses when another kubelet serves it).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -39,6 +42,8 @@ const PACKAGES: [(&str, &str); 4] = [
     ("containernetworking-plugins", "/usr/lib/cni/bridge"),
     ("iptables", "/usr/sbin/iptables"),
 ];
+/// Where every kubelet serves device-plugin registration, whatever its `--root-dir`.
+const DEVICE_PLUGIN_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
 /// util-linux's unshare (essential on Debian).
 const UNSHARE: &str = "/usr/bin/unshare";
 /// Where Debian's containernetworking-plugins puts the plugins.
@@ -159,6 +164,12 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
     let kube_proxy = tools::ensure_tool(layout, &versions::kube_proxy())?.join("kube-proxy");
 
     tear_down(&state_dir, &state)?;
+    let registration = Path::new(DEVICE_PLUGIN_SOCKET);
+    anyhow::ensure!(
+        std::os::unix::net::UnixStream::connect(registration).is_err(),
+        "another kubelet serves {}: only one kubelet can run on a machine; stop it first",
+        registration.display()
+    );
     let dirs = Dirs::of(&state_dir);
     for dir in [
         "containerd/root",
