@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod kubelet;
 pub mod plugin;
+pub mod realnode;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,11 +1,23 @@
 //! `cargo xtask e2e`: the end-to-end tests against a fresh local cluster. Starts the cluster (building the
 //! Kubernetes binaries on first use), adds simulated GPU nodes, builds the binaries under test, runs the
 //! `e2e` crate's tests with the cluster's environment, and stops the cluster again.
+//!
+//! `--real-node` runs the `real_node` suite instead, whose pods are real containers: it builds the images
+//! (`cargo xtask images`) and adds the real node (`cluster add-real-node`) to the fresh cluster. The other suites
+//! never run with it, since they start kubelets of their own and only one kubelet can run on a machine.
 
 use std::path::{Path, PathBuf};
 
-use crate::cluster::{self, AddNodes};
-use crate::command;
+use anyhow::Context as _;
+
+use crate::cluster::{self, AddNodes, AddRealNode};
+use crate::{command, images};
+
+/// The test target (`tests/tests/real_node.rs`) whose pods run on the real node.
+const REAL_NODE_SUITE: &str = "real_node";
+/// The real node's name and simulated GPUs: the seed guide's four A100s.
+const REAL_NODE: &str = "real-node";
+const REAL_NODE_GPUS: &str = "a100-40gb:4";
 
 /// Simulated GPU nodes every end-to-end run starts with: two OS pools, two GPU models.
 pub fn standard_nodes() -> Vec<AddNodes> {
@@ -40,11 +52,20 @@ pub fn build_binaries(root: &Path, binaries: &[(&str, &str)]) -> anyhow::Result<
     Ok(target_dir.join("debug"))
 }
 
-pub fn run(root: &Path, keep_cluster: bool, filter: Option<&str>) -> anyhow::Result<()> {
+pub fn run(
+    root: &Path,
+    keep_cluster: bool,
+    real_node: bool,
+    filter: Option<&str>,
+) -> anyhow::Result<()> {
     // A fresh cluster per run: no state leaks from an earlier run or a demo.
     cluster::down()?;
     let info = cluster::ensure_up()?;
-    let result = run_tests(root, &info, filter);
+    let result = if real_node {
+        run_real_node_tests(root, &info, filter)
+    } else {
+        run_tests(root, &info, filter)
+    };
     if keep_cluster {
         println!(
             "the cluster is still up: eval \"$(cargo xtask cluster env)\"; stop it with `cargo xtask cluster down`"
@@ -85,11 +106,62 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         "E2E_AUDIT_LOG".into(),
         info.state_dir.join("logs/audit.log").display().to_string(),
     ));
+    let suites = suites(root)?;
+    let mut args = vec!["test", "--no-fail-fast", "--package", "e2e"];
+    for suite in &suites {
+        args.extend(["--test", suite]);
+    }
+    args.extend(["--", "--ignored", "--show-output", "--test-threads=1"]);
+    args.extend(filter);
+    command::run(root, &env, &command::cargo(), &args)
+}
+
+/// The e2e crate's test targets (`tests/tests/*.rs`) but the real-node suite.
+fn suites(root: &Path) -> anyhow::Result<Vec<String>> {
+    let dir = root.join("tests/tests");
+    let mut suites = Vec::new();
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
+        let path = entry?.path();
+        if path.extension().is_some_and(|extension| extension == "rs")
+            && let Some(stem) = path.file_stem().and_then(|stem| stem.to_str())
+            && stem != REAL_NODE_SUITE
+        {
+            suites.push(stem.to_owned());
+        }
+    }
+    suites.sort();
+    Ok(suites)
+}
+
+/// Builds the images, adds the real node, and runs the real-node suite.
+fn run_real_node_tests(
+    root: &Path,
+    info: &cluster::ClusterInfo,
+    filter: Option<&str>,
+) -> anyhow::Result<()> {
+    let built = images::run(root, &images::Args::default())?;
+    let images_json = built
+        .first()
+        .and_then(|image| image.archive.parent())
+        .context("cargo xtask images built nothing")?
+        .join("images.json");
+    cluster::add_real_node(&AddRealNode {
+        name: REAL_NODE.into(),
+        gpus: Some(REAL_NODE_GPUS.parse().expect("valid --gpus literal")),
+        images: images_json.parent().map(Path::to_path_buf),
+    })?;
+    let mut env = cluster::env_vars(info);
+    env.push(("E2E_REAL_NODE".into(), REAL_NODE.into()));
+    env.push(("E2E_IMAGES_JSON".into(), images_json.display().to_string()));
+    env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     let mut args = vec![
         "test",
-        "--no-fail-fast",
         "--package",
         "e2e",
+        "--test",
+        REAL_NODE_SUITE,
         "--",
         "--ignored",
         "--show-output",
@@ -97,4 +169,17 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     ];
     args.extend(filter);
     command::run(root, &env, &command::cargo(), &args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plain_run_takes_every_suite_but_the_real_node_one() {
+        let suites = suites(&crate::crdgen::workspace_root()).unwrap();
+        assert!(suites.contains(&"operator".to_owned()), "{suites:?}");
+        assert!(suites.contains(&"device_plugin".to_owned()), "{suites:?}");
+        assert!(!suites.contains(&REAL_NODE_SUITE.to_owned()), "{suites:?}");
+    }
 }

@@ -39,6 +39,10 @@ enum Task {
         /// Leave the cluster running afterwards, for a look around.
         #[arg(long)]
         keep_cluster: bool,
+        /// Run the real-node suite instead: build the images, add a node with containerd, and run the tests
+        /// whose pods are real containers.
+        #[arg(long)]
+        real_node: bool,
         /// Run only the tests whose name contains this.
         filter: Option<String>,
     },
@@ -58,8 +62,9 @@ fn main() -> anyhow::Result<()> {
         Task::Demo => demo::run(&root),
         Task::E2e {
             keep_cluster,
+            real_node,
             filter,
-        } => e2e::run(&root, keep_cluster, filter.as_deref()),
+        } => e2e::run(&root, keep_cluster, real_node, filter.as_deref()),
         Task::Test => test::run(&root),
         Task::Bench(args) => bench::run(&root, &args),
         Task::Images(args) => images::run(&root, &args).map(|_| ()),

@@ -39,7 +39,9 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         &["lint", "--strict", &chart],
     )?;
     step("end-to-end tests against the local cluster");
-    e2e::run(root, false, None)
+    e2e::run(root, false, false, None)?;
+    step("end-to-end tests on the real node (containerd, images built here)");
+    e2e::run(root, false, true, None)
 }
 
 fn step(name: &str) {

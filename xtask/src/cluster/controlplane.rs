@@ -1,5 +1,9 @@
 //! Starting and stopping the control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
-//! all on 127.0.0.1, as processes that outlive xtask. What runs is recorded in `<state>/state.json`.
+//! on 127.0.0.1, as processes that outlive xtask. What runs is recorded in `<state>/state.json`.
+//!
+//! The one exception to loopback: the API server also listens on the host's address and advertises it as the
+//! `kubernetes` Service's endpoint, because pods on the real node (see `realnode`) reach it through that Service,
+//! and a pod's network namespace has its own loopback.
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt as _;
@@ -17,7 +21,7 @@ use super::process::{self, Record};
 use super::tools::Toolset;
 use super::{api, kubeconfig, progress};
 
-/// The service network. It is virtual (there is no kube-proxy), so any private range works.
+/// The service network. Virtual for kwok's nodes; the real node's kube-proxy routes the `kubernetes` Service.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// The first address of [`SERVICE_CIDR`]: the `kubernetes` Service's cluster IP, in the serving certificate.
 pub const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
@@ -57,6 +61,10 @@ pub struct State {
     /// The binaries it runs: a cluster started with other versions is restarted by `cluster up`.
     pub bin_dir: PathBuf,
     pub ports: Ports,
+    /// The host address the API server advertises to pods; None on a host with no route off loopback, where the
+    /// cluster works for kwok's nodes but cannot take a real one.
+    #[serde(default)]
+    pub host_address: Option<Ipv4Addr>,
     /// In start order.
     pub processes: Vec<Record>,
     /// Processes started on top of the cluster (the demo's operator and node agents), stopped before it.
@@ -156,14 +164,45 @@ pub fn etcd_args(files: &Files, ports: Ports) -> Vec<String> {
     ]
 }
 
-pub fn apiserver_args(files: &Files, ports: Ports) -> Vec<String> {
-    vec![
+/// The address of this host that other network namespaces reach it by: the source address of its route to the
+/// outside (no packet is sent), or None when it has no such route.
+pub fn host_address() -> Option<Ipv4Addr> {
+    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket.connect((Ipv4Addr::new(203, 0, 113, 1), 9)).ok()?;
+    match socket.local_addr().ok()?.ip() {
+        IpAddr::V4(address) if !address.is_loopback() && !address.is_unspecified() => Some(address),
+        _ => None,
+    }
+}
+
+pub fn apiserver_args(files: &Files, ports: Ports, host_address: Option<Ipv4Addr>) -> Vec<String> {
+    let listen = match host_address {
+        // The kubeconfigs use 127.0.0.1; pods use the `kubernetes` Service, whose endpoint is the advertised address.
+        Some(address) => vec![
+            "--bind-address=0.0.0.0".into(),
+            format!("--advertise-address={address}"),
+        ],
+        // Nothing can use the `kubernetes` Service's endpoints, and loopback ones would be invalid.
+        None => vec![
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+        ],
+    };
+    let mut args = vec![
         format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
-        "--bind-address=127.0.0.1".into(),
-        "--advertise-address=127.0.0.1".into(),
         format!("--secure-port={}", ports.apiserver),
-        // Nothing in the cluster needs the `kubernetes` Service's endpoints, and loopback ones would be invalid.
-        "--endpoint-reconciler-type=none".into(),
+    ];
+    args.extend(listen);
+    args.extend([
+        // `kubectl logs` and `exec` on the real node: the kubelet trusts the cluster CA, and is reached at its
+        // InternalIP (its Hostname address is the node name, which no DNS resolves).
+        "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+        path_arg(
+            "kubelet-client-certificate",
+            &files.file("kubelet-client.crt"),
+        ),
+        path_arg("kubelet-client-key", &files.file("kubelet-client.key")),
         path_arg("tls-cert-file", &files.file("apiserver.crt")),
         path_arg("tls-private-key-file", &files.file("apiserver.key")),
         path_arg("client-ca-file", &files.file("ca.crt")),
@@ -180,7 +219,8 @@ pub fn apiserver_args(files: &Files, ports: Ports) -> Vec<String> {
         path_arg("audit-policy-file", &files.file("audit-policy.yaml")),
         path_arg("audit-log-path", &files.log("audit")),
         "--audit-log-format=json".into(),
-    ]
+    ]);
+    args
 }
 
 /// Audit policy: write requests at Metadata level (verb, user, object), nothing else.
@@ -294,6 +334,8 @@ pub fn tear_down(state_dir: &Path) -> anyhow::Result<bool> {
         }
         return Ok(false);
     };
+    // The real node first, while the API server can still take its pods away.
+    super::realnode::tear_down(state_dir, &state)?;
     process::stop_all(&state.workloads, STOP_GRACE)?;
     process::stop_all(&state.processes, STOP_GRACE)?;
     remove(state_dir)?;
@@ -351,6 +393,7 @@ pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
         apiserver_url: format!("https://127.0.0.1:{apiserver}"),
         bin_dir: toolset.bin_dir.clone(),
         ports,
+        host_address: host_address(),
         processes: Vec::new(),
         workloads: Vec::new(),
     };
@@ -385,6 +428,10 @@ fn write_files(files: &Files, state: &State, toolset: &Toolset) -> anyhow::Resul
     secret("sa.key", &pki.service_account_key_pem)?;
     public("sa.pub", &pki.service_account_public_pem)?;
     for (identity, client) in &pki.clients {
+        if *identity == certs::ADMIN {
+            public("kubelet-client.crt", &client.cert_pem)?;
+            secret("kubelet-client.key", &client.key_pem)?;
+        }
         let text = kubeconfig::render(
             &state.apiserver_url,
             &pki.ca.cert_pem,
@@ -418,6 +465,7 @@ fn launch(
     children: &mut Vec<(Child, Record)>,
 ) -> anyhow::Result<()> {
     let ports = state.ports;
+    let host_address = state.host_address;
     let mut start = |name: &str,
                      args: Vec<String>,
                      children: &mut Vec<(Child, Record)>|
@@ -438,7 +486,11 @@ fn launch(
         Ok(())
     })?;
 
-    start("kube-apiserver", apiserver_args(files, ports), children)?;
+    start(
+        "kube-apiserver",
+        apiserver_args(files, ports, host_address),
+        children,
+    )?;
     let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;
     wait_for(
         "kube-apiserver /readyz",
@@ -538,7 +590,7 @@ mod tests {
         let (files, ports) = sample();
         let all = [
             etcd_args(&files, ports),
-            apiserver_args(&files, ports),
+            apiserver_args(&files, ports, None),
             controller_manager_args(&files),
             scheduler_args(&files),
             kwok_args(&files, ports),
@@ -561,6 +613,21 @@ mod tests {
         assert!(all.contains(
             &"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".to_owned()
         ));
+    }
+
+    #[test]
+    fn the_api_server_advertises_the_host_address_pods_can_reach() {
+        let (files, ports) = sample();
+        let args = apiserver_args(&files, ports, Some(Ipv4Addr::new(192, 0, 2, 2)));
+        assert!(args.contains(&"--bind-address=0.0.0.0".to_owned()));
+        assert!(args.contains(&"--advertise-address=192.0.2.2".to_owned()));
+        assert!(
+            !args
+                .iter()
+                .any(|arg| arg.starts_with("--endpoint-reconciler-type"))
+        );
+        assert!(args.contains(&"--kubelet-client-certificate=/s/kubelet-client.crt".to_owned()));
+        assert!(host_address().is_none_or(|address| !address.is_loopback()));
     }
 
     #[test]
@@ -595,6 +662,7 @@ mod tests {
             apiserver_url: "https://127.0.0.1:3".into(),
             bin_dir: PathBuf::from("/b"),
             ports,
+            host_address: None,
             processes: vec![Record {
                 name: "etcd".into(),
                 pid: 7,

@@ -17,6 +17,7 @@ mod nodes;
 pub(crate) mod paths;
 mod process;
 mod progress;
+mod realnode;
 mod toolchain;
 mod tools;
 mod versions;
@@ -27,6 +28,7 @@ use std::process::Command as Process;
 use anyhow::Context as _;
 
 pub use nodes::AddNodes;
+pub use realnode::AddRealNode;
 
 /// `cargo xtask cluster <command>`.
 #[derive(Debug, clap::Subcommand)]
@@ -39,6 +41,9 @@ pub enum Command {
     Env,
     /// Add simulated GPU nodes (managed by kwok).
     AddNodes(AddNodes),
+    /// Add a node that runs pods as real containers: containerd (installed with apt-get if missing), the images
+    /// of `cargo xtask images`, the kubelet and kube-proxy. Only one per machine; `cluster down` removes it.
+    AddRealNode(AddRealNode),
 }
 
 /// Runs one `cargo xtask cluster` command.
@@ -69,6 +74,11 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::AddNodes(request) => {
             let names = add_nodes(&request)?;
             println!("added {} node(s): {}", names.len(), names.join(", "));
+            Ok(())
+        }
+        Command::AddRealNode(request) => {
+            let node = add_real_node(&request)?;
+            println!("added the real node {node}");
             Ok(())
         }
     }
@@ -146,6 +156,13 @@ pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
         "the cluster is not up; run `cargo xtask cluster up` first"
     );
     nodes::add(&kubeconfig, request)
+}
+
+/// Adds the real node to the running cluster (replacing an earlier one) and waits until it is Ready; returns its
+/// name.
+pub fn add_real_node(request: &AddRealNode) -> anyhow::Result<String> {
+    let layout = paths::Layout::from_env()?;
+    Ok(realnode::add(&layout, request)?.node)
 }
 
 /// Runs `binary args` as a workload of the running cluster (replacing a running one of the same name); its log

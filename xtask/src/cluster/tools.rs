@@ -42,6 +42,17 @@ fn file_name(path: &str) -> String {
     path.rsplit('/').next().unwrap_or(path).to_owned()
 }
 
+/// Builds one tool outside the toolset (kube-proxy) if it is not in the cache yet; returns its directory.
+pub fn ensure_tool(layout: &Layout, tool: &GoTool) -> anyhow::Result<PathBuf> {
+    let dir = layout.tool_dir(tool);
+    if !is_built(&dir, tool) {
+        let go = toolchain::ensure_go(layout)?;
+        build(layout, &go, tool)
+            .with_context(|| format!("building {} {}", tool.module, tool.version))?;
+    }
+    Ok(dir)
+}
+
 /// Builds every tool that is not in the cache yet, and links all binaries into one directory.
 pub fn ensure_built(layout: &Layout) -> anyhow::Result<Toolset> {
     let tools = versions::all_tools();

@@ -126,6 +126,39 @@ pub const KWOK_STAGE_FILES: &[&str] = &[
 ];
 
 pub fn kubernetes() -> GoTool {
+    GoTool {
+        name: "kubernetes",
+        packages: &[
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            "k8s.io/kubernetes/cmd/kubectl",
+            "k8s.io/kubernetes/cmd/kubelet",
+        ],
+        binaries: &[
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubectl",
+            "kubelet",
+        ],
+        ..kubernetes_module()
+    }
+}
+
+/// kube-proxy, from the same module as [`kubernetes`] but built on its own: only the real node needs it, and a
+/// separate tool leaves the cached control-plane build (and the toolset's name) as they are.
+pub fn kube_proxy() -> GoTool {
+    GoTool {
+        name: "kube-proxy",
+        packages: &["k8s.io/kubernetes/cmd/kube-proxy"],
+        binaries: &["kube-proxy"],
+        ..kubernetes_module()
+    }
+}
+
+/// What every build from `k8s.io/kubernetes` shares: the module, its version and the version stamps.
+fn kubernetes_module() -> GoTool {
     let minor = KUBERNETES
         .trim_start_matches('v')
         .split('.')
@@ -144,20 +177,8 @@ pub fn kubernetes() -> GoTool {
         name: "kubernetes",
         module: "k8s.io/kubernetes",
         version: KUBERNETES,
-        packages: &[
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            "k8s.io/kubernetes/cmd/kube-controller-manager",
-            "k8s.io/kubernetes/cmd/kube-scheduler",
-            "k8s.io/kubernetes/cmd/kubectl",
-            "k8s.io/kubernetes/cmd/kubelet",
-        ],
-        binaries: &[
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-            "kubectl",
-            "kubelet",
-        ],
+        packages: &[],
+        binaries: &[],
         output: Output::Directory,
         version_ldflags: ldflags,
         kubernetes_staging: true,

@@ -1,6 +1,6 @@
 //! `cargo xtask images`: the OCI image archives of the operator, the node agent and the device plugin (release
-//! builds, tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs,
-//! all written without a registry or a container engine into `<cache>/images/`.
+//! builds, tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and
+//! the real-node tests' workload ("testapp"), all written without a registry or a container engine into `<cache>/images/`.
 //!
 //! Every image is two layers: the shared glibc userland from Debian's packages (see `userland`) and one binary.
 //! The binaries are built with the target and cargo paths remapped, the layers with fixed owners and times
@@ -64,6 +64,8 @@ const COMPONENTS: &[Component] = &[
 
 /// The pause image's name; the local node's containerd config points its sandbox image here.
 pub const PAUSE_IMAGE: &str = "pause";
+/// The real-node tests' workload: prints its environment, then waits (`images/testapp/testapp.c`).
+pub const TESTAPP_IMAGE: &str = "testapp";
 
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
@@ -174,24 +176,33 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
         built.push(write(&out, component.image, &version, &image)?);
     }
 
-    say("building the pause image");
-    let pause = build_pause(root, &out)?;
-    let pause_layer = single_file_contents("/pause", pause).build(created)?;
-    let image = Image {
-        config: ImageConfig {
-            reference: format!("{REPOSITORY}/{PAUSE_IMAGE}:{version}"),
-            entrypoint: vec!["/pause".into()],
-            user: "65535:65535".into(),
-            env: Vec::new(),
-            labels: labels(
-                PAUSE_IMAGE,
-                "The pod sandbox process of the local real node.",
-            ),
-            created,
-        },
-        layers: vec![&pause_layer],
-    };
-    built.push(write(&out, PAUSE_IMAGE, &version, &image)?);
+    for (name, description) in [
+        (
+            PAUSE_IMAGE,
+            "The pod sandbox process of the local real node.",
+        ),
+        (
+            TESTAPP_IMAGE,
+            "The real-node tests' workload: prints its environment, then waits.",
+        ),
+    ] {
+        say(format!("building the {name} image"));
+        let program = build_static_c(root, &out, name)?;
+        let path = format!("/{name}");
+        let layer = single_file_contents(&path, program).build(created)?;
+        let image = Image {
+            config: ImageConfig {
+                reference: format!("{REPOSITORY}/{name}:{version}"),
+                entrypoint: vec![path],
+                user: "65535:65535".into(),
+                env: Vec::new(),
+                labels: labels(name, description),
+                created,
+            },
+            layers: vec![&layer],
+        };
+        built.push(write(&out, name, &version, &image)?);
+    }
 
     std::fs::write(
         out.join("images.json"),
@@ -266,10 +277,10 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The pause program, static, built from `images/pause/pause.c` with the machine's C compiler.
-fn build_pause(root: &Path, out: &Path) -> anyhow::Result<Vec<u8>> {
-    let binary = out.join("pause.bin");
-    let source = root.join("images/pause/pause.c");
+/// The program `images/<name>/<name>.c`, static, built with the machine's C compiler.
+fn build_static_c(root: &Path, out: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
+    let binary = out.join(format!("{name}.bin"));
+    let source = root.join(format!("images/{name}/{name}.c"));
     command::run(
         root,
         &[],
