@@ -298,7 +298,7 @@ fn kubectl_explain_shows_our_descriptions() {
     .expect("kubectl explain answered");
     for words in [
         "Named device-plugin configurations (time-slicing, MPS, MIG strategy) kept in a ConfigMap",
-        "Key of the ConfigMap used on nodes without the nvidia.com/device-plugin.config label. Requires name.",
+        "Key of the ConfigMap used on nodes without the nvidia.com/device-plugin.config label. Ignored without a name, as in NVIDIA's operator (the status warns).",
         "whose keys are device-plugin configurations, one version v1 file per key",
     ] {
         // kubectl wraps descriptions to the terminal; compare with whitespace collapsed.
