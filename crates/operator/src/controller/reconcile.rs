@@ -116,7 +116,7 @@ pub(super) async fn reconcile_policy(
             .collect(),
         gpu_nodes: &gpu_nodes,
         unknown_fields: &unknown_fields,
-        config_problems: configs::config_problems(&validated, &context.namespace, |name| {
+        configs: configs::config_findings(&validated, &context.namespace, |name| {
             let key = ObjectRef::new(name).within(&context.namespace);
             context
                 .config_maps

@@ -1,6 +1,8 @@
 //! The ConfigMaps a ClusterPolicy names, checked where users look: a device-plugin or MIG ConfigMap that is
 //! missing or does not parse makes its component not ready, with the key, the field and the problem in the
 //! status. The node agents keep the last good config on their nodes; this says why a change did not arrive.
+//! What does not stop the component (a named MIG config that nodes cannot apply while the file's others can, keys
+//! of a device-plugin config that are ignored as NVIDIA ignores them) is a warning of that component instead.
 
 use std::collections::BTreeMap;
 
@@ -12,14 +14,42 @@ use crate::model::{Component, ValidatedPolicy};
 /// The key of the MIG manager's ConfigMap that holds the mig-parted file.
 pub const MIG_CONFIG_KEY: &str = "config.yaml";
 
-/// Problems with the ConfigMaps the policy names, by the component that reads them. `find` looks a ConfigMap up
-/// by name in the operator's namespace.
-pub fn config_problems(
+/// What the checks of the ConfigMaps found, by the component that reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigFindings {
+    /// What keeps the component from taking its config: it is not ready.
+    pub problems: BTreeMap<Component, Vec<String>>,
+    /// What the component works around; it stays ready and its status names them.
+    pub warnings: BTreeMap<Component, Vec<String>>,
+}
+
+impl ConfigFindings {
+    fn add(&mut self, component: Component, found: Findings) {
+        for (map, lines) in [
+            (&mut self.problems, found.problems),
+            (&mut self.warnings, found.warnings),
+        ] {
+            if !lines.is_empty() {
+                map.entry(component).or_default().extend(lines);
+            }
+        }
+    }
+}
+
+/// The findings about one ConfigMap.
+#[derive(Debug, Default)]
+struct Findings {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// Checks the ConfigMaps the policy names. `find` looks a ConfigMap up by name in the operator's namespace.
+pub fn config_findings(
     policy: &ValidatedPolicy,
     namespace: &str,
     find: impl Fn(&str) -> Option<ConfigMap>,
-) -> BTreeMap<Component, Vec<String>> {
-    let mut problems: BTreeMap<Component, Vec<String>> = BTreeMap::new();
+) -> ConfigFindings {
+    let mut findings = ConfigFindings::default();
     let reference = policy.spec.device_plugin.config.as_ref();
     if let Some(name) = reference
         .and_then(|r| r.name.as_deref())
@@ -29,11 +59,8 @@ pub fn config_problems(
         let default = reference
             .and_then(|r| r.default.as_deref())
             .filter(|d| !d.is_empty());
-        let found = device_plugin_problems(name, default, namespace, find(name).as_ref());
-        problems
-            .entry(Component::DevicePlugin)
-            .or_default()
-            .extend(found);
+        let found = device_plugin_findings(name, default, namespace, find(name).as_ref());
+        findings.add(Component::DevicePlugin, found);
     }
     if policy.is_enabled(Component::MigManager) {
         let name = policy
@@ -44,26 +71,25 @@ pub fn config_problems(
             .unwrap_or_default()
             .config_map_name()
             .to_owned();
-        let found = mig_problems(&name, namespace, find(&name).as_ref());
-        problems
-            .entry(Component::MigManager)
-            .or_default()
-            .extend(found);
+        let found = mig_findings(&name, namespace, find(&name).as_ref());
+        findings.add(Component::MigManager, found);
     }
-    problems.retain(|_, found| !found.is_empty());
-    problems
+    findings
 }
 
-fn device_plugin_problems(
+fn device_plugin_findings(
     name: &str,
     default: Option<&str>,
     namespace: &str,
     config_map: Option<&ConfigMap>,
-) -> Vec<String> {
+) -> Findings {
     let Some(config_map) = config_map else {
-        return vec![format!(
-            "devicePlugin.config.name: ConfigMap {namespace}/{name} does not exist; create it (one device-plugin config per key) or clear devicePlugin.config.name"
-        )];
+        return Findings {
+            problems: vec![format!(
+                "devicePlugin.config.name: ConfigMap {namespace}/{name} does not exist; create it (one device-plugin config per key) or clear devicePlugin.config.name"
+            )],
+            warnings: Vec::new(),
+        };
     };
     let data = config_map.data.clone().unwrap_or_default();
     let parsed = device_plugin::parse_config_map(&data);
@@ -84,28 +110,43 @@ fn device_plugin_problems(
             "devicePlugin.config.default: ConfigMap {name} has no key {default:?} (keys: {keys}); add it or pick one of the keys"
         ));
     }
-    problems
+    let warnings = parsed
+        .warnings
+        .iter()
+        .flat_map(|(key, ignored)| {
+            ignored
+                .iter()
+                .map(move |warning| format!("ConfigMap {name} key {key}: {warning}"))
+        })
+        .collect();
+    Findings { problems, warnings }
 }
 
-fn mig_problems(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> Vec<String> {
+fn mig_findings(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> Findings {
+    let problem = |line: String| Findings {
+        problems: vec![line],
+        warnings: Vec::new(),
+    };
     let Some(config_map) = config_map else {
-        return vec![format!(
+        return problem(format!(
             "migManager.config.name: ConfigMap {namespace}/{name} does not exist; the chart creates default-mig-parted-config, or create yours with a {MIG_CONFIG_KEY} key"
-        )];
+        ));
     };
     match config_map
         .data
         .as_ref()
         .and_then(|data| data.get(MIG_CONFIG_KEY))
     {
-        None => vec![format!(
+        None => problem(format!(
             "ConfigMap {name} has no {MIG_CONFIG_KEY} key holding the mig-parted config"
-        )],
-        // One line per invalid named config, naming it and its entry: nodes that select it fail with the same
-        // reason, the file's other configs still apply.
+        )),
+        // One warning per invalid named config, naming it and its entry: nodes that select it fail with the same
+        // reason, the file's other configs still apply, so the MIG manager itself is not held up.
         Some(text) => match mig_parted::parse(text) {
-            Ok(parsed) => parsed
-                .problems
+            Ok(parsed) => Findings {
+                problems: Vec::new(),
+                warnings: parsed
+                    .problems
                 .iter()
                 .map(|(config, error)| {
                     format!(
@@ -113,8 +154,9 @@ fn mig_problems(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> 
                          it fail; the other configs apply): {error}"
                     )
                 })
-                .collect(),
-            Err(error) => vec![format!("ConfigMap {name} key {MIG_CONFIG_KEY}: {error}")],
+                    .collect(),
+            },
+            Err(error) => problem(format!("ConfigMap {name} key {MIG_CONFIG_KEY}: {error}")),
         },
     }
 }
@@ -160,7 +202,7 @@ mod tests {
         let policy = policy(
             serde_json::json!({"devicePlugin": {"config": {"name": "sharing", "default": "any"}}}),
         );
-        let problems = config_problems(&policy, "gpu-operator", |_| None);
+        let problems = config_findings(&policy, "gpu-operator", |_| None).problems;
         assert_eq!(
             problems[&Component::DevicePlugin],
             [
@@ -180,7 +222,7 @@ mod tests {
                 .find(|cm| cm.metadata.name.as_deref() == Some(name))
                 .cloned()
         };
-        let problems = config_problems(&policy, "gpu-operator", find);
+        let problems = config_findings(&policy, "gpu-operator", find).problems;
         assert_eq!(
             problems[&Component::DevicePlugin],
             [
@@ -201,7 +243,7 @@ mod tests {
             "default-mig-parted-config",
             &[("config.yaml", "version: v1\nmig-configs: {}\n")],
         );
-        let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
+        let problems = config_findings(&policy, "gpu-operator", |_| Some(mig.clone())).problems;
         assert_eq!(
             problems[&Component::MigManager],
             [
@@ -210,9 +252,10 @@ mod tests {
         );
     }
 
-    /// Each invalid named config is reported by name and entry; the valid ones of the same file are not.
+    /// Each invalid named config is a warning naming it and its entry; the valid ones of the same file are not
+    /// reported, and the MIG manager is not held up.
     #[test]
-    fn invalid_mig_configs_are_reported_one_by_one() {
+    fn invalid_mig_configs_are_warnings_one_by_one() {
         let policy = policy(serde_json::json!({}));
         let mig = config_map(
             "default-mig-parted-config",
@@ -221,13 +264,39 @@ mod tests {
                 "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n  x:\n  - devices: all\n    mig-enabled: false\n  - device-filter: \"0x20B010DE\"\n    devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.25gb\": 1}\n  y:\n  - devices: all\n",
             )],
         );
-        let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
+        let findings = config_findings(&policy, "gpu-operator", |_| Some(mig.clone()));
+        assert!(findings.problems.is_empty(), "{findings:?}");
         assert_eq!(
-            problems[&Component::MigManager],
+            findings.warnings[&Component::MigManager],
             [
                 "ConfigMap default-mig-parted-config key config.yaml: MIG config x cannot be applied (nodes that select it fail; the other configs apply): mig-configs.x[1].mig-devices: unknown profile \"3g.25gb\" for NVIDIA A100-SXM4-40GB (known profiles: 1g.5gb, 1g.5gb+me, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)",
                 "ConfigMap default-mig-parted-config key config.yaml: MIG config y cannot be applied (nodes that select it fail; the other configs apply): mig-configs.y[0]: missing field \"mig-enabled\"",
             ]
+        );
+    }
+
+    /// Keys NVIDIA's device plugin ignores are warnings naming the ConfigMap and key, not problems.
+    #[test]
+    fn ignored_device_plugin_keys_are_warnings() {
+        let policy = policy(serde_json::json!({"devicePlugin": {"config": {"name": "sharing"}}}));
+        let sharing = config_map(
+            "sharing",
+            &[(
+                "any",
+                "version: v1\nflags:\n  plugin:\n    futureFlag: true\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+            )],
+        );
+        let findings = config_findings(&policy, "gpu-operator", |_| Some(sharing.clone()));
+        assert!(
+            !findings.problems.contains_key(&Component::DevicePlugin),
+            "{findings:?}"
+        );
+        let warnings = &findings.warnings[&Component::DevicePlugin];
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("ConfigMap sharing key any: ")
+                && warnings[0].contains("futureFlag"),
+            "{warnings:?}"
         );
     }
 
@@ -242,10 +311,7 @@ mod tests {
                 include_str!("../../../../tests/fixtures/nvidia/default-mig-parted-config.yaml"),
             )],
         );
-        let problems = config_problems(&policy, "gpu-operator", |_| Some(mig.clone()));
-        assert!(
-            !problems.contains_key(&Component::MigManager),
-            "{problems:?}"
-        );
+        let findings = config_findings(&policy, "gpu-operator", |_| Some(mig.clone()));
+        assert_eq!(findings, ConfigFindings::default());
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::model::{Component, ValidatedPolicy};
+use crate::plan::configs::ConfigFindings;
 
 /// What the status is computed from.
 #[derive(Debug)]
@@ -28,8 +29,8 @@ pub struct Observed<'a> {
     pub gpu_nodes: &'a [GPUNode],
     /// Fields of the stored spec that the schema does not define (kept, but ignored).
     pub unknown_fields: &'a [String],
-    /// Problems with the ConfigMaps the policy names, by the component that reads them.
-    pub config_problems: BTreeMap<Component, Vec<String>>,
+    /// What the checks of the ConfigMaps the policy names found, by the component that reads them.
+    pub configs: ConfigFindings,
 }
 
 /// Condition types and reasons, spelled as NVIDIA's operator spells them.
@@ -281,7 +282,8 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
     }
     problems.extend(
         observed
-            .config_problems
+            .configs
+            .problems
             .get(&component)
             .cloned()
             .unwrap_or_default(),
@@ -298,12 +300,15 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         }
         .into(),
         message: (!problems.is_empty()).then(|| problems.join("; ")),
-        warnings: observed
-            .policy
-            .component_warnings
-            .get(&component)
-            .cloned()
-            .unwrap_or_default(),
+        warnings: [
+            &observed.policy.component_warnings,
+            &observed.configs.warnings,
+        ]
+        .into_iter()
+        .filter_map(|warnings| warnings.get(&component))
+        .flatten()
+        .cloned()
+        .collect(),
     }
 }
 
@@ -491,7 +496,7 @@ mod tests {
                 .collect(),
             gpu_nodes,
             unknown_fields: &[],
-            config_problems: BTreeMap::new(),
+            configs: ConfigFindings::default(),
         }
     }
 
@@ -528,6 +533,39 @@ mod tests {
             "{}",
             unsupported.message
         );
+    }
+
+    /// A ConfigMap warning (an invalid named MIG config among valid ones) is listed on its component, which
+    /// stays ready; a ConfigMap problem makes it not ready.
+    #[test]
+    fn config_warnings_keep_the_component_ready_and_problems_do_not() {
+        let policy = policy();
+        let sets = all_ready(2);
+        let mut observed = observe(&policy, &sets, &[], 2);
+        observed.configs.warnings.insert(
+            Component::MigManager,
+            vec!["MIG config x cannot be applied".into()],
+        );
+        let status = compute(&observed, &[], &now());
+        let mig = |status: &ClusterPolicyStatus| {
+            status
+                .components
+                .iter()
+                .find(|c| c.name == "mig-manager")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(mig(&status).state, "ready");
+        assert_eq!(mig(&status).warnings, ["MIG config x cannot be applied"]);
+        assert_eq!(status.state, Some(PolicyState::Ready));
+
+        observed
+            .configs
+            .problems
+            .insert(Component::MigManager, vec!["ConfigMap gone".into()]);
+        let status = compute(&observed, &[], &now());
+        assert_eq!(mig(&status).state, "notReady");
+        assert_eq!(mig(&status).message.as_deref(), Some("ConfigMap gone"));
     }
 
     #[test]
