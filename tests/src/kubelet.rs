@@ -270,7 +270,7 @@ evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.avai
 localStorageCapacityIsolation: false
 protectKernelDefaults: false
 resolvConf: \"\"
-podLogsDirectory: {pod_logs}
+podLogsDir: {pod_logs}
 nodeStatusUpdateFrequency: 2s
 "
     )
