@@ -54,6 +54,22 @@ pub fn run(program: &str, args: &[&str]) -> Run {
     output.into()
 }
 
+/// The nodes Node Feature Discovery (or the node-facts role) marks as having an NVIDIA GPU.
+pub fn gpu_node_names() -> Vec<String> {
+    let nodes = kubectl_json(&[
+        "get",
+        "nodes",
+        "-l",
+        "feature.node.kubernetes.io/pci-10de.present=true",
+    ]);
+    nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
 /// Runs a program that must succeed and returns its standard output.
 pub fn ok(program: &str, args: &[&str]) -> String {
     let result = run(program, args);

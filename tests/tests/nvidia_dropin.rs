@@ -52,21 +52,6 @@ fn condition<'a>(policy: &'a Value, type_: &str) -> Option<&'a Value> {
         .and_then(|conditions| conditions.iter().find(|c| c["type"] == type_))
 }
 
-fn gpu_node_names() -> Vec<String> {
-    let nodes = kubectl_json(&[
-        "get",
-        "nodes",
-        "-l",
-        "feature.node.kubernetes.io/pci-10de.present=true",
-    ]);
-    nodes["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
-        .collect()
-}
-
 /// Waits until the main container of DaemonSet `name` satisfies `check`.
 fn wait_for_container(name: &str, what: &str, check: impl Fn(&Value) -> bool) {
     eventually(WAIT, || {

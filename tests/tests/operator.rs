@@ -106,21 +106,6 @@ fn pod_nodes(app: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn gpu_node_names() -> Vec<String> {
-    let nodes = kubectl_json(&[
-        "get",
-        "nodes",
-        "-l",
-        "feature.node.kubernetes.io/pci-10de.present=true",
-    ]);
-    nodes["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
-        .collect()
-}
-
 const BASE: [&str; 5] = [
     "gpu-feature-discovery",
     "nvidia-container-toolkit-daemonset",

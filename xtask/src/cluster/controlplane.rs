@@ -520,7 +520,7 @@ fn launch(
 }
 
 /// Polls `probe` until it succeeds, failing early (with the tail of its log) when one of `children` exits.
-fn wait_for(
+pub(super) fn wait_for(
     what: &str,
     timeout: Duration,
     children: &mut [(Child, Record)],

@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use super::controlplane::wait_for as wait;
 use super::controlplane::{self, STOP_GRACE, State};
 use super::nodes::{GPU_SIMULATOR_ANNOTATION, GpuSpec};
 use super::paths::Layout;
 use super::process::{self, Record};
+use super::tools::{create_dir, write};
 use super::{progress, tools, versions};
 use crate::images::PAUSE_IMAGE;
 
@@ -773,41 +775,6 @@ fn start(
     save(dirs, node)
 }
 
-/// Polls `probe` until it succeeds, failing early (with its log's tail) when one of the node's processes exits.
-fn wait(
-    what: &str,
-    timeout: Duration,
-    children: &mut Children,
-    mut probe: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    progress::step(&format!("wait for {what}"), |step| {
-        let deadline = Instant::now() + timeout;
-        loop {
-            for (child, record) in children.iter_mut() {
-                if let Some(status) = child
-                    .try_wait()
-                    .with_context(|| format!("cannot check on {}", record.name))?
-                {
-                    anyhow::bail!(
-                        "{} exited ({status}) while waiting for {what}; last lines of {}:\n{}",
-                        record.name,
-                        record.log.display(),
-                        progress::log_tail(&record.log, 30)
-                    );
-                }
-            }
-            match probe() {
-                Ok(()) => return Ok(()),
-                Err(error) if Instant::now() >= deadline => {
-                    anyhow::bail!("timed out after {timeout:?} waiting for {what}: {error:#}")
-                }
-                Err(error) => step.update(&format!("{error:#}")),
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    })
-}
-
 fn ctr(socket: &Path, args: &[&str]) -> anyhow::Result<String> {
     let output = Command::new("ctr")
         .arg("--address")
@@ -845,14 +812,6 @@ fn free_port() -> anyhow::Result<u16> {
 
 fn save(dirs: &Dirs, node: &NodeState) -> anyhow::Result<()> {
     write(&dirs.state_file(), &serde_json::to_string_pretty(node)?)
-}
-
-fn create_dir(path: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))
-}
-
-fn write(path: &Path, contents: &str) -> anyhow::Result<()> {
-    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

@@ -198,11 +198,11 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
         .with_context(|| format!("cannot move the build to {}", target.display()))
 }
 
-fn create_dir(path: &Path) -> anyhow::Result<()> {
+pub(super) fn create_dir(path: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))
 }
 
-fn write(path: &Path, contents: &str) -> anyhow::Result<()> {
+pub(super) fn write(path: &Path, contents: &str) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
