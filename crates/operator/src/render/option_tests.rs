@@ -460,3 +460,56 @@ fn dcgm_host_port() {
         5555
     );
 }
+
+#[test]
+fn a_simulator_state_file_in_a_section_env_mounts_its_host_folder_where_it_is_set() {
+    let simulated = json!([
+        {"name": "GPU_SIMULATE", "value": "node"},
+        {"name": "GPU_SIM_STATE", "value": "/run/gpu-simulator/state.json"}
+    ]);
+    let spec = json!({
+        "toolkit": {"enabled": false},
+        "validator": {"env": simulated, "driver": {"env": simulated}},
+        "devicePlugin": {"env": simulated}
+    });
+    let validator = render_component(spec.clone(), &one_node(), Component::OperatorValidator);
+    let plugin = render_component(spec, &one_node(), Component::DevicePlugin);
+    let mounts_state = |daemonset: &serde_json::Value, name: &str| {
+        container(daemonset, name)["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["name"] == "gpu-simulator-state" && m["mountPath"] == "/run/gpu-simulator")
+    };
+    assert!(mounts_state(&validator[0], "driver-validation"));
+    assert!(mounts_state(&validator[0], "nvidia-operator-validator"));
+    assert!(mounts_state(&plugin[0], "nvidia-device-plugin"));
+    // The init container that only waits for ready files has no simulator env, so no mount.
+    assert!(!mounts_state(&plugin[0], "toolkit-validation"));
+    for daemonset in [&validator[0], &plugin[0]] {
+        let volumes = daemonset["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes");
+        let state: Vec<_> = volumes
+            .iter()
+            .filter(|v| v["name"] == "gpu-simulator-state")
+            .collect();
+        assert_eq!(
+            state,
+            [&json!({"name": "gpu-simulator-state",
+                "hostPath": {"path": "/run/gpu-simulator", "type": "DirectoryOrCreate"}})]
+        );
+    }
+    // Without the env, as on real GPUs, nothing of the simulator is rendered.
+    let real = render_component(json!({}), &one_node(), Component::DevicePlugin);
+    assert!(!real[0].to_string().contains("gpu-simulator"));
+    assert_eq!(
+        env_value(
+            container(&plugin[0], "nvidia-device-plugin"),
+            "GPU_SIMULATE"
+        ),
+        Some("node")
+    );
+    snapshot("validator_simulated", &validator);
+    snapshot("device_plugin_simulated", &plugin);
+}

@@ -8,7 +8,7 @@ mod parts;
 
 pub(super) use parts::{
     HostMount, config_map_name, container, env, namespace_env, node_name_env, non_empty,
-    non_empty_map, object_name, port, privileged, split_path, with_user_env,
+    non_empty_map, object_name, port, privileged, simulator_state_mount, split_path, with_user_env,
 };
 
 use std::collections::BTreeMap;
@@ -273,7 +273,7 @@ impl<'a> OperandDaemonSet<'a> {
 
     /// The DaemonSet: the operand's containers with the section's settings, scheduled and updated as
     /// `spec.daemonsets` says, selecting its pods by `app` and [`DAEMONSET_LABEL`].
-    pub(super) fn build(self) -> DaemonSet {
+    pub(super) fn build(mut self) -> DaemonSet {
         let spec = &self.policy.spec;
         let daemonsets = &spec.daemonsets;
         let (image_spec, container_spec) = section(spec, self.component);
@@ -295,6 +295,19 @@ impl<'a> OperandDaemonSet<'a> {
             main.env.unwrap_or_default(),
             &container_spec.env,
         ));
+        for container in std::iter::once(&mut main).chain(self.init_containers.iter_mut()) {
+            let Some(mount) = simulator_state_mount(container.env.as_deref().unwrap_or_default())
+            else {
+                continue;
+            };
+            if !self.volumes.iter().any(|v| v.name == mount.volume().name) {
+                self.volumes.push(mount.volume());
+            }
+            container
+                .volume_mounts
+                .get_or_insert_default()
+                .push(mount.volume_mount());
+        }
 
         let mut pod_labels = daemonsets.labels.clone();
         pod_labels.extend(self.pod_labels);

@@ -181,6 +181,28 @@ impl HostMount {
     }
 }
 
+/// The env variable naming the simulated node's state file (read by `gpu-node-agent` and `gpu-device-plugin`,
+/// with `GPU_SIMULATE`).
+pub(in crate::render) const SIMULATOR_STATE_ENV: &str = "GPU_SIM_STATE";
+
+/// When a container's env names a simulator state file by an absolute path (`GPU_SIM_STATE`, set by the user in
+/// the section's `env`), that file's folder from the host, at the same path: every operand of a node must share
+/// one state file, as on a real node they share the GPUs, and the simulator writes a lock file and replaces the
+/// state beside it. A container without that variable (every container on real GPUs) gets no such mount.
+pub(in crate::render) fn simulator_state_mount(env: &[EnvVar]) -> Option<HostMount> {
+    let path = env
+        .iter()
+        .rev()
+        .find(|var| var.name == SIMULATOR_STATE_ENV)?
+        .value
+        .as_deref()
+        .filter(|path| Path::new(path).is_absolute())?;
+    let (folder, file) = split_path(path);
+    // A file directly under `/` would mount the host's root writable: no mount, and the simulator's own error.
+    (!file.is_empty() && folder != "/")
+        .then(|| HostMount::same("gpu-simulator-state", &folder).create())
+}
+
 /// The folder and the file name of a host path, e.g. `/etc/containerd` and `config.toml`.
 pub(in crate::render) fn split_path(path: &str) -> (String, String) {
     let path = Path::new(path);
@@ -267,6 +289,29 @@ mod tests {
             .map(|e| (e.name.as_str(), e.value.as_deref()))
             .collect();
         assert_eq!(names, [("A", Some("1")), ("B", Some("user")), ("C", None)]);
+    }
+
+    #[test]
+    fn only_a_simulator_state_file_in_the_env_mounts_its_host_folder() {
+        let mount =
+            |env: Vec<EnvVar>| simulator_state_mount(&env).map(|m| (m.volume(), m.volume_mount()));
+        assert_eq!(
+            mount(vec![env("GPU_SIMULATE", "node"), env("A", "/x/y")]),
+            None
+        );
+        assert_eq!(mount(vec![env(SIMULATOR_STATE_ENV, "state.json")]), None);
+        assert_eq!(mount(vec![env(SIMULATOR_STATE_ENV, "/state.json")]), None);
+        let (volume, volume_mount) = mount(vec![
+            env(SIMULATOR_STATE_ENV, "/old/state.json"),
+            env(SIMULATOR_STATE_ENV, "/run/gpu-simulator/state.json"),
+        ])
+        .expect("an absolute state file is mounted");
+        let host_path = volume.host_path.expect("a host path");
+        assert_eq!(host_path.path, "/run/gpu-simulator");
+        assert_eq!(host_path.type_.as_deref(), Some("DirectoryOrCreate"));
+        assert_eq!(volume_mount.mount_path, "/run/gpu-simulator");
+        assert_eq!(volume_mount.name, volume.name);
+        assert_eq!(volume_mount.read_only, None);
     }
 
     #[test]
