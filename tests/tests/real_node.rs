@@ -204,7 +204,55 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         )
     });
     println!("allocatable: {allocatable}");
+
+    step(
+        "the guide's slice-4: the device plugin follows the ClusterPolicy to 16 shared replicas of 4 GPUs",
+    );
+    let applied = kubectl_apply(SLICE_4, &[]);
+    assert!(applied.success, "{}", applied.stderr);
+    e2e::ok(
+        "kubectl",
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"devicePlugin":{"config":{"name":"time-slicing-config","default":"slice-4"}}}}"#,
+        ],
+    );
+    let allocatable = e2e::eventually(Duration::from_secs(120), || {
+        let node = e2e::kubectl_json(&["get", "node", &node]);
+        let allocatable = &node["status"]["allocatable"];
+        Ok(
+            (allocatable["nvidia.com/gpu.shared"] == "16" && allocatable["nvidia.com/gpu"] == "0")
+                .then(|| allocatable.clone()),
+        )
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "the node never offered 16 nvidia.com/gpu.shared: {error:#}\n{}",
+            e2e::kubectl(&["get", "node", &node, "-o", "jsonpath={.status.allocatable}"])
+        )
+    });
+    println!("allocatable with slice-4: {allocatable}");
 }
+
+/// NVIDIA's time-slicing guide's config: 4 replicas per GPU, renamed to `nvidia.com/gpu.shared`.
+const SLICE_4: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: time-slicing-config, namespace: gpu-operator}
+data:
+  slice-4: |-
+    version: v1
+    sharing:
+      timeSlicing:
+        renameByDefault: true
+        resources:
+          - name: nvidia.com/gpu
+            replicas: 4
+"#;
 
 /// The name of the (only) pod labelled `app=<app>`, once it is scheduled on the real node.
 fn scheduled_pod(app: &str) -> String {
