@@ -70,6 +70,37 @@ pub fn gpu_node_names() -> Vec<String> {
         .collect()
 }
 
+/// `kubectl patch clusterpolicies.nvidia.com/cluster-policy -n gpu-operator --type merge -p <patch>`, the command
+/// as NVIDIA's guides write it (the `-n` is ignored for the cluster-scoped resource, as with NVIDIA's operator).
+pub fn guide_patch(patch: &str) -> String {
+    kubectl(&[
+        "patch",
+        "clusterpolicies.nvidia.com/cluster-policy",
+        "-n",
+        "gpu-operator",
+        "--type",
+        "merge",
+        "-p",
+        patch,
+    ])
+}
+
+/// `helm uninstall` of the chart's release, waiting until its objects are gone.
+pub fn uninstall_release() -> Run {
+    run(
+        "helm",
+        &[
+            "uninstall",
+            RELEASE,
+            "-n",
+            NAMESPACE,
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
+    )
+}
+
 /// Runs a program that must succeed and returns its standard output.
 pub fn ok(program: &str, args: &[&str]) -> String {
     let result = run(program, args);
@@ -260,17 +291,11 @@ impl OwnInstall {
             let cleaner = Operator::start(&format!("{identity}-cleanup"));
             delete_cluster_policies();
             drop(cleaner);
-            ok(
-                "helm",
-                &[
-                    "uninstall",
-                    RELEASE,
-                    "-n",
-                    NAMESPACE,
-                    "--wait",
-                    "--timeout",
-                    "90s",
-                ],
+            let uninstalled = uninstall_release();
+            assert!(
+                uninstalled.success,
+                "helm uninstall: {}",
+                uninstalled.stderr
             );
         }
         install_chart(values);
@@ -285,18 +310,7 @@ impl Drop for OwnInstall {
         // No panic here: this may run while a failed test unwinds.
         delete_cluster_policies();
         drop(self.operator.take());
-        let _ = run(
-            "helm",
-            &[
-                "uninstall",
-                RELEASE,
-                "-n",
-                NAMESPACE,
-                "--wait",
-                "--timeout",
-                "90s",
-            ],
-        );
+        let _ = uninstall_release();
         let restored = try_install_chart(&GUIDE_VALUES);
         if !restored.success {
             eprintln!("restoring the guide's install failed: {}", restored.stderr);

@@ -93,16 +93,9 @@ fn guide_patch_commands_work_verbatim() {
     chart_installed();
     // The two commands from NVIDIA's guides, character for character (the -n flag is ignored for a
     // cluster-scoped resource, as it is with NVIDIA's operator).
-    kubectl(&[
-        "patch",
-        "clusterpolicies.nvidia.com/cluster-policy",
-        "-n",
-        "gpu-operator",
-        "--type",
-        "merge",
-        "-p",
+    guide_patch(
         r#"{"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}"#,
-    ]);
+    );
     kubectl(&[
         "patch",
         "clusterpolicy/cluster-policy",

@@ -275,16 +275,9 @@ fn the_guides_commands_work_in_order() {
         "data": {"any": "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"}});
     let created = kubectl_apply(&config_map.to_string(), &[]);
     assert!(created.success, "{}", created.stderr);
-    kubectl(&[
-        "patch",
-        "clusterpolicies.nvidia.com/cluster-policy",
-        "-n",
-        "gpu-operator",
-        "--type",
-        "merge",
-        "-p",
+    guide_patch(
         r#"{"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}"#,
-    ]);
+    );
     wait_for_container(
         "nvidia-device-plugin-daemonset",
         "reads the ConfigMap",
@@ -296,16 +289,7 @@ fn the_guides_commands_work_in_order() {
     wait_for_policy_state("cluster-policy", "ready", WAIT);
 
     step("the AKS guide's removal patch, right after: name \"\" while default is still any");
-    kubectl(&[
-        "patch",
-        "clusterpolicies.nvidia.com/cluster-policy",
-        "-n",
-        "gpu-operator",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec": {"devicePlugin": {"config": {"name": ""}}}}"#,
-    ]);
+    guide_patch(r#"{"spec": {"devicePlugin": {"config": {"name": ""}}}}"#);
     wait_for_container(
         "nvidia-device-plugin-daemonset",
         "runs without a ConfigMap",
