@@ -14,6 +14,8 @@
 //! Only one real kubelet can run on a machine: its device-plugin directory is fixed at
 //! `/var/lib/kubelet/device-plugins` (`add` refuses when another kubelet serves it).
 
+mod configs;
+
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -30,6 +32,7 @@ use super::process::{self, Record};
 use super::tools::{create_dir, write};
 use super::{progress, tools, versions};
 use crate::images::PAUSE_IMAGE;
+use configs::{cni_config, containerd_config, kube_proxy_config, kubelet_config};
 
 /// The pods' network: a private /24 that collides with neither the service range nor kwok's pod range.
 pub const POD_SUBNET: &str = "10.200.0.0/24";
@@ -607,155 +610,6 @@ fn read_images(dir: &Path) -> anyhow::Result<Vec<BuiltImage>> {
         .with_context(|| format!("{} is not what `cargo xtask images` writes", path.display()))
 }
 
-/// containerd's configuration: everything private to `dirs`, so that it never meets a system containerd.
-pub fn containerd_config(dirs: &Dirs, pause_image: &str) -> String {
-    let path = |name: &str| dirs.path(name).display().to_string();
-    format!(
-        r#"version = 2
-root = "{root}"
-state = "{state}"
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{opt}"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause_image}"
-  # This machine lacks CAP_SYS_RESOURCE: CRI's oom_score_adj of -998 for sandboxes would fail in runc.
-  restrict_oom_score_adj = true
-  # Pods' network namespaces under the state directory, not in the host's /var/run/netns.
-  netns_mounts_under_state_dir = true
-
-[plugins."io.containerd.grpc.v1.cri".containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  SystemdCgroup = false
-  Root = "{runc}"
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "{CNI_BIN_DIR}"
-  conf_dir = "{cni}"
-"#,
-        root = path("containerd/root"),
-        state = path("containerd/state"),
-        socket = dirs.socket().display(),
-        opt = path("containerd/opt"),
-        runc = path("runc"),
-        cni = path("cni"),
-    )
-}
-
-/// The pod network: a bridge whose host end is every pod's default gateway (without that, pods cannot reach the
-/// host's address, where the `kubernetes` Service leads), host-local addresses from [`POD_SUBNET`], and
-/// portmap for hostPort.
-pub fn cni_config(dirs: &Dirs) -> String {
-    serde_json::to_string_pretty(&serde_json::json!({
-        "cniVersion": "0.4.0",
-        "name": NETWORK,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": true,
-                "isDefaultGateway": true,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": POD_SUBNET}]],
-                    "dataDir": dirs.path("cni-ipam").display().to_string(),
-                },
-            },
-            {"type": "portmap", "capabilities": {"portMappings": true}},
-        ],
-    }))
-    .expect("a JSON value serialises")
-}
-
-/// kube-proxy in iptables mode, loopback-only serving, and leaving the host's conntrack and route_localnet
-/// sysctls and its own OOM score (this machine cannot lower it) as they are.
-pub fn kube_proxy_config(
-    kubeconfig: &Path,
-    node: &str,
-    healthz_port: u16,
-    metrics_port: u16,
-) -> String {
-    format!(
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: {kubeconfig}
-hostnameOverride: {node}
-mode: iptables
-clusterCIDR: {POD_SUBNET}
-healthzBindAddress: 127.0.0.1:{healthz_port}
-metricsBindAddress: 127.0.0.1:{metrics_port}
-oomScoreAdj: 0
-iptables:
-  localhostNodePorts: false
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-",
-        kubeconfig = kubeconfig.display(),
-    )
-}
-
-/// The kubelet on this machine: cgroup v1 with the cgroupfs driver and no QoS cgroups or eviction (as the
-/// fake-CRI kubelet of the device-plugin tests), serving on the host address with client certificates from the
-/// cluster CA (what the API server presents for `kubectl logs`).
-pub fn kubelet_config(
-    dirs: &Dirs,
-    client_ca: &Path,
-    host: Ipv4Addr,
-    port: u16,
-    healthz_port: u16,
-) -> String {
-    let endpoint = format!("unix://{}", dirs.socket().display());
-    format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: {host}
-port: {port}
-healthzBindAddress: 127.0.0.1
-healthzPort: {healthz_port}
-readOnlyPort: 0
-authentication:
-  anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
-  x509: {{clientCAFile: {client_ca}}}
-authorization: {{mode: AlwaysAllow}}
-containerRuntimeEndpoint: {endpoint}
-imageServiceEndpoint: {endpoint}
-failCgroupV1: false
-failSwapOn: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.available: \"0%\"}}
-imageGCHighThresholdPercent: 100
-localStorageCapacityIsolation: false
-protectKernelDefaults: false
-resolvConf: \"\"
-podLogsDir: {pod_logs}
-nodeStatusUpdateFrequency: 2s
-",
-        client_ca = client_ca.display(),
-        pod_logs = dirs.path("logs").display(),
-    )
-}
-
 /// The node's processes as this xtask started them, to notice one exiting.
 type Children = Vec<(Child, Record)>;
 
@@ -815,97 +669,4 @@ fn save(dirs: &Dirs, node: &NodeState) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dirs() -> Dirs {
-        Dirs::of(Path::new("/c/cluster"))
-    }
-
-    #[test]
-    fn containerd_keeps_to_its_own_directory() {
-        let config = containerd_config(&dirs(), "ghcr.io/gpu-operator-rs/pause:1.0.0");
-        for line in config.lines().filter(|line| line.contains(" = \"/")) {
-            assert!(
-                line.contains("\"/c/cluster/realnode/")
-                    || line.contains(&format!("\"{CNI_BIN_DIR}\"")),
-                "{line}"
-            );
-        }
-        for setting in [
-            "restrict_oom_score_adj = true",
-            "snapshotter = \"overlayfs\"",
-            "SystemdCgroup = false",
-            "sandbox_image = \"ghcr.io/gpu-operator-rs/pause:1.0.0\"",
-            "address = \"/c/cluster/realnode/containerd.sock\"",
-        ] {
-            assert!(config.contains(setting), "{setting} missing from\n{config}");
-        }
-    }
-
-    #[test]
-    fn pods_get_a_default_gateway_on_the_private_subnet() {
-        let config: serde_json::Value = serde_json::from_str(&cni_config(&dirs())).unwrap();
-        let bridge = &config["plugins"][0];
-        assert_eq!(bridge["type"], "bridge");
-        assert_eq!(bridge["isDefaultGateway"], true);
-        assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], POD_SUBNET);
-        assert_eq!(bridge["ipam"]["dataDir"], "/c/cluster/realnode/cni-ipam");
-        assert_eq!(config["plugins"][1]["type"], "portmap");
-    }
-
-    #[test]
-    fn the_kubelet_uses_the_runtime_and_trusts_the_cluster_ca() {
-        let config = kubelet_config(
-            &dirs(),
-            Path::new("/c/cluster/ca.crt"),
-            Ipv4Addr::new(192, 0, 2, 2),
-            1,
-            2,
-        );
-        assert!(
-            config.contains("containerRuntimeEndpoint: unix:///c/cluster/realnode/containerd.sock")
-        );
-        assert!(config.contains("x509: {clientCAFile: /c/cluster/ca.crt}"));
-        assert!(config.contains("address: 192.0.2.2"));
-        assert!(config.contains("failCgroupV1: false"));
-        assert!(config.contains("cgroupDriver: cgroupfs"));
-        assert!(config.contains("podLogsDir: /c/cluster/realnode/logs"));
-    }
-
-    #[test]
-    fn names_an_image_by_its_repository_and_digest() {
-        let image = |reference: &str| BuiltImage {
-            reference: reference.into(),
-            archive: PathBuf::new(),
-            digest: "sha256:ab".into(),
-        };
-        assert_eq!(
-            image("ghcr.io/gpu-operator-rs/pause:0.1.0").digest_reference(),
-            "ghcr.io/gpu-operator-rs/pause@sha256:ab"
-        );
-        assert_eq!(
-            image("localhost:5000/testapp").digest_reference(),
-            "localhost:5000/testapp@sha256:ab"
-        );
-    }
-
-    #[test]
-    fn finds_the_mounts_under_the_node_directory() {
-        let mountinfo = "\
-22 1 8:1 / / rw - ext4 /dev/sda1 rw
-90 22 0:50 / /c/cluster/realnode/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw
-91 22 0:51 / /c/cluster/realnode/kubelet/pods/p/volumes/kube-api-access\\040x rw - tmpfs tmpfs rw
-92 22 0:52 / /c/cluster/realnodes rw - tmpfs tmpfs rw
-";
-        assert_eq!(
-            mount_points_under(mountinfo, Path::new("/c/cluster/realnode")),
-            vec![
-                PathBuf::from(
-                    "/c/cluster/realnode/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs"
-                ),
-                PathBuf::from("/c/cluster/realnode/kubelet/pods/p/volumes/kube-api-access x"),
-            ]
-        );
-    }
-}
+mod tests;

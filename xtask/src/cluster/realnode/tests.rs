@@ -1,0 +1,91 @@
+use super::*;
+
+fn dirs() -> Dirs {
+    Dirs::of(Path::new("/c/cluster"))
+}
+
+#[test]
+fn containerd_keeps_to_its_own_directory() {
+    let config = containerd_config(&dirs(), "ghcr.io/gpu-operator-rs/pause:1.0.0");
+    for line in config.lines().filter(|line| line.contains(" = \"/")) {
+        assert!(
+            line.contains("\"/c/cluster/realnode/") || line.contains(&format!("\"{CNI_BIN_DIR}\"")),
+            "{line}"
+        );
+    }
+    for setting in [
+        "restrict_oom_score_adj = true",
+        "snapshotter = \"overlayfs\"",
+        "SystemdCgroup = false",
+        "sandbox_image = \"ghcr.io/gpu-operator-rs/pause:1.0.0\"",
+        "address = \"/c/cluster/realnode/containerd.sock\"",
+    ] {
+        assert!(config.contains(setting), "{setting} missing from\n{config}");
+    }
+}
+
+#[test]
+fn pods_get_a_default_gateway_on_the_private_subnet() {
+    let config: serde_json::Value = serde_json::from_str(&cni_config(&dirs())).unwrap();
+    let bridge = &config["plugins"][0];
+    assert_eq!(bridge["type"], "bridge");
+    assert_eq!(bridge["isDefaultGateway"], true);
+    assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], POD_SUBNET);
+    assert_eq!(bridge["ipam"]["dataDir"], "/c/cluster/realnode/cni-ipam");
+    assert_eq!(config["plugins"][1]["type"], "portmap");
+}
+
+#[test]
+fn the_kubelet_uses_the_runtime_and_trusts_the_cluster_ca() {
+    let config = kubelet_config(
+        &dirs(),
+        Path::new("/c/cluster/ca.crt"),
+        Ipv4Addr::new(192, 0, 2, 2),
+        1,
+        2,
+    );
+    assert!(
+        config.contains("containerRuntimeEndpoint: unix:///c/cluster/realnode/containerd.sock")
+    );
+    assert!(config.contains("x509: {clientCAFile: /c/cluster/ca.crt}"));
+    assert!(config.contains("address: 192.0.2.2"));
+    assert!(config.contains("failCgroupV1: false"));
+    assert!(config.contains("cgroupDriver: cgroupfs"));
+    assert!(config.contains("podLogsDir: /c/cluster/realnode/logs"));
+}
+
+#[test]
+fn names_an_image_by_its_repository_and_digest() {
+    let image = |reference: &str| BuiltImage {
+        reference: reference.into(),
+        archive: PathBuf::new(),
+        digest: "sha256:ab".into(),
+    };
+    assert_eq!(
+        image("ghcr.io/gpu-operator-rs/pause:0.1.0").digest_reference(),
+        "ghcr.io/gpu-operator-rs/pause@sha256:ab"
+    );
+    assert_eq!(
+        image("localhost:5000/testapp").digest_reference(),
+        "localhost:5000/testapp@sha256:ab"
+    );
+}
+
+#[test]
+fn finds_the_mounts_under_the_node_directory() {
+    let mountinfo = "\
+22 1 8:1 / / rw - ext4 /dev/sda1 rw
+90 22 0:50 / /c/cluster/realnode/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw
+91 22 0:51 / /c/cluster/realnode/kubelet/pods/p/volumes/kube-api-access\\040x rw - tmpfs tmpfs rw
+92 22 0:52 / /c/cluster/realnodes rw - tmpfs tmpfs rw
+";
+    assert_eq!(
+        mount_points_under(mountinfo, Path::new("/c/cluster/realnode")),
+        vec![
+            PathBuf::from(
+                "/c/cluster/realnode/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs"
+            ),
+            PathBuf::from("/c/cluster/realnode/kubelet/pods/p/volumes/kube-api-access x"),
+        ]
+    );
+}
