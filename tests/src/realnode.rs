@@ -1,6 +1,7 @@
 //! The real node: a kubelet on containerd, added by `cargo xtask e2e --real-node` (`cluster add-real-node`), whose
 //! pods are real containers from the images `cargo xtask images` built. The suite gets:
 //! - `E2E_REAL_NODE`: the node's name;
+//! - `E2E_REAL_NODE_KUBELET_ROOT`: its kubelet's `--root-dir`;
 //! - `E2E_IMAGES_JSON`: what `cargo xtask images` built (reference, archive, digest of each image).
 //!
 //! Images are never pulled (no registry is reachable): pods use `imagePullPolicy: Never`.
@@ -15,6 +16,13 @@ use crate::{eventually, kubectl, kubectl_json, run};
 pub fn node() -> String {
     std::env::var("E2E_REAL_NODE").unwrap_or_else(|_| {
         panic!("E2E_REAL_NODE is not set: run the suite with `cargo xtask e2e --real-node`")
+    })
+}
+
+/// The real node's kubelet `--root-dir`.
+pub fn kubelet_root() -> String {
+    std::env::var("E2E_REAL_NODE_KUBELET_ROOT").unwrap_or_else(|_| {
+        panic!("E2E_REAL_NODE_KUBELET_ROOT is not set: run the suite with `cargo xtask e2e --real-node`")
     })
 }
 

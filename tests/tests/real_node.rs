@@ -67,28 +67,15 @@ fn a_static_container_runs_prints_its_environment_and_reaches_the_api_server() {
     realnode::delete_pod("default", "testapp");
 }
 
-/// The AKS setup of NVIDIA's guides: the driver is pre-installed and containerd needs no toolkit; every operand
-/// whose image is built here runs (the node status exporter is off by default, so it is turned on).
-const SETTINGS: [&str; 3] = [
-    "driver.enabled=false",
-    "toolkit.enabled=false",
-    "nodeStatusExporter.enabled=true",
-];
+/// The values for a node whose GPUs are simulated, as `cargo xtask demo` installs them too: NVIDIA's guide setup
+/// for a pre-installed driver (AKS), every operand on the simulated GPUs, the node status exporter on.
+const SIMULATED_GPUS_VALUES: &str = "examples/simulated-gpus-values.yaml";
 
-/// The host folder of the simulated node's state file, which every operand container of the node shares.
-const SIMULATOR_DIR: &str = "/run/gpu-operator-rs-e2e-simulator";
+/// NVIDIA's time-slicing guide's ConfigMap, key `slice-4`: 4 replicas per GPU, as `nvidia.com/gpu.shared`.
+const TIME_SLICING_CONFIG: &str = "examples/time-slicing-config.yaml";
 
-/// The chart sections whose containers run on the simulated GPUs, each with `GPU_SIMULATE=node` (the model from the
-/// node's `nvidia.com/gpu.simulator` annotation) and `GPU_SIM_STATE` in their `env`. `validator.driver` is the
-/// validator's driver-validation init container.
-const SIMULATED_SECTIONS: [&str; 6] = [
-    "validator",
-    "validator.driver",
-    "devicePlugin",
-    "gfd",
-    "dcgmExporter",
-    "migManager",
-];
+/// The host folder of the simulated node's state file (`GPU_SIM_STATE` in [`SIMULATED_GPUS_VALUES`]).
+const SIMULATOR_DIR: &str = "/run/gpu-operator-rs-simulator";
 
 /// Each operand's `app` label, and the image it runs.
 const OPERANDS: [(&str, &str); 6] = [
@@ -108,32 +95,24 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     let _ = std::fs::remove_dir_all(SIMULATOR_DIR);
     step("helm install with the images built here (never pulled), the operands on simulated GPUs");
     let chart = e2e::chart_dir();
-    let simulated_env = serde_json::json!([
-        {"name": "GPU_SIMULATE", "value": "node"},
-        {"name": "GPU_SIM_STATE", "value": format!("{SIMULATOR_DIR}/state.json")}
-    ])
-    .to_string();
-    let env_settings: Vec<String> = SIMULATED_SECTIONS
-        .iter()
-        .map(|section| format!("{section}.env={simulated_env}"))
-        .collect();
+    let values = e2e::repo_root().join(SIMULATED_GPUS_VALUES);
+    let values = values.to_str().expect("a UTF-8 path");
+    // The real node's kubelet keeps its root (and so its pod-resources socket) under the cache, as a k0s or
+    // MicroK8s kubelet keeps it elsewhere: the exporter and the MIG manager must find it there.
+    let kubelet_root = format!("hostPaths.kubeletRootDir={}", realnode::kubelet_root());
     // No --wait: helm v4 would wait for the ClusterPolicy to be ready, which this test checks itself.
-    let mut args = vec![
+    let args = [
         "install",
         e2e::RELEASE,
         "-n",
         e2e::NAMESPACE,
         "--create-namespace",
         &chart,
+        "-f",
+        values,
         "--set",
-        "operator.imagePullPolicy=Never",
+        &kubelet_root,
     ];
-    for setting in SETTINGS {
-        args.extend(["--set", setting]);
-    }
-    for setting in &env_settings {
-        args.extend(["--set-json", setting]);
-    }
     e2e::ok("helm", &args);
 
     step("the operator's Deployment runs as a container on the real node");
@@ -208,8 +187,8 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     step(
         "the guide's slice-4: the device plugin follows the ClusterPolicy to 16 shared replicas of 4 GPUs",
     );
-    let applied = kubectl_apply(SLICE_4, &[]);
-    assert!(applied.success, "{}", applied.stderr);
+    let time_slicing = e2e::repo_root().join(TIME_SLICING_CONFIG);
+    e2e::kubectl(&["apply", "-f", time_slicing.to_str().expect("a UTF-8 path")]);
     e2e::ok(
         "kubectl",
         &[
@@ -236,23 +215,254 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         )
     });
     println!("allocatable with slice-4: {allocatable}");
+
+    workload_receives_one_shared_gpu(&node);
+    exporters_answer_on_their_pod_ips(&node);
+    mig_relabel_goes_pending_then_success(&node);
+
+    step("every pod of the operator and its operands: Running, ready, never restarted, built here");
+    let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE]);
+    let images = ["gpu-operator", "gpu-node-agent", "gpu-device-plugin"]
+        .map(|name| realnode::image(name).digest_reference());
+    for pod in pods["items"].as_array().expect("a pod list") {
+        assert_eq!(
+            pod["spec"]["nodeName"],
+            node.as_str(),
+            "{}",
+            pod["metadata"]["name"]
+        );
+        assert_eq!(
+            pod["status"]["phase"], "Running",
+            "{}",
+            pod["metadata"]["name"]
+        );
+        let containers = realnode::containers_of(pod);
+        print_and_check(&containers);
+        for container in &containers {
+            assert!(container.ready, "{container:?}");
+            assert!(images.contains(&container.image_id), "{container:?}");
+        }
+    }
+
+    uninstall_leaves_nothing_behind(&node);
 }
 
-/// NVIDIA's time-slicing guide's config: 4 replicas per GPU, renamed to `nvidia.com/gpu.shared`.
-const SLICE_4: &str = r#"
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: time-slicing-config, namespace: gpu-operator}
-data:
-  slice-4: |-
-    version: v1
-    sharing:
-      timeSlicing:
-        renameByDefault: true
-        resources:
-          - name: nvidia.com/gpu
-            replicas: 4
-"#;
+/// `helm uninstall`: its hook deletes the ClusterPolicy while the operator still runs, which stops the operands
+/// and removes the labels they and it wrote and the GPUNode; then Helm deletes the rest. Only the admin's own
+/// label (the MIG config this test chose) stays.
+fn uninstall_leaves_nothing_behind(node: &str) {
+    step("helm uninstall: no operand, label or GPUNode left behind");
+    let started = std::time::Instant::now();
+    let uninstalled = e2e::uninstall_release();
+    assert!(
+        uninstalled.success,
+        "helm uninstall failed:\n{}\n{}\nthe hook's log:\n{}",
+        uninstalled.stdout,
+        uninstalled.stderr,
+        e2e::run(
+            "kubectl",
+            &[
+                "logs",
+                "-n",
+                e2e::NAMESPACE,
+                "-l",
+                "app=gpu-operator-uninstall"
+            ]
+        )
+        .stdout
+    );
+    println!("helm uninstall took {:.1?}", started.elapsed());
+    let policies = e2e::kubectl_json(&["get", "clusterpolicies"]);
+    assert_eq!(
+        policies["items"],
+        serde_json::json!([]),
+        "ClusterPolicies left"
+    );
+    let gpunodes = e2e::kubectl_json(&["get", "gpunodes"]);
+    assert_eq!(gpunodes["items"], serde_json::json!([]), "GPUNodes left");
+    let daemonsets = e2e::kubectl_json(&["get", "daemonsets", "-n", e2e::NAMESPACE]);
+    assert_eq!(
+        daemonsets["items"],
+        serde_json::json!([]),
+        "DaemonSets left"
+    );
+    let pods = e2e::eventually(Duration::from_secs(60), || {
+        let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE]);
+        Ok(pods["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+            .then_some(()))
+    });
+    assert!(
+        pods.is_ok(),
+        "pods left:\n{}",
+        e2e::kubectl(&["get", "pods", "-n", e2e::NAMESPACE, "-o", "wide"])
+    );
+    let labels = e2e::kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
+    let nvidia: serde_json::Map<String, serde_json::Value> = labels
+        .as_object()
+        .expect("labels")
+        .iter()
+        .filter(|(key, _)| key.starts_with("nvidia.com/"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    assert_eq!(
+        serde_json::Value::Object(nvidia),
+        serde_json::json!({"nvidia.com/mig.config": "all-1g.5gb"}),
+        "only the admin's label may stay"
+    );
+}
+
+/// A pod of the test image asks for one `nvidia.com/gpu.shared` replica, starts, and prints the GPU the device
+/// plugin gave it.
+fn workload_receives_one_shared_gpu(node: &str) {
+    step(
+        "a workload pod asking for one nvidia.com/gpu.shared starts and prints the GPU it received",
+    );
+    let testapp = realnode::image("testapp");
+    let mut pod: serde_json::Value =
+        serde_json::from_str(&realnode::pod("gpu-workload", &testapp.reference, &[]))
+            .expect("a pod");
+    pod["spec"]["containers"][0]["resources"] =
+        serde_json::json!({"limits": {"nvidia.com/gpu.shared": 1}});
+    let applied = kubectl_apply(&pod.to_string(), &[]);
+    assert!(applied.success, "{}", applied.stderr);
+    let containers = realnode::wait_running("default", "gpu-workload", Duration::from_secs(120));
+    print_and_check(&containers);
+    let logs = realnode::logs_with(
+        "default",
+        "gpu-workload",
+        "testapp: pid 1, waiting",
+        Duration::from_secs(30),
+    );
+    let visible = logs
+        .lines()
+        .find_map(|line| line.strip_prefix("env NVIDIA_VISIBLE_DEVICES="))
+        .unwrap_or_else(|| panic!("the container received no NVIDIA_VISIBLE_DEVICES:\n{logs}"));
+    println!("the workload's own output: NVIDIA_VISIBLE_DEVICES={visible}");
+    let gpunode = e2e::kubectl_json(&["get", "gpunode", node]);
+    let uuids: Vec<&str> = gpunode["status"]["gpus"]
+        .as_array()
+        .expect("GPUs in the GPUNode status")
+        .iter()
+        .filter_map(|gpu| gpu["uuid"].as_str())
+        .collect();
+    assert!(
+        uuids.contains(&visible),
+        "NVIDIA_VISIBLE_DEVICES={visible} names none of the node's GPUs {uuids:?}"
+    );
+    realnode::delete_pod("default", "gpu-workload");
+}
+
+/// The exporter's and the node status exporter's metrics, fetched with curl from their pods' IPs.
+fn exporters_answer_on_their_pod_ips(node: &str) {
+    step("curl of the exporter and the node status exporter through their pod IPs");
+    for (app, port, series) in [
+        (
+            "nvidia-dcgm-exporter",
+            9400,
+            "DCGM_FI_DEV_GPU_TEMP{".to_owned(),
+        ),
+        (
+            "nvidia-node-status-exporter",
+            8000,
+            format!("gpu_operator_node_driver_ready{{node=\"{node}\"}} 1"),
+        ),
+    ] {
+        let pod = scheduled_pod(app);
+        let ip = e2e::kubectl(&[
+            "get",
+            "pod",
+            "-n",
+            e2e::NAMESPACE,
+            &pod,
+            "-o",
+            "jsonpath={.status.podIP}",
+        ]);
+        let url = format!("http://{ip}:{port}/metrics");
+        let metrics = e2e::eventually(Duration::from_secs(60), || {
+            let fetched = e2e::run("curl", &["-sf", "--max-time", "5", &url]);
+            Ok((fetched.success && fetched.stdout.contains(&series)).then_some(fetched.stdout))
+        })
+        .unwrap_or_else(|error| {
+            panic!(
+                "{url} never served {series:?}: {error:#}\n{}",
+                e2e::run("curl", &["-s", "--max-time", "5", &url]).stdout
+            )
+        });
+        let sample: Vec<&str> = metrics
+            .lines()
+            .filter(|line| line.starts_with(series.split('{').next().unwrap_or_default()))
+            .take(4)
+            .collect();
+        println!(
+            "{url}: {} lines, e.g.\n  {}",
+            metrics.lines().count(),
+            sample.join("\n  ")
+        );
+    }
+}
+
+/// `nvidia.com/mig.config=all-1g.5gb` on the real node: the MIG manager in its container pauses the device
+/// plugin, changes the simulated GPUs, and reports pending, then success; the device plugin comes back with the
+/// MIG devices (single strategy: 7 per A100-40GB, 4 time-sliced replicas each).
+fn mig_relabel_goes_pending_then_success(node: &str) {
+    step("a MIG relabel: pending, then success, with the MIG manager in its container");
+    e2e::ok(
+        "kubectl",
+        &[
+            "label",
+            "node",
+            node,
+            "--overwrite",
+            "nvidia.com/mig.config=all-1g.5gb",
+        ],
+    );
+    let mut seen: Vec<String> = Vec::new();
+    e2e::eventually(Duration::from_secs(180), || {
+        let labels = e2e::kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
+        let state = labels["nvidia.com/mig.config.state"]
+            .as_str()
+            .unwrap_or("<none>")
+            .to_owned();
+        if seen.last() != Some(&state) {
+            seen.push(state.clone());
+        }
+        Ok((state == "success" && seen.iter().any(|state| state == "pending")).then_some(()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "the MIG relabel did not go pending then success ({seen:?}): {error:#}\n{}",
+            e2e::run(
+                "kubectl",
+                &[
+                    "logs",
+                    "-n",
+                    e2e::NAMESPACE,
+                    "-l",
+                    "app=nvidia-mig-manager",
+                    "--tail=40"
+                ]
+            )
+            .stdout
+        )
+    });
+    println!("nvidia.com/mig.config.state: {}", seen.join(" -> "));
+    let gpunode = e2e::kubectl_json(&["get", "gpunode", node]);
+    println!("GPUNode MIG status: {}", gpunode["status"]["mig"]);
+    let allocatable = e2e::eventually(Duration::from_secs(120), || {
+        let allocatable =
+            e2e::kubectl_json(&["get", "node", node])["status"]["allocatable"].clone();
+        Ok((allocatable["nvidia.com/gpu.shared"] == "112").then_some(allocatable))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "the node never offered 4 replicas of 28 MIG devices: {error:#}\n{}",
+            e2e::kubectl(&["get", "node", node, "-o", "jsonpath={.status.allocatable}"])
+        )
+    });
+    println!("allocatable after the MIG change: {allocatable}");
+}
 
 /// The name of the (only) pod labelled `app=<app>`, once it is scheduled on the real node.
 fn scheduled_pod(app: &str) -> String {

@@ -1,68 +1,78 @@
-//! `cargo xtask demo`: the project's main job on the embedded defaults. Brings up the local cluster with three
-//! simulated GPU nodes on two operating systems, installs the chart the way NVIDIA's guide does, starts the
-//! operator and each node's feature discovery and MIG manager (as local processes with the chart's
-//! ServiceAccounts, since kwok runs no containers; the node agents on the GPU simulator), shows the ClusterPolicy
-//! turning Ready and the GPUNodes filling in, then changes one node's MIG geometry through its label.
+//! `cargo xtask demo`: the project's main job on a node that runs real containers. Starts a fresh local cluster,
+//! builds the images, adds the real node (containerd and runc, four simulated A100-40GB GPUs), installs the chart
+//! the way NVIDIA's guide does for a pre-installed driver, and follows what a user would watch: the operator's pod,
+//! the ClusterPolicy turning ready, the node's GPUs, NVIDIA's time-slicing guide (4 GPUs become 16
+//! `nvidia.com/gpu.shared`), and a MIG change through the node's label (28 MIG devices, 112 shared replicas).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use crate::cluster::{self, ClusterInfo};
+use crate::cluster;
 use crate::command;
-use crate::e2e::{build_binaries, standard_nodes};
-use crate::install::{self, NAMESPACE};
+use crate::e2e::add_real_node_with_images;
+use crate::install::NAMESPACE;
 
-/// The geometry the demo gives its first node: seven 1g.5gb instances on each A100-40GB.
+/// The values for a node whose GPUs are simulated (shared with the real-node end-to-end suite).
+const SIMULATED_GPUS_VALUES: &str = "examples/simulated-gpus-values.yaml";
+/// NVIDIA's time-slicing guide's ConfigMap (shared with the real-node end-to-end suite).
+const TIME_SLICING_CONFIG: &str = "examples/time-slicing-config.yaml";
+/// The host folder of the simulated GPUs' state, which a new demo starts without.
+const SIMULATOR_DIR: &str = "/run/gpu-operator-rs-simulator";
+/// The geometry the demo gives the node: seven 1g.5gb instances on each A100-40GB.
 const DEMO_MIG_CONFIG: &str = "all-1g.5gb";
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(180);
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    // A fresh cluster: no state from an earlier run, and no kwok node the operator's pod could land on.
+    cluster::down()?;
     let info = cluster::ensure_up()?;
     let env = cluster::env_vars(&info);
-    if command::output(&env, "kubectl", &["get", "nodes", "-o", "name"])?
-        .trim()
-        .is_empty()
-    {
-        for pool in standard_nodes() {
-            cluster::add_nodes(&pool)?;
+    match std::fs::remove_dir_all(SIMULATOR_DIR) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            bail!("cannot remove the simulated GPUs' state in {SIMULATOR_DIR}: {error}")
         }
+        _ => {}
     }
-    install::install_chart(root, &env, "180s")?;
-    let bin_dir = build_binaries(
+    let (_, node) = add_real_node_with_images(root)?;
+    let values = root.join(SIMULATED_GPUS_VALUES).display().to_string();
+    let kubelet_root = format!("hostPaths.kubeletRootDir={}", node.kubelet_root.display());
+    let chart = root.join("charts/gpu-operator").display().to_string();
+    command::run(
         root,
+        &env,
+        "helm",
         &[
-            ("operator", "gpu-operator"),
-            ("node-agent", "gpu-node-agent"),
+            "install",
+            "gpu-operator",
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+            &chart,
+            "-f",
+            &values,
+            "--set",
+            &kubelet_root,
         ],
     )?;
-    let log = install::start_operator(&info, &bin_dir.join("gpu-operator"), "demo")?.log;
-    println!(
-        "the operator runs as a local process with the chart's ServiceAccount; its log: {}",
-        log.display()
-    );
-    let gpu_nodes = command::output(
+    let node = node.node;
+    follow(
         &env,
-        "kubectl",
+        "the operator's pod",
         &[
             "get",
-            "nodes",
+            "pods",
+            "-n",
+            NAMESPACE,
             "-l",
-            "feature.node.kubernetes.io/pci-10de.present=true",
+            "app=gpu-operator",
             "-o",
-            "jsonpath={.items[*].metadata.name}",
+            "jsonpath={.items[0].status.phase} on {.items[0].spec.nodeName}",
         ],
+        |state| state.starts_with("Running on"),
     )?;
-    let gpu_nodes: Vec<&str> = gpu_nodes.split_whitespace().collect();
-    for node in &gpu_nodes {
-        start_node_agents(&info, &bin_dir.join("gpu-node-agent"), node)?;
-    }
-    println!(
-        "feature discovery and the MIG manager run for {} on simulated GPUs; their logs: {}",
-        gpu_nodes.join(", "),
-        info.state_dir.join("logs").display()
-    );
     follow(
         &env,
         "cluster-policy",
@@ -75,113 +85,95 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         ],
         |state| state.starts_with("ready "),
     )?;
-    // The MIG manager reports the node's geometry once the operator has labelled it all-disabled.
-    for node in &gpu_nodes {
-        follow_mig_change(&env, node, "all-disabled")?;
-    }
+    command::run(
+        root,
+        &env,
+        "kubectl",
+        &["get", "pods", "-n", NAMESPACE, "-o", "wide"],
+    )?;
+    follow_allocatable(&env, &node, "nvidia.com/gpu", "4")?;
+
+    println!("\nNVIDIA's time-slicing guide: the slice-4 config shares each GPU four ways");
     command::run(
         root,
         &env,
         "kubectl",
         &[
-            "get",
-            "nodes",
-            "-L",
-            "feature.node.kubernetes.io/system-os_release.ID,feature.node.kubernetes.io/system-os_release.VERSION_ID,nvidia.com/gpu.present,nvidia.com/gpu.deploy.device-plugin",
+            "apply",
+            "-f",
+            &root.join(TIME_SLICING_CONFIG).display().to_string(),
         ],
     )?;
     command::run(
         root,
         &env,
         "kubectl",
-        &["get", "daemonsets", "-n", NAMESPACE],
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec": {"devicePlugin": {"config": {"name": "time-slicing-config", "default": "slice-4"}}}}"#,
+        ],
     )?;
+    follow_allocatable(&env, &node, "nvidia.com/gpu.shared", "16")?;
+
+    println!("\nA MIG change through the node's label, applied by the MIG manager's container");
+    let label = format!("nvidia.com/mig.config={DEMO_MIG_CONFIG}");
+    command::run(
+        root,
+        &env,
+        "kubectl",
+        &["label", "node", &node, &label, "--overwrite"],
+    )?;
+    follow(
+        &env,
+        &format!("{node} MIG config and state"),
+        &[
+            "get",
+            "node",
+            &node,
+            "-o",
+            r"jsonpath={.metadata.labels.nvidia\.com/mig\.config} {.metadata.labels.nvidia\.com/mig\.config\.state}",
+        ],
+        |state| state == format!("{DEMO_MIG_CONFIG} success"),
+    )?;
+    follow_allocatable(&env, &node, "nvidia.com/gpu.shared", "112")?;
     command::run(root, &env, "kubectl", &["get", "clusterpolicy"])?;
     command::run(root, &env, "kubectl", &["get", "gpunodes"])?;
-    if let Some(node) = gpu_nodes.first() {
-        let label = format!("nvidia.com/mig.config={DEMO_MIG_CONFIG}");
-        command::run(
-            root,
-            &env,
-            "kubectl",
-            &["label", "node", node, &label, "--overwrite"],
-        )?;
-        follow_mig_change(&env, node, DEMO_MIG_CONFIG)?;
-        command::run(root, &env, "kubectl", &["get", "gpunodes"])?;
-    }
-    println!();
     println!(
-        "The cluster and the operator keep running. Use them with: eval \"$(cargo xtask cluster env)\""
+        "\nThe demo took {:.0} s. The cluster keeps running; use it with: eval \"$(cargo xtask cluster env)\"",
+        started.elapsed().as_secs_f64()
+    );
+    println!("  kubectl logs -n {NAMESPACE} deploy/gpu-operator");
+    println!(
+        "  kubectl label node {node} nvidia.com/mig.config=all-balanced --overwrite; kubectl get gpunodes -w"
     );
     println!(
-        "  kubectl patch clusterpolicy/cluster-policy --type merge -p '{{\"spec\": {{\"driver\": {{\"enabled\": true}}}}}}'"
-    );
-    println!("  kubectl get daemonsets -n {NAMESPACE}     # one driver DaemonSet per OS pool");
-    println!(
-        "  kubectl label node gpu-h100-0 nvidia.com/mig.config=all-balanced --overwrite; kubectl get gpunodes -w"
+        "  helm uninstall -n {NAMESPACE} gpu-operator --wait   # leaves no operand, label or GPUNode"
     );
     println!("Stop everything with: cargo xtask cluster down");
     Ok(())
 }
 
-/// Starts feature discovery and the MIG manager of `node` as the operator's DaemonSets run them, on the GPU
-/// simulator (the node's `nvidia.com/gpu.simulator` annotation says which GPUs), with the chart's ServiceAccounts.
-fn start_node_agents(info: &ClusterInfo, binary: &Path, node: &str) -> anyhow::Result<()> {
-    let state = info.state_dir.join(format!("gpus-{node}.json"));
-    let roles: [(&str, &str, &[&str]); 2] = [
-        (
-            "gpu-feature-discovery",
-            "discovery",
-            &["--mig-strategy", "single"],
-        ),
-        (
-            "nvidia-mig-manager",
-            "mig",
-            &[
-                "--config-map",
-                "default-mig-parted-config",
-                "--default-config",
-                "all-disabled",
-            ],
-        ),
-    ];
-    for (account, role, flags) in roles {
-        let kubeconfig = cluster::service_account_kubeconfig(info, NAMESPACE, account)?;
-        let mut args: Vec<String> = std::iter::once(role)
-            .chain(flags.iter().copied())
-            .chain(["--simulate", "node", "--sim-state"])
-            .map(String::from)
-            .collect();
-        args.push(state.display().to_string());
-        cluster::start_workload(
-            info,
-            &format!("{account}-{node}"),
-            binary,
-            &args,
-            &[
-                ("KUBECONFIG".into(), kubeconfig.display().to_string()),
-                ("NODE_NAME".into(), node.into()),
-                ("OPERATOR_NAMESPACE".into(), NAMESPACE.into()),
-            ],
-        )?;
-    }
-    Ok(())
-}
-
-/// Follows the MIG config and state in `node`'s GPUNode until its MIG manager has applied `config`.
-fn follow_mig_change(env: &[(String, String)], node: &str, config: &str) -> anyhow::Result<()> {
-    let applied = format!("{config} success");
+/// Follows `node`'s allocatable `resource` until it is `count`.
+fn follow_allocatable(
+    env: &[(String, String)],
+    node: &str,
+    resource: &str,
+    count: &str,
+) -> anyhow::Result<()> {
+    let path = format!(
+        "jsonpath={{.status.allocatable.{}}}",
+        resource.replace('.', r"\.")
+    );
     follow(
         env,
-        &format!("{node} MIG config and state"),
-        &[
-            "get",
-            "gpunode",
-            node,
-            "-o",
-            "jsonpath={.status.mig.config} {.status.mig.state}",
-        ],
-        |state| state == applied,
+        &format!("{node} allocatable {resource}"),
+        &["get", "node", node, "-o", &path],
+        |allocatable| allocatable == count,
     )
 }
 
@@ -215,7 +207,7 @@ fn follow(
         std::thread::sleep(Duration::from_millis(250));
     }
     bail!(
-        "{what} did not get there within {} s: see `kubectl describe clusterpolicy cluster-policy`, `kubectl describe gpunodes` and the logs in the cluster's state directory",
+        "{what} did not get there within {} s: see `kubectl describe clusterpolicy cluster-policy`, `kubectl get pods -n {NAMESPACE}` and `kubectl describe gpunodes`",
         FOLLOW_TIMEOUT.as_secs()
     )
 }

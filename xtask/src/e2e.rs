@@ -135,25 +135,36 @@ fn suites(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(suites)
 }
 
-/// Builds the images, adds the real node, and runs the real-node suite.
-fn run_real_node_tests(
-    root: &Path,
-    info: &cluster::ClusterInfo,
-    filter: Option<&str>,
-) -> anyhow::Result<()> {
+/// Builds the images (`cargo xtask images`) and adds the real node with them, on simulated A100s; returns where
+/// `images.json` is and the node.
+pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<(PathBuf, cluster::RealNode)> {
     let built = images::run(root, &images::Args::default())?;
     let images_json = built
         .first()
         .and_then(|image| image.archive.parent())
         .context("cargo xtask images built nothing")?
         .join("images.json");
-    cluster::add_real_node(&AddRealNode {
+    let node = cluster::add_real_node(&AddRealNode {
         name: REAL_NODE.into(),
         gpus: Some(REAL_NODE_GPUS.parse().expect("valid --gpus literal")),
         images: images_json.parent().map(Path::to_path_buf),
     })?;
+    Ok((images_json, node))
+}
+
+/// Builds the images, adds the real node, and runs the real-node suite.
+fn run_real_node_tests(
+    root: &Path,
+    info: &cluster::ClusterInfo,
+    filter: Option<&str>,
+) -> anyhow::Result<()> {
+    let (images_json, node) = add_real_node_with_images(root)?;
     let mut env = cluster::env_vars(info);
-    env.push(("E2E_REAL_NODE".into(), REAL_NODE.into()));
+    env.push(("E2E_REAL_NODE".into(), node.node));
+    env.push((
+        "E2E_REAL_NODE_KUBELET_ROOT".into(),
+        node.kubelet_root.display().to_string(),
+    ));
     env.push(("E2E_IMAGES_JSON".into(), images_json.display().to_string()));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     let mut args = vec![

@@ -66,3 +66,19 @@ version (NVIDIA's chart does the same for the validator and node status exporter
 {{- end -}}
 {{- include "gpu-operator.compact" $section -}}
 {{- end -}}
+
+{{/* The operator image's pod security context: it runs as a non-root user, with the runtime's seccomp profile. */}}
+{{- define "gpu-operator.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The operator image's container security context: no privilege, no capability, a read-only root. */}}
+{{- define "gpu-operator.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end -}}

@@ -38,6 +38,55 @@ pub const DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
 /// GPU product as feature discovery writes it, e.g. NVIDIA-A100-SXM4-40GB.
 pub const GPU_PRODUCT: &str = "nvidia.com/gpu.product";
 
+/// Labels GPU feature discovery writes besides the `nvidia.com/mig-<profile>.*` family, without the prefix. Feature
+/// discovery removes any of them that no longer applies, and the operator removes them all when its ClusterPolicy
+/// is deleted; other `nvidia.com/` labels (the operator's, the MIG manager's, an admin's) are not feature
+/// discovery's to touch.
+const FEATURE_DISCOVERY_LABELS: [&str; 34] = [
+    "gfd.timestamp",
+    "gpu.product",
+    "gpu.memory",
+    "gpu.count",
+    "gpu.family",
+    "gpu.compute.major",
+    "gpu.compute.minor",
+    "gpu.machine",
+    "gpu.mode",
+    "gpu.replicas",
+    "gpu.sharing-strategy",
+    "gpu.multiprocessors",
+    "gpu.slices.gi",
+    "gpu.slices.ci",
+    "gpu.engines.copy",
+    "gpu.engines.decoder",
+    "gpu.engines.encoder",
+    "gpu.engines.jpeg",
+    "gpu.engines.ofa",
+    "cuda.driver.major",
+    "cuda.driver.minor",
+    "cuda.driver.rev",
+    "cuda.runtime.major",
+    "cuda.runtime.minor",
+    "cuda.driver-version.major",
+    "cuda.driver-version.minor",
+    "cuda.driver-version.revision",
+    "cuda.driver-version.full",
+    "cuda.runtime-version.major",
+    "cuda.runtime-version.minor",
+    "cuda.runtime-version.full",
+    "mig.capable",
+    "mps.capable",
+    "mig.strategy",
+];
+
+/// Whether `key` is a label GPU feature discovery writes.
+#[must_use]
+pub fn written_by_feature_discovery(key: &str) -> bool {
+    key.strip_prefix(NVIDIA_PREFIX).is_some_and(|name| {
+        FEATURE_DISCOVERY_LABELS.contains(&name) || (name.starts_with("mig-") && name.contains('.'))
+    })
+}
+
 /// Annotation on simulated nodes naming the GPUs the simulator gives them, e.g. `a100-40gb:4`. Node agents
 /// started with `--simulate` read it; real nodes never carry it.
 pub const SIMULATED_GPUS_ANNOTATION: &str = "nvidia.com/gpu.simulator";

@@ -72,7 +72,8 @@ pub struct RunArgs {
     /// MIG strategy; wins over the config's `flags.migStrategy`.
     #[arg(long, value_enum)]
     pub mig_strategy: Option<StrategyArg>,
-    /// The kubelet's root directory; sockets go in its `device-plugins` folder.
+    /// Where the kubelet's `device-plugins` folder is: `/var/lib/kubelet` for every kubelet, whatever its
+    /// `--root-dir`, since the kubelet fixes its registration socket's path.
     #[arg(long, default_value = "/var/lib/kubelet")]
     pub kubelet_root: PathBuf,
     /// Root of the MPS control daemons' pipe directories on the host.

@@ -31,8 +31,8 @@ pub enum ApplyError {
         name: String,
         source: kube::Error,
     },
-    #[error("deleting {kind} {namespace}/{name} that is no longer rendered: {source}")]
-    Prune {
+    #[error("deleting {kind} {namespace}/{name}: {source}")]
+    Delete {
         kind: &'static str,
         namespace: String,
         name: String,
@@ -189,8 +189,31 @@ impl Applier {
     ) -> Result<usize, ApplyError> {
         let wanted: BTreeSet<(&str, String)> =
             objects.iter().map(|o| (o.kind(), o.name())).collect();
+        let removal = self
+            .delete_owned(owner, &wanted, &DeleteParams::background())
+            .await?;
+        Ok(removal.deleted)
+    }
+
+    /// Deletes every object of this policy in the foreground, so that each stays (terminating) until its pods
+    /// have stopped; returns how many are still there. The policy's cleanup waits for none, so that no operand
+    /// writes a label or a GPUNode after the cleanup removed it.
+    pub async fn remove_all(&self, owner: &ClusterPolicy) -> Result<usize, ApplyError> {
+        let removal = self
+            .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground())
+            .await?;
+        Ok(removal.present)
+    }
+
+    /// Deletes the policy's objects not in `wanted`.
+    async fn delete_owned(
+        &self,
+        owner: &ClusterPolicy,
+        wanted: &BTreeSet<(&str, String)>,
+        params: &DeleteParams,
+    ) -> Result<Removal, ApplyError> {
         let owner_uid = owner.uid().unwrap_or_default();
-        let mut pruned = 0;
+        let mut removal = Removal::default();
         for kind in ["DaemonSet", "Service", "ServiceMonitor"] {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), &self.namespace, &api_resource(kind));
@@ -205,30 +228,44 @@ impl Applier {
             for object in existing {
                 let name = object.name_any();
                 let owned = object.owner_references().iter().any(|r| r.uid == owner_uid);
-                if owned && !wanted.contains(&(kind, name.clone())) {
-                    match api.delete(&name, &DeleteParams::background()).await {
-                        // Already gone (the garbage collector, or an earlier pass): nothing left to do.
-                        Ok(_) => {}
-                        Err(kube::Error::Api(status)) if status.code == 404 => {}
-                        Err(source) => {
-                            return Err(ApplyError::Prune {
-                                kind,
-                                namespace: self.namespace.clone(),
-                                name: name.clone(),
-                                source,
-                            });
-                        }
-                    }
-                    if let Ok(mut map) = self.last_applied.lock() {
-                        map.remove(&(kind, name.clone()));
-                    }
-                    info!(kind, %name, "pruned: no longer rendered");
-                    pruned += 1;
+                if !owned || wanted.contains(&(kind, name.clone())) {
+                    continue;
                 }
+                removal.present += 1;
+                if object.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                match api.delete(&name, params).await {
+                    // Already gone (the garbage collector, or an earlier pass): nothing left to do.
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(source) => {
+                        return Err(ApplyError::Delete {
+                            kind,
+                            namespace: self.namespace.clone(),
+                            name: name.clone(),
+                            source,
+                        });
+                    }
+                }
+                if let Ok(mut map) = self.last_applied.lock() {
+                    map.remove(&(kind, name.clone()));
+                }
+                info!(kind, %name, "deleted");
+                removal.deleted += 1;
             }
         }
-        Ok(pruned)
+        Ok(removal)
     }
+}
+
+/// What one [`Applier::delete_owned`] pass did.
+#[derive(Debug, Default)]
+struct Removal {
+    /// Deletions it asked for.
+    deleted: usize,
+    /// Objects it found (those deleted included), terminating or not.
+    present: usize,
 }
 
 fn api_resource(kind: &str) -> ApiResource {

@@ -3,7 +3,7 @@
 //! - `model`: pure types: components, the validated policy, the observed cluster facts.
 //! - `plan`: pure planning: node labels, the ClusterPolicy status.
 //! - `render`: pure rendering of every operand.
-//! - `apply`, `controller`, `leader`, `crd_install`: cluster I/O at the edge.
+//! - `apply`, `controller`, `leader`, `crd_install`, `uninstall`: cluster I/O at the edge.
 
 pub mod apply;
 pub mod controller;
@@ -16,3 +16,4 @@ pub mod plan;
 pub mod render;
 pub mod render_command;
 pub mod telemetry;
+pub mod uninstall;

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -9,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use operator::leader::LeaderElector;
 use operator::metrics::Metrics;
 use operator::model::DefaultImages;
-use operator::{controller, crd_install, health, render_command, telemetry};
+use operator::{controller, crd_install, health, render_command, telemetry, uninstall};
 use tracing::info;
 
 #[derive(Debug, Parser)]
@@ -52,6 +53,16 @@ enum Command {
         /// Namespace of the operands.
         #[arg(long, default_value = "gpu-operator", env = "OPERATOR_NAMESPACE")]
         namespace: String,
+    },
+    /// Delete every ClusterPolicy and wait until the running operator has removed its operands, node labels and
+    /// GPUNodes (the chart's pre-delete hook runs this before Helm deletes the operator).
+    Uninstall {
+        /// How long to wait for the operator's cleanup before failing, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout_seconds: u64,
+        /// Also delete the operator's CRDs afterwards (NVIDIA's `operator.cleanupCRD`).
+        #[arg(long)]
+        crds: bool,
     },
     /// The operator's CustomResourceDefinitions (printed as YAML without a subcommand).
     Crd {
@@ -103,6 +114,15 @@ async fn main() -> anyhow::Result<()> {
                 eprintln!("warning: {warning}");
             }
             emit(&rendered.yaml)?;
+        }
+        Command::Uninstall {
+            timeout_seconds,
+            crds,
+        } => {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API")?;
+            uninstall::uninstall(&client, Duration::from_secs(timeout_seconds), crds).await?;
         }
         Command::Run {
             health_addr,

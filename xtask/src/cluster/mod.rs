@@ -22,6 +22,8 @@ mod toolchain;
 mod tools;
 mod versions;
 
+pub use realnode::NodeState as RealNode;
+
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
@@ -78,7 +80,11 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::AddRealNode(request) => {
             let node = add_real_node(&request)?;
-            println!("added the real node {node}");
+            println!(
+                "added the real node {} (kubelet root {})",
+                node.node,
+                node.kubelet_root.display()
+            );
             Ok(())
         }
     }
@@ -160,9 +166,9 @@ pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
 
 /// Adds the real node to the running cluster (replacing an earlier one) and waits until it is Ready; returns its
 /// name.
-pub fn add_real_node(request: &AddRealNode) -> anyhow::Result<String> {
+pub fn add_real_node(request: &AddRealNode) -> anyhow::Result<RealNode> {
     let layout = paths::Layout::from_env()?;
-    Ok(realnode::add(&layout, request)?.node)
+    realnode::add(&layout, request)
 }
 
 /// Runs `binary args` as a workload of the running cluster (replacing a running one of the same name); its log

@@ -147,7 +147,9 @@ pub struct HostPathsSpec {
     /// Where the driver's libraries, binaries and configuration are installed on the host.
     #[serde(default = "default_driver_install_dir")]
     pub driver_install_dir: String,
-    /// The kubelet's root directory; the device plugin sockets live in its device-plugins folder.
+    /// The kubelet's root directory (its `--root-dir`), where the exporter and the MIG manager reach its
+    /// pod-resources socket. Device plugins register in `/var/lib/kubelet/device-plugins` whatever this is: the
+    /// kubelet fixes that path.
     #[serde(default = "default_kubelet_root_dir")]
     pub kubelet_root_dir: String,
 }

@@ -16,51 +16,12 @@ use std::time::Duration;
 use crd::config::device_plugin::{
     DevicePluginConfig, MigStrategy, SharingStrategy, mig_resource_name,
 };
-use crd::labels::NVIDIA_PREFIX;
+use crd::labels::{NVIDIA_PREFIX, written_by_feature_discovery};
 use crd::mig::{ComputeCapability, MigProfileName};
 use gpu::{CudaVersion, MigDevice};
 
 use crate::inventory::GpuView;
 use crate::node_patch::MetadataPatch;
-
-/// Labels this role owns besides the `nvidia.com/mig-<profile>.*` family: it removes any of them that no longer
-/// applies, and never touches other `nvidia.com/` labels (the operator's, the MIG manager's, an admin's).
-const OWNED: [&str; 34] = [
-    "gfd.timestamp",
-    "gpu.product",
-    "gpu.memory",
-    "gpu.count",
-    "gpu.family",
-    "gpu.compute.major",
-    "gpu.compute.minor",
-    "gpu.machine",
-    "gpu.mode",
-    "gpu.replicas",
-    "gpu.sharing-strategy",
-    "gpu.multiprocessors",
-    "gpu.slices.gi",
-    "gpu.slices.ci",
-    "gpu.engines.copy",
-    "gpu.engines.decoder",
-    "gpu.engines.encoder",
-    "gpu.engines.jpeg",
-    "gpu.engines.ofa",
-    "cuda.driver.major",
-    "cuda.driver.minor",
-    "cuda.driver.rev",
-    "cuda.runtime.major",
-    "cuda.runtime.minor",
-    "cuda.driver-version.major",
-    "cuda.driver-version.minor",
-    "cuda.driver-version.revision",
-    "cuda.driver-version.full",
-    "cuda.runtime-version.major",
-    "cuda.runtime-version.minor",
-    "cuda.runtime-version.full",
-    "mig.capable",
-    "mps.capable",
-    "mig.strategy",
-];
 
 /// The label with the time of the last labelling pass, in Unix seconds.
 pub const TIMESTAMP: &str = "nvidia.com/gfd.timestamp";
@@ -70,14 +31,6 @@ pub const TIMESTAMP: &str = "nvidia.com/gfd.timestamp";
 pub const PCI_CLASS_VGA: u32 = 0x0300;
 /// PCI class of a 3D controller: a GPU in compute mode (every MIG-capable GPU).
 pub const PCI_CLASS_3D: u32 = 0x0302;
-
-/// Whether `key` is a label this role writes.
-#[must_use]
-pub fn is_owned(key: &str) -> bool {
-    key.strip_prefix(NVIDIA_PREFIX).is_some_and(|name| {
-        OWNED.contains(&name) || (name.starts_with("mig-") && name.contains('.'))
-    })
-}
 
 /// How one resource is replicated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,10 +304,9 @@ pub fn patch(
     for (key, value) in desired {
         patch = patch.label(key.clone(), value.clone());
     }
-    for key in current
-        .keys()
-        .filter(|key| is_owned(key) && !desired.contains_key(*key) && *key != TIMESTAMP)
-    {
+    for key in current.keys().filter(|key| {
+        written_by_feature_discovery(key) && !desired.contains_key(*key) && *key != TIMESTAMP
+    }) {
         patch.labels.insert(key.clone(), None);
     }
     let mut patch = patch.minus(current, &BTreeMap::new());

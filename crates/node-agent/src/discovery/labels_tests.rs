@@ -79,7 +79,10 @@ fn full_gpus_are_labelled_as_nvidias_gfd_does() {
         assert_eq!(get(&labels, name), value, "{name}");
     }
     assert_eq!(labels.len(), expected.len(), "{labels:?}");
-    assert!(labels.keys().all(|key| is_owned(key)), "{labels:?}");
+    assert!(
+        labels.keys().all(|key| written_by_feature_discovery(key)),
+        "{labels:?}"
+    );
 }
 
 #[test]
@@ -409,14 +412,14 @@ fn families_and_label_values() {
         "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
     );
     assert_eq!(label_value(&"x".repeat(70)).len(), 63);
-    assert!(!is_owned("nvidia.com/mig.config"));
-    assert!(!is_owned("nvidia.com/gpu.present"));
+    assert!(!written_by_feature_discovery("nvidia.com/mig.config"));
+    assert!(!written_by_feature_discovery("nvidia.com/gpu.present"));
     assert!(
-        !is_owned("nvidia.com/gpu.clique"),
+        !written_by_feature_discovery("nvidia.com/gpu.clique"),
         "IMEX cliques are not computed here"
     );
-    assert!(is_owned("nvidia.com/mig-1g.5gb.count"));
-    assert!(is_owned(TIMESTAMP));
+    assert!(written_by_feature_discovery("nvidia.com/mig-1g.5gb.count"));
+    assert!(written_by_feature_discovery(TIMESTAMP));
 }
 
 /// One line of our transcription of NVIDIA's GFD expected outputs: a label name (`<profile>` standing for a MIG

@@ -23,15 +23,20 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
 use crate::metrics::Metrics;
 use crate::model::DefaultImages;
 use reconcile::{cleanup, reconcile_policy};
 
-/// Finalizer that lets the operator remove the node labels it wrote when its ClusterPolicy is deleted.
+/// Finalizer that lets the operator remove its operands, the node labels they and it wrote, and the GPUNodes when
+/// its ClusterPolicy is deleted.
 pub const FINALIZER: &str = "nvidia.com/gpu-operator-cleanup";
+
+/// How often a deleted policy's cleanup looks again whether its operands' pods have stopped: terminating pods
+/// change no object the controller watches until their DaemonSet is gone.
+const OPERANDS_STOPPING_POLL: Duration = Duration::from_secs(2);
 
 /// The longest wait between retries of a failing reconcile.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -93,6 +98,11 @@ pub enum ReconcileError {
     Label { node: String, source: kube::Error },
     #[error("writing the ClusterPolicy status: {0}")]
     Status(#[source] kube::Error),
+    /// Not a failure: the cleanup of a deleted policy waits for its operands' pods to stop.
+    #[error("{remaining} operand objects are still being deleted; the node labels and GPUNodes go once they are gone")]
+    OperandsStopping { remaining: usize },
+    #[error("deleting the GPUNodes: {0}")]
+    GpuNodes(#[source] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(String),
     #[error("the watch caches stopped before their first list")]
@@ -112,6 +122,8 @@ impl ReconcileError {
             ReconcileError::Apply(_) => "apply",
             ReconcileError::Label { .. } => "label",
             ReconcileError::Status(_) => "status",
+            ReconcileError::OperandsStopping { .. } => "operands-stopping",
+            ReconcileError::GpuNodes(_) => "gpunodes",
             ReconcileError::Finalizer(_) => "finalizer",
             ReconcileError::CachesStopped => "caches",
         }
@@ -304,6 +316,10 @@ fn error_policy(
     error: &ReconcileError,
     context: Arc<Context>,
 ) -> Action {
+    if let ReconcileError::OperandsStopping { remaining } = error {
+        info!(clusterpolicy = %policy.name_any(), remaining, "waiting for the operands to stop");
+        return Action::requeue(OPERANDS_STOPPING_POLL);
+    }
     context.metrics.count_error(error.reason());
     let failures = context.failures.lock().map_or(1, |mut map| {
         let count = map.entry(policy.name_any()).or_insert(0);

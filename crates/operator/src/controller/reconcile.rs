@@ -9,7 +9,7 @@ use crd::{ClusterPolicy, GPUNode};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -252,13 +252,27 @@ pub(super) async fn cleanup(
         info!("another ClusterPolicy remains; it keeps the node labels");
         return Ok(Action::await_change());
     }
+    // The operands go first, and the cleanup waits for their pods to stop: a running agent would label its node
+    // or write its GPUNode again after they were removed.
+    // An error, not a requeue: the finalizer is removed as soon as the cleanup returns Ok.
+    let remaining = context.applier.remove_all(policy).await?;
+    if remaining > 0 {
+        return Err(ReconcileError::OperandsStopping { remaining });
+    }
     let api = Api::<Node>::all(context.client.clone());
     for node in context.nodes.state() {
         patch_labels(&api, &node.name_any(), &plan_cleanup(node.labels())).await?;
     }
     info!("node labels removed");
+    let gpu_nodes = Api::<GPUNode>::all(context.client.clone());
+    gpu_nodes
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .map_err(ReconcileError::GpuNodes)?;
+    info!("GPUNodes deleted");
     Ok(Action::await_change())
 }
+
 
 #[cfg(test)]
 mod tests {

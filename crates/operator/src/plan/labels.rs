@@ -8,7 +8,7 @@
 //! - The MIG manager is deployed only where feature discovery found MIG-capable GPUs (`nvidia.com/mig.capable`),
 //!   and such nodes without a `nvidia.com/mig.config` get `all-disabled` when that is the configured default.
 //! - A node that no longer has GPUs gets `gpu.present=false` and loses the operator's deploy labels.
-//! - On deletion of the policy (`cleanup`), every label the operator wrote goes.
+//! - On deletion of the policy (`cleanup`), every label the operator and its operands wrote goes.
 //!
 //! A plan holds only the labels that must change, so nodes are patched only when something changes.
 
@@ -88,13 +88,32 @@ pub fn plan_node(
     changes(current, desired)
 }
 
-/// The label changes that undo what the operator wrote, when its ClusterPolicy is deleted.
+/// The label changes that undo what the operator and its operands wrote, when its ClusterPolicy is deleted
+/// (after the operands stopped, so that none writes them again): the operator's own labels, feature discovery's,
+/// the MIG manager's state and its pauses. An admin's labels stay, `nvidia.com/mig.config` included unless it holds
+/// the operator's default.
 pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
     let mut desired = BTreeMap::new();
     if current.contains_key(labels::GPU_PRESENT) {
         desired.insert(labels::GPU_PRESENT.to_string(), None);
     }
     desired.insert(RUNTIME_LABEL.to_string(), None);
+    desired.insert(labels::MIG_CONFIG_STATE.to_string(), None);
+    for key in current
+        .keys()
+        .filter(|key| labels::written_by_feature_discovery(key))
+    {
+        desired.insert(key.clone(), None);
+    }
+    for component in Component::ALL {
+        let label = component.deploy_label();
+        if current
+            .get(&label)
+            .is_some_and(|value| value == labels::PAUSED_FOR_MIG_CHANGE)
+        {
+            desired.insert(label, None);
+        }
+    }
     remove_deploy_labels(current, &mut desired);
     if current
         .get(labels::MIG_CONFIG)
@@ -292,8 +311,24 @@ mod tests {
             ("nvidia.com/gpu.deploy.device-plugin", "false"),
             (labels::MIG_CONFIG, "all-disabled"),
             (RUNTIME_LABEL, "containerd"),
+            (
+                "nvidia.com/gpu.deploy.dcgm-exporter",
+                labels::PAUSED_FOR_MIG_CHANGE,
+            ),
+            (labels::MIG_CONFIG_STATE, "success"),
+            (labels::GPU_PRODUCT, "NVIDIA-A100-SXM4-40GB"),
+            ("nvidia.com/mig-1g.5gb.count", "7"),
+            ("nvidia.com/gpu.clique", "admin-set"),
         ]);
         let changes = plan_cleanup(&current);
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"),
+            Some(None)
+        );
+        assert_eq!(set(&changes, labels::MIG_CONFIG_STATE), Some(None));
+        assert_eq!(set(&changes, labels::GPU_PRODUCT), Some(None));
+        assert_eq!(set(&changes, "nvidia.com/mig-1g.5gb.count"), Some(None));
+        assert_eq!(set(&changes, "nvidia.com/gpu.clique"), None);
         assert_eq!(set(&changes, labels::GPU_PRESENT), Some(None));
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.device-plugin"), None);

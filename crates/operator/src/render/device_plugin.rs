@@ -12,12 +12,14 @@ use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 /// MPS root when `devicePlugin.mps` is unset (the section's own default when it is set).
 const DEFAULT_MPS_ROOT: &str = "/run/nvidia/mps";
+/// Where the kubelet serves device-plugin registration. The kubelet fixes this path whatever its `--root-dir`
+/// (`pluginapi.KubeletSocket` in its device manager), so `hostPaths.kubeletRootDir` does not move it.
+const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// Where CDI specifications are written for the container runtime to read.
 const CDI_DIR: &str = "/var/run/cdi";
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec;
-    let kubelet_root = spec.host_paths.kubelet_root_dir.as_str();
     let mps_root = spec
         .device_plugin
         .mps
@@ -29,12 +31,7 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     if let Some(strategy) = policy.mig_strategy {
         command.extend(["--mig-strategy".into(), strategy.as_str().into()]);
     }
-    command.extend([
-        "--kubelet-root".into(),
-        kubelet_root.into(),
-        "--mps-root".into(),
-        mps_root.into(),
-    ]);
+    command.extend(["--mps-root".into(), mps_root.into()]);
     command.extend(config_flags(spec, "--config-map"));
     if spec.cdi.enabled.unwrap_or(true) {
         command.push("--cdi".into());
@@ -45,10 +42,7 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.main.env = Some(vec![node_name_env(), namespace_env(facts)]);
     // Privileged: the plugin starts MPS control daemons and opens every GPU's device nodes.
     ds.main.security_context = privileged();
-    ds.mount(&HostMount::same(
-        "device-plugins",
-        &format!("{kubelet_root}/device-plugins"),
-    ));
+    ds.mount(&HostMount::same("device-plugins", DEVICE_PLUGINS_DIR));
     ds.mount(&HostMount::same("mps-root", mps_root).create());
     ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());
     ds.await_validation(Awaits::DriverAndToolkit);

@@ -157,6 +157,17 @@ pub(super) fn container<'a>(daemonset: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name} in {}", daemonset["metadata"]["name"]))
 }
 
+/// The host path of a DaemonSet's volume `name`.
+pub(super) fn host_path_of<'a>(daemonset: &'a Value, name: &str) -> &'a str {
+    daemonset["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|volume| volume["name"] == name)
+        .and_then(|volume| volume["hostPath"]["path"].as_str())
+        .unwrap_or_else(|| panic!("no hostPath volume {name}"))
+}
+
 /// The value of env var `name` in a rendered container.
 pub(super) fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
     container["env"]

@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use super::fixture::{
-    container, default_images, env_value, facts, names, node, objects_of, one_node, policy,
-    policy_with, render_component, snapshot,
+    container, default_images, env_value, facts, host_path_of, names, node, objects_of, one_node,
+    policy, policy_with, render_component, snapshot,
 };
 use super::render;
 use crate::model::{Component, ContainerRuntime};
@@ -198,8 +198,6 @@ fn device_plugin_config_mig_mixed_cdi_off() {
             "run",
             "--mig-strategy",
             "mixed",
-            "--kubelet-root",
-            "/var/lib/k0s/kubelet",
             "--mps-root",
             "/var/mps",
             "--config-map",
@@ -207,6 +205,11 @@ fn device_plugin_config_mig_mixed_cdi_off() {
             "--default-config",
             "any"
         ])
+    );
+    // The kubelet registers device plugins at a fixed path, whatever its root directory.
+    assert_eq!(
+        host_path_of(&plugin[0], "device-plugins"),
+        "/var/lib/kubelet/device-plugins"
     );
     snapshot("device_plugin_config_mixed_no_cdi", &plugin);
     let discovery = objects_of(&objects, Component::GpuFeatureDiscovery);

@@ -84,6 +84,9 @@ pub struct NodeState {
     /// containerd's gRPC socket.
     pub socket: PathBuf,
     pub kube_proxy: PathBuf,
+    /// The kubelet's `--root-dir` (its pod-resources socket); device plugins register under
+    /// `/var/lib/kubelet/device-plugins` whatever it is.
+    pub kubelet_root: PathBuf,
     /// In start order: containerd, kube-proxy, kubelet.
     pub processes: Vec<Record>,
 }
@@ -191,6 +194,7 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         node: request.name.clone(),
         socket: dirs.socket(),
         kube_proxy: kube_proxy.clone(),
+        kubelet_root: dirs.kubelet_root(),
         processes: Vec::new(),
     };
     save(&dirs, &node)?;
