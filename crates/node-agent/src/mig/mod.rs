@@ -35,6 +35,16 @@ pub use manager::Settings;
 /// The ConfigMap key holding the mig-parted config, as in NVIDIA's operator.
 pub const CONFIG_KEY: &str = "config.yaml";
 
+/// NVIDIA's default mig-parted config with the configs `extra` appended, for the tests.
+#[cfg(test)]
+pub(crate) fn nvidia_config_with(extra: &str) -> String {
+    let nvidia = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/nvidia/default-mig-parted-config.yaml"
+    ));
+    format!("{}\n{extra}", nvidia.trim_end())
+}
+
 /// Runs the role until the process is stopped.
 ///
 /// # Errors

@@ -189,94 +189,93 @@ mod tests {
 
     use super::*;
     use crate::inventory::{read, tests::simulated};
+    use crate::mig::nvidia_config_with;
     use crate::test_support::config_map;
 
-    const CONFIG: &str = r#"
-version: v1
-mig-configs:
-  all-disabled:
-    - devices: all
-      mig-enabled: false
-  all-1g.10gb:
-    - devices: all
-      mig-enabled: true
-      mig-devices: {"1g.10gb": 7}
-  broken:
+    /// A config that NVIDIA's file would hold if it gave the A100-80GB a profile it does not have.
+    const BROKEN: &str = r#"  broken:
     - device-filter: "0x20B210DE"
       devices: all
       mig-enabled: true
       mig-devices: {"1g.5gb": 7}
 "#;
 
-    fn file() -> ConfigSource {
-        ConfigSource {
-            namespace: "gpu-operator".into(),
-            config_map: "default-mig-parted-config".into(),
-        }
+    /// One A100-80GB with MIG off, seen through NVIDIA's config file (plus [`BROKEN`]).
+    struct Look {
+        _dir: tempfile::TempDir,
+        gpus: Vec<GpuView>,
+        file: String,
     }
 
-    fn watched(label: Option<&str>, text: Option<&str>) -> Watched {
-        let mut node = Node::default();
-        node.metadata.name = Some("node-1".into());
-        node.metadata.labels = label.map(|name| [(MIG_CONFIG.to_owned(), name.to_owned())].into());
-        Watched {
-            node,
-            config_map: text.map(|text| config_map(&[(CONFIG_KEY, text)])),
+    impl Look {
+        fn new() -> Self {
+            let (dir, simulator) = simulated("a100-80gb:1", &[]);
+            Self {
+                gpus: read(simulator.as_ref()).unwrap(),
+                _dir: dir,
+                file: nvidia_config_with(BROKEN),
+            }
+        }
+
+        /// What the manager makes of a Node labelled `label`, with `text` in the ConfigMap (`None`: no ConfigMap).
+        fn at(
+            &self,
+            label: Option<&str>,
+            text: Option<&str>,
+            default: Option<&str>,
+            failed: Option<&Request>,
+        ) -> Observed {
+            let mut node = Node::default();
+            node.metadata.name = Some("node-1".into());
+            node.metadata.labels =
+                label.map(|name| [(MIG_CONFIG.to_owned(), name.to_owned())].into());
+            let watched = Watched {
+                node,
+                config_map: text.map(|text| config_map(&[(CONFIG_KEY, text)])),
+            };
+            let file = ConfigSource {
+                namespace: "gpu-operator".into(),
+                config_map: "default-mig-parted-config".into(),
+            };
+            observe(&watched, &file, default, &self.gpus, failed)
+        }
+
+        /// As [`Look::at`] with NVIDIA's file and no default.
+        fn labelled(&self, label: &str, failed: Option<&Request>) -> Observed {
+            self.at(Some(label), Some(&self.file), None, failed)
         }
     }
 
     #[test]
     fn the_label_wins_over_the_default_and_a_differing_gpu_is_changed() {
-        let (_dir, simulator) = simulated("a100-80gb:1", &[]);
-        let gpus = read(simulator.as_ref()).unwrap();
-        let observed = observe(
-            &watched(Some("all-1g.10gb"), Some(CONFIG)),
-            &file(),
-            Some("all-disabled"),
-            &gpus,
-            None,
-        );
-        assert_eq!(observed.config.as_deref(), Some("all-1g.10gb"));
-        assert_eq!(observed.decision, Decision::Change);
-        assert_eq!(observed.desired()[0].devices["1g.10gb"], 7);
-        let default = observe(
-            &watched(None, Some(CONFIG)),
-            &file(),
-            Some("all-disabled"),
-            &gpus,
-            None,
-        );
+        let look = Look::new();
+        let file = Some(look.file.as_str());
+        let labelled = look.at(Some("all-1g.10gb"), file, Some("all-disabled"), None);
+        assert_eq!(labelled.config.as_deref(), Some("all-1g.10gb"));
+        assert_eq!(labelled.decision, Decision::Change);
+        assert_eq!(labelled.desired()[0].devices["1g.10gb"], 7);
+        let default = look.at(None, file, Some("all-disabled"), None);
         assert_eq!(default.config.as_deref(), Some("all-disabled"));
         assert_eq!(default.decision, Decision::Converged);
-        let idle = observe(&watched(None, Some(CONFIG)), &file(), None, &gpus, None);
+        let idle = look.at(None, file, None, None);
         assert_eq!((idle.decision, idle.request), (Decision::Idle, None));
     }
 
     #[test]
     fn a_missing_or_bad_file_rejects_and_says_where_to_look() {
-        let (_dir, simulator) = simulated("a100-80gb:1", &[]);
-        let gpus = read(simulator.as_ref()).unwrap();
-        let missing = observe(
-            &watched(Some("all-1g.10gb"), None),
-            &file(),
-            None,
-            &gpus,
-            None,
-        );
+        let look = Look::new();
+        let missing = look.at(Some("all-1g.10gb"), None, None, None);
         assert_eq!(missing.decision, Decision::Reject);
         assert_eq!(
             missing.changes.unwrap_err().to_string(),
             "ConfigMap gpu-operator/default-mig-parted-config key config.yaml does not exist; create it with the \
              mig-parted config, or point migManager.config.name at the ConfigMap that holds it"
         );
-        let broken = observe(
-            &watched(Some("broken"), Some(CONFIG)),
-            &file(),
-            None,
-            &gpus,
-            None,
-        );
-        let reason = broken.changes.unwrap_err().to_string();
+        let reason = look
+            .labelled("broken", None)
+            .changes
+            .unwrap_err()
+            .to_string();
         assert!(
             reason.starts_with(
                 "ConfigMap gpu-operator/default-mig-parted-config key config.yaml: mig-configs.broken[0].mig-devices: \
@@ -284,21 +283,9 @@ mig-configs:
             ),
             "{reason}"
         );
-        let unknown = observe(
-            &watched(Some("nope"), Some(CONFIG)),
-            &file(),
-            None,
-            &gpus,
-            None,
-        );
+        let unknown = look.labelled("nope", None);
         assert!(matches!(unknown.changes, Err(Rejection::DoesNotFit(_))));
-        let unreadable = observe(
-            &watched(Some("x"), Some("version: v9")),
-            &file(),
-            None,
-            &gpus,
-            None,
-        );
+        let unreadable = look.at(Some("x"), Some("version: v9"), None, None);
         assert!(matches!(
             unreadable.changes,
             Err(Rejection::Unreadable { .. })
@@ -307,31 +294,12 @@ mig-configs:
 
     #[test]
     fn a_failed_request_waits_until_the_file_changes() {
-        let (_dir, simulator) = simulated("a100-80gb:1", &[]);
-        let gpus = read(simulator.as_ref()).unwrap();
-        let first = observe(
-            &watched(Some("broken"), Some(CONFIG)),
-            &file(),
-            None,
-            &gpus,
-            None,
-        );
-        let again = observe(
-            &watched(Some("broken"), Some(CONFIG)),
-            &file(),
-            None,
-            &gpus,
-            first.request.as_ref(),
-        );
+        let look = Look::new();
+        let first = look.labelled("broken", None);
+        let again = look.labelled("broken", first.request.as_ref());
         assert_eq!(again.decision, Decision::AlreadyFailed);
-        let edited = format!("{CONFIG}\n");
-        let retried = observe(
-            &watched(Some("broken"), Some(&edited)),
-            &file(),
-            None,
-            &gpus,
-            first.request.as_ref(),
-        );
+        let edited = format!("{}\n", look.file);
+        let retried = look.at(Some("broken"), Some(&edited), None, first.request.as_ref());
         assert_eq!(
             retried.decision,
             Decision::Reject,

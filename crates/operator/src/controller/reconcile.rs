@@ -329,17 +329,11 @@ pub(super) async fn cleanup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DefaultImages;
+    use crate::render::fixture::default_images;
 
     #[test]
     fn expected_nodes_count_true_deploy_labels() {
-        let images = DefaultImages(
-            DefaultImages::VARIABLES
-                .iter()
-                .map(|v| (v.to_string(), format!("x/{v}:1")))
-                .collect(),
-        );
-        let policy = validate(&crd::ClusterPolicySpec::default(), &images).unwrap();
+        let policy = validate(&crd::ClusterPolicySpec::default(), &default_images()).unwrap();
         let label = Component::DevicePlugin.deploy_label();
         let labelled = vec![
             BTreeMap::from([(label.clone(), "true".to_string())]),

@@ -2,6 +2,7 @@
 //! operand apply step (created, unchanged, changed, conflict, API error) and the ClusterPolicy status write
 //! (written, unchanged, changed, conflict, API error); failures go to `error_policy`, which requeues with backoff.
 
+use std::slice;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ use super::writes::write_status;
 use super::{Context, ReconcileError, error_policy};
 use crate::apply::{Applier, ApplySummary};
 use crate::metrics::Metrics;
-use crate::model::{ClusterFacts, ContainerRuntime, DefaultImages, validate};
+use crate::model::{ClusterFacts, ContainerRuntime, validate};
+use crate::render::fixture::default_images;
 use crate::render::{RenderedObject, render};
 
 const NAMESPACE: &str = "gpu-operator";
@@ -35,15 +37,6 @@ const PLUGIN_PATH: &str =
     "/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-device-plugin-daemonset";
 const STATUS_PATH: &str = "/apis/nvidia.com/v1/clusterpolicies/cluster-policy/status";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
-
-fn images() -> DefaultImages {
-    DefaultImages(
-        DefaultImages::VARIABLES
-            .iter()
-            .map(|variable| (variable.to_string(), format!("registry.test/{variable}:1")))
-            .collect(),
-    )
-}
 
 fn policy() -> ClusterPolicy {
     let mut policy = ClusterPolicy::new("cluster-policy", crd::ClusterPolicySpec::default());
@@ -54,7 +47,7 @@ fn policy() -> ClusterPolicy {
 
 /// Every object the default policy renders on a cluster without GPU nodes.
 fn rendered() -> Vec<RenderedObject> {
-    let validated = validate(&policy().spec, &images()).unwrap();
+    let validated = validate(&policy().spec, &default_images()).unwrap();
     let facts = ClusterFacts::from_nodes(NAMESPACE, [], ContainerRuntime::Containerd);
     render(&validated, &facts)
 }
@@ -122,6 +115,14 @@ impl Fixture {
         .await
     }
 
+    async fn write_status(
+        &self,
+        previous: &ClusterPolicyStatus,
+        status: ClusterPolicyStatus,
+    ) -> Result<(), ReconcileError> {
+        write_status(&policy(), previous, status, &self.context).await
+    }
+
     fn retry(&self, error: &ReconcileError) -> Action {
         error_policy(Arc::new(policy()), error, self.context.clone())
     }
@@ -143,7 +144,7 @@ fn context(
         recorder: Recorder::new(client.clone(), "gpu-operator".into()),
         client,
         namespace: NAMESPACE.into(),
-        defaults: images(),
+        defaults: default_images(),
         policies: reflector::store().0,
         nodes: reflector::store().0,
         gpu_nodes: reflector::store().0,
@@ -188,6 +189,23 @@ fn apply_plugin(answer: Answer) -> Expected {
     expect(Method::PATCH, PLUGIN_PATH, answer)
 }
 
+/// The device plugin's DaemonSet applied (201), then the pruning pass.
+fn plugin_applied() -> Vec<Expected> {
+    let mut expected = vec![apply_plugin(Answer::Echo)];
+    expected.extend(prune_finds_nothing());
+    expected
+}
+
+/// The device plugin applied once by this process, and in the cache since.
+async fn applied_once() -> (Fixture, RenderedObject) {
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let mut fixture = Fixture::new(plugin_applied());
+    fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+    fixture.cached(slice::from_ref(&plugin));
+    fixture.api.finish();
+    (fixture, plugin)
+}
+
 /// A server-side apply under the operator's field manager, forcing its ownership.
 fn assert_server_side_apply(line: &str) {
     assert!(
@@ -198,12 +216,10 @@ fn assert_server_side_apply(line: &str) {
 
 #[tokio::test]
 async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
-    let plugin = RenderedObject::from(plugin_daemonset());
-    let mut expected = vec![apply_plugin(Answer::Echo)];
-    expected.extend(prune_finds_nothing());
-    let fixture = Fixture::new(expected);
+    let fixture = Fixture::new(plugin_applied());
 
-    let summary = fixture.apply(std::slice::from_ref(&plugin)).await.unwrap();
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
 
     assert_eq!(
         (summary.applied, summary.unchanged, summary.pruned),
@@ -211,28 +227,19 @@ async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
     );
     let sent = fixture.api.finish();
     assert_server_side_apply(&sent[0].line);
+    let owner = &sent[0].body["metadata"]["ownerReferences"][0];
     assert_eq!(
-        sent[0].body["metadata"]["ownerReferences"][0]["uid"],
-        "uid-1"
-    );
-    assert_eq!(
-        sent[0].body["metadata"]["ownerReferences"][0]["controller"],
-        true
+        (&owner["uid"], &owner["controller"]),
+        (&json!("uid-1"), &json!(true))
     );
 }
 
 #[tokio::test]
 async fn an_unchanged_operand_is_not_written_again() {
-    let plugin = RenderedObject::from(plugin_daemonset());
-    let mut expected = vec![apply_plugin(Answer::Echo)];
-    expected.extend(prune_finds_nothing());
-    let mut fixture = Fixture::new(expected);
-    fixture.apply(std::slice::from_ref(&plugin)).await.unwrap();
-    fixture.cached(std::slice::from_ref(&plugin));
-    fixture.api.finish();
+    let (fixture, plugin) = applied_once().await;
 
     fixture.api.then(prune_finds_nothing());
-    let summary = fixture.apply(std::slice::from_ref(&plugin)).await.unwrap();
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
 
     assert_eq!((summary.applied, summary.unchanged), (0, 1));
     let sent = fixture.api.finish();
@@ -244,20 +251,12 @@ async fn an_unchanged_operand_is_not_written_again() {
 
 #[tokio::test]
 async fn a_changed_operand_is_applied_again() {
-    let plugin = RenderedObject::from(plugin_daemonset());
-    let mut expected = vec![apply_plugin(Answer::Echo)];
-    expected.extend(prune_finds_nothing());
-    let mut fixture = Fixture::new(expected);
-    fixture.apply(std::slice::from_ref(&plugin)).await.unwrap();
-    fixture.cached(std::slice::from_ref(&plugin));
-    fixture.api.finish();
+    let (fixture, _) = applied_once().await;
 
     let mut changed = plugin_daemonset();
     let pod = changed.spec.template.spec.as_mut().unwrap();
     pod.containers[0].image = Some("registry.test/device-plugin:2".into());
-    let mut expected = vec![apply_plugin(Answer::Echo)];
-    expected.extend(prune_finds_nothing());
-    fixture.api.then(expected);
+    fixture.api.then(plugin_applied());
     let summary = fixture
         .apply(&[RenderedObject::from(changed)])
         .await
@@ -279,17 +278,10 @@ async fn refused_apply(code: u16, reason: &'static str) {
     let fixture = Fixture::new(vec![
         apply_plugin(Answer::Error(code, reason)),
         expect(Method::POST, EVENTS_PATH, Answer::Echo),
-        expect(
-            Method::PATCH,
-            STATUS_PATH,
-            Answer::Json(200, json!(policy())),
-        ),
+        status_written(),
     ]);
 
-    let error = fixture
-        .apply(std::slice::from_ref(&plugin))
-        .await
-        .unwrap_err();
+    let error = fixture.apply(slice::from_ref(&plugin)).await.unwrap_err();
 
     assert!(matches!(error, ReconcileError::Apply(_)), "{error}");
     let sent = fixture.api.finish();
@@ -348,22 +340,23 @@ fn ready_status() -> ClusterPolicyStatus {
     }
 }
 
-#[tokio::test]
-async fn a_first_status_is_written_by_server_side_apply() {
-    let fixture = Fixture::new(vec![expect(
+/// The status write the API server takes.
+fn status_written() -> Expected {
+    expect(
         Method::PATCH,
         STATUS_PATH,
         Answer::Json(200, json!(policy())),
-    )]);
-
-    write_status(
-        &policy(),
-        &ClusterPolicyStatus::default(),
-        ready_status(),
-        &fixture.context,
     )
-    .await
-    .unwrap();
+}
+
+#[tokio::test]
+async fn a_first_status_is_written_by_server_side_apply() {
+    let fixture = Fixture::new(vec![status_written()]);
+
+    fixture
+        .write_status(&ClusterPolicyStatus::default(), ready_status())
+        .await
+        .unwrap();
 
     let sent = fixture.api.finish();
     assert_server_side_apply(&sent[0].line);
@@ -376,7 +369,8 @@ async fn a_first_status_is_written_by_server_side_apply() {
 async fn an_unchanged_status_is_not_written() {
     let fixture = Fixture::new(Vec::new());
 
-    write_status(&policy(), &ready_status(), ready_status(), &fixture.context)
+    fixture
+        .write_status(&ready_status(), ready_status())
         .await
         .unwrap();
 
@@ -385,18 +379,15 @@ async fn an_unchanged_status_is_not_written() {
 
 #[tokio::test]
 async fn a_changed_status_is_written() {
-    let fixture = Fixture::new(vec![expect(
-        Method::PATCH,
-        STATUS_PATH,
-        Answer::Json(200, json!(policy())),
-    )]);
+    let fixture = Fixture::new(vec![status_written()]);
     let not_ready = ClusterPolicyStatus {
         state: Some(PolicyState::NotReady),
         ready: Some("6/7".into()),
         ..ready_status()
     };
 
-    write_status(&policy(), &ready_status(), not_ready, &fixture.context)
+    fixture
+        .write_status(&ready_status(), not_ready)
         .await
         .unwrap();
 
@@ -405,27 +396,17 @@ async fn a_changed_status_is_written() {
     assert_eq!(sent[0].body["status"]["ready"], "6/7");
 }
 
-async fn refused_status(code: u16, reason: &'static str) {
-    let fixture = Fixture::new(vec![expect(
-        Method::PATCH,
-        STATUS_PATH,
-        Answer::Error(code, reason),
-    )]);
+/// A status write the API server refuses with `answer`: the step fails with the server's answer, retried by
+/// `error_policy`.
+async fn refused_status(answer: Answer) -> kube::core::Status {
+    let fixture = Fixture::new(vec![expect(Method::PATCH, STATUS_PATH, answer)]);
 
-    let error = write_status(
-        &policy(),
-        &ClusterPolicyStatus::default(),
-        ready_status(),
-        &fixture.context,
-    )
-    .await
-    .unwrap_err();
+    let error = fixture
+        .write_status(&ClusterPolicyStatus::default(), ready_status())
+        .await
+        .unwrap_err();
 
     fixture.api.finish();
-    assert!(
-        matches!(&error, ReconcileError::Status(kube::Error::Api(status)) if status.code == code),
-        "{error:?}"
-    );
     assert!(
         error
             .to_string()
@@ -436,16 +417,22 @@ async fn refused_status(code: u16, reason: &'static str) {
         fixture.retry(&error),
         Action::requeue(Duration::from_secs(2))
     );
+    match error {
+        ReconcileError::Status(kube::Error::Api(status)) => *status,
+        other => panic!("not the API server's answer: {other:?}"),
+    }
 }
 
 #[tokio::test]
 async fn a_conflicting_status_write_fails_and_is_retried() {
-    refused_status(409, "Conflict").await;
+    let status = refused_status(Answer::Error(409, "Conflict")).await;
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
 }
 
 #[tokio::test]
 async fn an_api_error_on_the_status_write_fails_and_is_retried() {
-    refused_status(500, "InternalError").await;
+    let status = refused_status(Answer::Error(503, "ServiceUnavailable")).await;
+    assert!(status.is_failure() && status.code == 503, "{status:?}");
 }
 
 /// A whole reconcile of the default policy on a cluster without GPU nodes: every operand applied (this process
@@ -479,11 +466,7 @@ async fn a_reconcile_applies_every_operand_then_writes_status_once() {
             Answer::Json(200, json!(policy())),
         ),
         expect(Method::POST, EVENTS_PATH, Answer::Echo),
-        expect(
-            Method::PATCH,
-            STATUS_PATH,
-            Answer::Json(200, json!(policy())),
-        ),
+        status_written(),
     ]);
     let mut fixture = Fixture::new(expected);
     fixture.cached(&objects);

@@ -20,9 +20,9 @@ use crate::backend::Gpus;
 use crate::gpunode::{GpuNodeWriter, MIG_MANAGER};
 use crate::inventory::{self, tests::simulated};
 use crate::kube_io::{NodeApi, NodeEvents, Watched};
-use crate::mig::CONFIG_KEY;
 use crate::mig::clients::{PROGRESS_ANNOTATION, Progress};
 use crate::mig::drain::NodePods;
+use crate::mig::{CONFIG_KEY, nvidia_config_with};
 use crate::test_support::config_map;
 
 const NODE: &str = "node-1";
@@ -33,16 +33,8 @@ const CLIENT_PODS_PATH: &str = "/api/v1/namespaces/gpu-operator/pods";
 const ALL_PODS_PATH: &str = "/api/v1/pods";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 
-/// NVIDIA's default mig-parted config, with two configs no A100 can have.
-fn config_file() -> String {
-    let nvidia = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/nvidia/default-mig-parted-config.yaml"
-    ));
-    format!(
-        "{}\n{}",
-        nvidia.trim_end(),
-        r#"  test-unknown-profile:
+/// Two configs no A100 can have.
+const IMPOSSIBLE: &str = r#"  test-unknown-profile:
     - devices: all
       mig-enabled: true
       mig-devices: {"1g.5gb": 7}
@@ -50,9 +42,7 @@ fn config_file() -> String {
     - devices: all
       mig-enabled: true
       mig-devices: {"3g.40gb": 2, "1g.10gb": 1}
-"#
-    )
-}
+"#;
 
 /// One node: its simulated GPUs, the fake API server holding its Node, and its MIG manager.
 struct Scenario {
@@ -64,6 +54,19 @@ struct Scenario {
 }
 
 impl Scenario {
+    /// GPUs `spec` with `devices` on each (MIG off when none), a Node whose label asks for all-1g.10gb, with the
+    /// device plugin deployed.
+    fn asking(spec: &str, devices: &[(&str, u32)]) -> Self {
+        Self::asking_with(spec, devices, |_| {})
+    }
+
+    /// As [`Scenario::asking`], with other settings.
+    fn asking_with(spec: &str, devices: &[(&str, u32)], tune: impl FnOnce(&mut Settings)) -> Self {
+        let plugin = plugin();
+        let labels = [(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")];
+        Self::with_settings(spec, devices, &labels, tune)
+    }
+
     /// GPUs `spec` with `devices` on each (MIG off when none), a Node with `labels`.
     fn new(spec: &str, devices: &[(&str, u32)], labels: &[(&str, &str)]) -> Self {
         Self::with_settings(spec, devices, labels, |_| {})
@@ -108,7 +111,7 @@ impl Scenario {
             api,
             manager: MigManager::new(parts, settings, None),
             simulator,
-            config: config_map(&[(CONFIG_KEY, &config_file())]),
+            config: config_map(&[(CONFIG_KEY, &nvidia_config_with(IMPOSSIBLE))]),
             _dirs: (gpu_dir, kubelet),
         }
     }
@@ -136,6 +139,13 @@ impl Scenario {
             .get_or_insert_default()
             .insert(MIG_CONFIG.into(), name.into());
         self.api.replace_node(node);
+    }
+
+    /// The MIG manager's last error in GPUNode status.
+    fn last_error(&self) -> String {
+        let error = &self.api.status()["lastError"];
+        assert_eq!(error["component"], "mig-manager", "{error}");
+        error["message"].as_str().unwrap_or_default().to_owned()
     }
 
     fn geometry(&self) -> Vec<GpuMigGeometry> {
@@ -204,11 +214,7 @@ fn gpu_workload() -> Value {
 #[tokio::test]
 async fn a_label_goes_pending_then_applied_then_success() {
     let plugin = plugin();
-    let mut node = Scenario::new(
-        "a100-80gb:1",
-        &[],
-        &[(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")],
-    );
+    let mut node = Scenario::asking("a100-80gb:1", &[]);
     node.api.add_pod(gpu_workload());
 
     let sent = node.reconciled().await;
@@ -292,11 +298,7 @@ async fn an_unchanged_config_writes_nothing_and_leaves_the_gpus_alone() {
 #[tokio::test]
 async fn an_unknown_profile_fails_with_the_reason_and_keeps_the_last_good_geometry() {
     let plugin = plugin();
-    let mut node = Scenario::new(
-        "a100-80gb:1",
-        &[("1g.10gb", 7)],
-        &[(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")],
-    );
+    let mut node = Scenario::asking("a100-80gb:1", &[("1g.10gb", 7)]);
     node.reconciled().await;
     let (geometry, uuids) = (node.geometry(), node.mig_device_uuids());
 
@@ -314,8 +316,7 @@ async fn an_unknown_profile_fails_with_the_reason_and_keeps_the_last_good_geomet
     let status = node.api.status();
     assert_eq!(status["mig"]["state"], "failed");
     assert_eq!(status["mig"]["config"], "test-unknown-profile");
-    assert_eq!(status["lastError"]["component"], "mig-manager");
-    let message = status["lastError"]["message"].as_str().unwrap();
+    let message = node.last_error();
     assert!(
         message.starts_with("profile 1g.5gb does not exist on A100-SXM4-80GB"),
         "{message}"
@@ -330,11 +331,8 @@ async fn an_unknown_profile_fails_with_the_reason_and_keeps_the_last_good_geomet
 
     node.label_config("test-too-big");
     node.reconciled().await;
-    let message = node.api.status()["lastError"]["message"].clone();
-    assert!(
-        message.as_str().unwrap().contains("needs 9 memory slices"),
-        "{message}"
-    );
+    let message = node.last_error();
+    assert!(message.contains("needs 9 memory slices"), "{message}");
     assert_eq!(
         (node.geometry(), node.mig_device_uuids()),
         (geometry, uuids)
@@ -344,11 +342,7 @@ async fn an_unknown_profile_fails_with_the_reason_and_keeps_the_last_good_geomet
 #[tokio::test]
 async fn a_mode_change_that_needs_a_reboot_fails_without_with_reboot_and_rolls_back() {
     let plugin = plugin();
-    let mut node = Scenario::new(
-        "h100-80gb:1",
-        &[],
-        &[(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")],
-    );
+    let mut node = Scenario::asking("h100-80gb:1", &[]);
     node.simulator
         .set_reset_failure(0, Some(ResetFailure::Unsupported))
         .unwrap();
@@ -362,12 +356,9 @@ async fn a_mode_change_that_needs_a_reboot_fails_without_with_reboot_and_rolls_b
         Some("true"),
         "clients restored"
     );
-    let message = node.api.status()["lastError"]["message"].clone();
+    let message = node.last_error();
     assert!(
-        message
-            .as_str()
-            .unwrap()
-            .contains("set WITH_REBOOT=true (migManager.env)"),
+        message.contains("set WITH_REBOOT=true (migManager.env)"),
         "{message}"
     );
     assert_eq!(node.geometry(), before, "rolled back");
@@ -379,12 +370,8 @@ async fn a_mode_change_that_needs_a_reboot_fails_without_with_reboot_and_rolls_b
 #[tokio::test]
 async fn with_reboot_the_node_reboots_and_the_change_resumes_after_it() {
     let plugin = plugin();
-    let mut node = Scenario::with_settings(
-        "h100-80gb:1",
-        &[],
-        &[(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")],
-        |settings| settings.with_reboot = true,
-    );
+    let mut node =
+        Scenario::asking_with("h100-80gb:1", &[], |settings| settings.with_reboot = true);
     node.simulator
         .set_reset_failure(0, Some(ResetFailure::Unsupported))
         .unwrap();
@@ -426,7 +413,7 @@ async fn with_reboot_the_node_reboots_and_the_change_resumes_after_it() {
 
 #[tokio::test]
 async fn a_refused_status_write_is_retried_without_changing_the_gpus_again() {
-    let mut node = Scenario::new("a100-80gb:1", &[], &[(MIG_CONFIG, "all-1g.10gb")]);
+    let mut node = Scenario::asking("a100-80gb:1", &[]);
     node.api
         .fail_next(Method::PATCH, STATUS_PATH, r#""state":"success""#, 500);
 
@@ -495,14 +482,8 @@ async fn gpu_clients_are_paused_during_a_change_and_restored_when_it_fails() {
         assert_eq!(node.api.label(label).as_deref(), Some(value), "{label}");
     }
     assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
-    let message = node.api.status()["lastError"]["message"].clone();
-    assert!(
-        message
-            .as_str()
-            .unwrap()
-            .starts_with("GPU 0: resetting: in use"),
-        "{message}"
-    );
+    let message = node.last_error();
+    assert!(message.starts_with("GPU 0: resetting: in use"), "{message}");
     let mode = node.simulator.gpu(0).unwrap().mig_mode.unwrap();
     assert!(!mode.pending, "the MIG mode went back: {mode:?}");
 }
@@ -510,12 +491,9 @@ async fn gpu_clients_are_paused_during_a_change_and_restored_when_it_fails() {
 #[tokio::test]
 async fn gpu_clients_that_do_not_leave_fail_the_change_and_are_restored() {
     let plugin = plugin();
-    let mut node = Scenario::with_settings(
-        "a100-80gb:1",
-        &[],
-        &[(MIG_CONFIG, "all-1g.10gb"), (plugin.as_str(), "true")],
-        |settings| settings.clients_timeout = Duration::from_millis(300),
-    );
+    let mut node = Scenario::asking_with("a100-80gb:1", &[], |settings| {
+        settings.clients_timeout = Duration::from_millis(300)
+    });
     node.api.add_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -530,9 +508,8 @@ async fn gpu_clients_that_do_not_leave_fail_the_change_and_are_restored() {
 
     assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
     assert_eq!(node.api.label(&plugin).as_deref(), Some("true"));
-    let message = node.api.status()["lastError"]["message"].clone();
     assert_eq!(
-        message,
+        node.last_error(),
         "the GPU clients' pods did not leave within 300ms: gpu-operator/nvidia-device-plugin-daemonset-x"
     );
     assert_eq!(node.geometry(), before, "the GPUs were not touched");
