@@ -99,6 +99,7 @@ impl From<gpu::GpuError> for StepError {
     }
 }
 
+/// The mismatches, one after another.
 fn list(mismatches: &[Mismatch]) -> String {
     let found: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
     found.join("; ")
