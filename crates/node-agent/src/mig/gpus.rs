@@ -260,7 +260,7 @@ pub struct Mismatch {
     /// The target.
     pub wanted: GpuMigGeometry,
     /// What the GPU has, or why it could not be read.
-    pub found: Result<GpuMigGeometry, String>,
+    pub found: Result<GpuMigGeometry, ChangeError>,
 }
 
 impl fmt::Display for Mismatch {
@@ -278,7 +278,7 @@ impl fmt::Display for Mismatch {
         };
         let found = match &self.found {
             Ok(found) => describe(found),
-            Err(error) => error.clone(),
+            Err(error) => error.to_string(),
         };
         write!(
             f,
@@ -315,7 +315,7 @@ pub fn verify(backend: &dyn GpuBackend, targets: &[Target]) -> Vec<Mismatch> {
                 }),
                 Err(error) => Some(Mismatch {
                     wanted,
-                    found: Err(error.to_string()),
+                    found: Err(error),
                 }),
             }
         })

@@ -1,33 +1,32 @@
-//! The MIG manager's runner: one reconcile per observed change of the Node or the ConfigMap, carrying out what
-//! [`state`](super::state) decides, and reporting through the state label, GPUNode status and Events.
+//! The MIG manager's runner: one reconcile per observed change of the Node or the ConfigMap. It reads the GPUs,
+//! lets [`observe`](super::observe) decide, and carries the decision out: a change runs the
+//! [`steps`](super::steps) in the order [`state`](super::state) gives, and every way out of it (success, failure,
+//! reboot) restores the GPU clients and reports through the state label, GPUNode status and Events
+//! ([`report`](super::report)).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use crd::config::mig_parted::{self, ParsedMigConfig};
-use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigStatus, NodeError};
-use crd::labels::MIG_CONFIG;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus};
 use kube::ResourceExt;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, instrument, warn};
 
-use super::CONFIG_KEY;
-use super::assess::{AssessError, GpuChange, assess};
-use super::clients::{Progress, pause, rebooting, restore};
-use super::drain::NodePods;
-use super::gpus::{Changed, Target, change, simulated_reboot, verify};
-use super::holders::Disturbed;
-use super::state::{
-    Context, Decision, MigState, Next, Observation, Outcome, Request, Step, decide, next,
-};
+use super::assess::GpuChange;
+use super::clients::{Progress, rebooting, restore};
+use super::drain::{DrainError, NodePods};
+use super::gpus::{ChangeError, Mismatch, Target};
+use super::observe::{ConfigSource, Rejection, observe};
+use super::reboot::{RebootError, reboot};
+use super::report::{MigEvent, Reporter};
+use super::state::{Context, Decision, Failure, MigState, Next, Request, Step, next};
 use crate::backend::Gpus;
-use crate::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use crate::gpunode::GpuNodeWriter;
 use crate::inventory::{self, GpuView};
-use crate::kube_io::{self, KubeError, NodeApi, NodeEvents, Watched};
+use crate::kube_io::{KubeError, NodeApi, NodeEvents, Watched};
 
-/// The component name in `lastError`.
-const COMPONENT: &str = "mig-manager";
+#[cfg(test)]
+mod fake_api;
+#[cfg(test)]
+mod tests;
 
 /// How the role is configured.
 #[derive(Debug, Clone)]
@@ -72,37 +71,82 @@ pub enum ReconcileError {
     /// The GPUs could not be read.
     #[error("reading the GPUs: {0}")]
     Gpu(#[from] gpu::GpuError),
+    /// The simulated reboot failed; the next reconcile resumes the change and reboots again.
+    #[error(transparent)]
+    Reboot(RebootError),
 }
 
-/// What GPUNode status says, kept between reconciles.
-#[derive(Debug, Clone, Default)]
-struct Report {
-    views: Vec<GpuView>,
-    config: Option<String>,
-    desired: Vec<GpuMigGeometry>,
-    state: Option<String>,
-    since: Option<Time>,
-    error: Option<NodeError>,
+/// Why a step of a change failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Setting the state to pending and pausing the GPU clients.
+    #[error("setting the state to pending and pausing the GPU clients: {0}")]
+    Pause(#[source] KubeError),
+    /// The GPU clients or the workloads on the disturbed GPUs did not leave.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    /// Changing or reading back the GPUs.
+    #[error(transparent)]
+    Gpus(#[from] ChangeError),
+    /// The GPUs read back differ from the config.
+    #[error("the GPUs differ from the config after applying it: {}", list(.0))]
+    Differs(Vec<Mismatch>),
+}
+
+impl From<gpu::GpuError> for StepError {
+    fn from(error: gpu::GpuError) -> Self {
+        Self::Gpus(ChangeError::Backend(error))
+    }
+}
+
+/// The mismatches, one after another.
+fn list(mismatches: &[Mismatch]) -> String {
+    let found: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+    found.join("; ")
+}
+
+/// Why a request ended in state `failed`: GPUNode `lastError` and the Warning Event say this.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeFailed {
+    /// The request cannot be applied; nothing was touched.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// A step of the change failed, or the change needs a reboot it cannot have.
+    #[error(transparent)]
+    Change(#[from] Failure<StepError>),
+    /// The reboot command failed.
+    #[error(transparent)]
+    Reboot(#[from] RebootError),
+    /// The change failed and the GPUs could not be put back either.
+    #[error("{failure}; restoring the previous geometry failed too: {roll_back}")]
+    NotRolledBack {
+        /// Why the change failed.
+        failure: Box<ChangeFailed>,
+        /// Why the previous geometry could not be restored.
+        roll_back: ChangeError,
+    },
 }
 
 /// The MIG manager of one node.
 #[derive(Debug)]
 pub struct MigManager {
-    parts: Parts,
-    settings: Settings,
-    report: Report,
+    pub(super) node: NodeApi,
+    pub(super) gpus: Gpus,
+    pub(super) pods: NodePods,
+    pub(super) settings: Settings,
+    pub(super) report: Reporter,
     /// The request that failed last; not retried until the label or the config file changes.
     failed: Option<Request>,
 }
 
 /// A change being carried out.
-struct Run<'a> {
-    request: &'a Request,
-    changes: &'a [GpuChange],
+pub(super) struct Run<'a> {
+    pub(super) request: &'a Request,
+    pub(super) changes: &'a [GpuChange],
     /// The geometry before the change, for the record.
-    previous: Vec<GpuMigGeometry>,
+    pub(super) previous: Vec<GpuMigGeometry>,
     /// The record on the Node: what to restore, reboots done.
-    record: Option<Progress>,
+    pub(super) record: Option<Progress>,
 }
 
 impl Run<'_> {
@@ -118,19 +162,12 @@ impl MigManager {
     /// A manager that continues from `stored` status (its state and when it last changed, its last error).
     #[must_use]
     pub fn new(parts: Parts, settings: Settings, stored: Option<&GpuNodeStatus>) -> Self {
-        let mig = stored.and_then(|status| status.mig.as_ref());
-        let report = Report {
-            state: mig.and_then(|mig| mig.state.clone()),
-            since: mig.and_then(|mig| mig.last_transition_time.clone()),
-            error: stored
-                .and_then(|status| status.last_error.clone())
-                .filter(|error| error.component == COMPONENT),
-            ..Report::default()
-        };
         Self {
-            parts,
+            node: parts.node,
+            gpus: parts.gpus,
+            pods: parts.pods,
             settings,
-            report,
+            report: Reporter::new(parts.status, parts.events, stored),
             failed: None,
         }
     }
@@ -139,98 +176,51 @@ impl MigManager {
     ///
     /// # Errors
     /// When the GPUs or the API cannot be reached; the caller retries.
-    #[instrument(skip_all, fields(node = %self.parts.node.name(), config))]
+    #[instrument(skip_all, fields(node = %self.node.name(), config))]
     pub async fn reconcile(&mut self, watched: &Watched) -> Result<(), ReconcileError> {
-        let node = &watched.node;
-        let desired = kube_io::label(node, MIG_CONFIG)
-            .map(str::to_owned)
-            .or_else(|| self.settings.default_config.clone());
-        tracing::Span::current().record("config", desired.as_deref().unwrap_or("-"));
-        let progress = Progress::from_annotations(node.annotations()).unwrap_or_else(|error| {
-            warn!(%error, "ignoring an unreadable MIG progress record");
-            None
-        });
-        let text = watched
-            .config_map
-            .as_ref()
-            .and_then(|config_map| kube_io::config_map_value(config_map, CONFIG_KEY));
-        let config = self.parse(text);
         self.report.views = self.read_gpus().await?;
-        let changes = match (&config, &desired) {
-            (Err(reason), _) => Err(reason.clone()),
-            (Ok(parsed), Some(name)) => {
-                assess(parsed, name, &self.report.views).map_err(|error| match error {
-                    // Say which file the invalid config is in; its problem names the config and the entry.
-                    AssessError::Invalid(_) => format!("{}: {error}", self.source()),
-                    AssessError::Plan(_) => error.to_string(),
-                })
-            }
-            (Ok(_), None) => Ok(Vec::new()),
+        let source = ConfigSource {
+            namespace: self.settings.namespace.clone(),
+            config_map: self.settings.config_map.clone(),
         };
-        let request = desired.clone().map(|config| Request {
-            config,
-            file: fingerprint(text),
-        });
-        self.report.config = desired;
-        self.report.desired = changes
-            .as_ref()
-            .map(|changes| changes.iter().map(GpuChange::desired_geometry).collect())
-            .unwrap_or_default();
-        let decision = decide(Observation {
-            request: request.as_ref(),
-            assessment: changes
-                .as_ref()
-                .map(|changes| changes.iter().all(GpuChange::is_noop))
-                .map_err(String::as_str),
-            in_progress: progress.is_some(),
-            failed: self.failed.as_ref(),
-        });
-        match (decision, request, changes) {
+        let observed = observe(
+            watched,
+            &source,
+            self.settings.default_config.as_deref(),
+            &self.report.views,
+            self.failed.as_ref(),
+        );
+        tracing::Span::current().record("config", observed.config.as_deref().unwrap_or("-"));
+        self.report.desired = observed.desired();
+        self.report.config = observed.config;
+        match (observed.decision, observed.request, observed.changes) {
             (Decision::Change, Some(request), Ok(changes)) => {
                 let run = Run {
                     request: &request,
                     changes: &changes,
                     previous: inventory::geometries(&self.report.views),
-                    record: progress,
+                    record: observed.progress,
                 };
                 self.change(run).await
             }
-            (Decision::Reject(reason), request, _) => {
+            (Decision::Reject, request, Err(rejection)) => {
                 // A change left underway (the agent crashed) may have touched GPUs: put them back.
-                let roll_back = progress.is_some();
-                self.fail(reason, request, progress, roll_back).await
+                let roll_back = observed.progress.is_some();
+                self.fail(rejection.into(), request, observed.progress, roll_back)
+                    .await
             }
-            (Decision::Converged, _, _) => self.succeed(progress).await,
+            (Decision::Converged, _, _) => self.succeed(observed.progress).await,
             (Decision::Idle, _, _) => {
-                self.report.state = None;
-                self.finish(progress.as_ref(), None).await?;
+                self.report.clear_state();
+                self.finish(observed.progress.as_ref(), None).await?;
                 self.publish().await
             }
             _ => self.publish().await,
         }
     }
 
-    /// Where the config file comes from, as messages name it.
-    fn source(&self) -> String {
-        format!(
-            "ConfigMap {}/{} key {CONFIG_KEY}",
-            self.settings.namespace, self.settings.config_map
-        )
-    }
-
-    /// The config file from the ConfigMap, or why there is none. Invalid named configs in it do not make it
-    /// unusable: only a node that selects one fails.
-    fn parse(&self, text: Option<&str>) -> Result<ParsedMigConfig, String> {
-        let source = self.source();
-        let text = text.ok_or_else(|| format!("{source} does not exist"))?;
-        mig_parted::parse(text).map_err(|error| format!("{source}: {error}"))
-    }
-
-    async fn read_gpus(&self) -> Result<Vec<GpuView>, gpu::GpuError> {
-        self.parts
-            .gpus
-            .run(|gpus| inventory::read(gpus.backend()))
-            .await
+    pub(super) async fn read_gpus(&self) -> Result<Vec<GpuView>, gpu::GpuError> {
+        self.gpus.run(|gpus| inventory::read(gpus.backend())).await
     }
 
     /// Carries out a change, step by step, to success or failure.
@@ -272,163 +262,38 @@ impl MigManager {
                 Next::Fail { reason, roll_back } => {
                     let record = run.take_record();
                     return self
-                        .fail(reason, Some(run.request.clone()), Some(record), roll_back)
+                        .fail(
+                            reason.into(),
+                            Some(run.request.clone()),
+                            Some(record),
+                            roll_back,
+                        )
                         .await;
                 }
             }
         }
     }
 
-    /// Runs one step.
-    #[instrument(skip(self, run, targets))]
-    async fn step(&mut self, step: Step, run: &mut Run<'_>, targets: &[Target]) -> Outcome {
-        debug!("step starts");
-        let result: Result<Outcome, String> = match step {
-            Step::Pause => self.pause(run).await.map(|()| Outcome::Done),
-            Step::WaitForClients => {
-                let pods = self.parts.pods.clone();
-                pods.wait_for_clients(self.settings.clients_timeout)
-                    .await
-                    .map(|()| Outcome::Done)
-                    .map_err(|error| error.to_string())
-            }
-            Step::Evict => {
-                let pods = self.parts.pods.clone();
-                // The views are from before the change: the MIG device UUIDs pods hold are those.
-                let disturbed = Disturbed::new(
-                    &self.report.views,
-                    run.changes
-                        .iter()
-                        .filter(|change| change.disrupts())
-                        .map(|change| change.gpu),
-                );
-                let timeout = self.settings.eviction_timeout;
-                pods.evict_gpu_pods(&disturbed, timeout, async |refusal: &str| {
-                    self.report.error = Some(node_error(COMPONENT, refusal));
-                    if let Err(error) = self.publish().await {
-                        warn!(%error, "cannot report the refused eviction");
-                    }
-                })
-                .await
-                .map(|()| Outcome::Done)
-                .map_err(|error| error.to_string())
-            }
-            Step::ChangeGpus => {
-                let targets = targets.to_vec();
-                self.parts
-                    .gpus
-                    .run(move |gpus| change(gpus.backend(), &targets, true))
-                    .await
-                    .map(|changed| match changed {
-                        Changed::Done => Outcome::Done,
-                        Changed::NeedsReboot(_) => Outcome::NeedsReboot,
-                    })
-                    .map_err(|error| error.to_string())
-            }
-            Step::Verify => self.verify(run.changes).await,
-        };
-        result.unwrap_or_else(Outcome::Failed)
-    }
-
-    /// Sets the state to pending and pauses the clients (recording what to restore).
-    async fn pause(&mut self, run: &mut Run<'_>) -> Result<(), String> {
-        let node = self
-            .parts
-            .node
-            .get()
-            .await
-            .map_err(|error| error.to_string())?;
-        if let Ok(Some(recorded)) = Progress::from_annotations(node.annotations()) {
-            run.record = Some(recorded);
-        }
-        let (record, patch) = pause(
-            node.labels(),
-            run.record.clone(),
-            &run.request.config,
-            run.previous.clone(),
-        );
-        run.record = Some(record);
-        self.parts
-            .node
-            .patch(&patch)
-            .await
-            .map_err(|error| error.to_string())?;
-        self.set_state(MigState::Pending);
-        self.report.error = None;
-        self.publish().await.map_err(|error| error.to_string())
-    }
-
-    /// Reads the GPUs back and compares them with every GPU's entry.
-    async fn verify(&mut self, changes: &[GpuChange]) -> Result<Outcome, String> {
-        let all: Vec<Target> = changes.iter().map(Target::from).collect();
-        let mismatches = self
-            .parts
-            .gpus
-            .run(move |gpus| Ok::<_, gpu::GpuError>(verify(gpus.backend(), &all)))
-            .await
-            .map_err(|error| error.to_string())?;
-        self.report.views = self.read_gpus().await.map_err(|error| error.to_string())?;
-        if mismatches.is_empty() {
-            return Ok(Outcome::Done);
-        }
-        let found: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
-        Err(format!(
-            "the GPUs differ from the config after applying it: {}",
-            found.join("; ")
-        ))
-    }
-
-    /// Records `rebooting` and reboots. On the simulator a reboot resets every simulated GPU, and the next
-    /// reconcile (the Node just changed) resumes the change, as the restarted agent of a real node does.
+    /// Records `rebooting` and reboots; a failed reboot command fails the change (the GPUs go back).
     async fn reboot(
         &mut self,
         request: &Request,
         mut record: Progress,
     ) -> Result<(), ReconcileError> {
-        self.parts.node.patch(&rebooting(&mut record)).await?;
-        self.set_state(MigState::Rebooting);
+        self.node.patch(&rebooting(&mut record)).await?;
+        self.report.set_state(MigState::Rebooting);
         self.publish().await?;
-        self.parts
-            .events
-            .publish(
-                false,
-                "MigRebooting",
+        self.report
+            .event(
+                MigEvent::Rebooting,
                 "rebooting the node so that a MIG mode change takes effect",
             )
             .await;
-        if self.parts.gpus.simulator().is_some() {
-            let result = self
-                .parts
-                .gpus
-                .run(|gpus| {
-                    let count = gpus.backend().gpu_count()?;
-                    let all: Vec<u32> = (0..count).collect();
-                    gpus.simulator()
-                        .map_or(Ok(()), |simulator| simulated_reboot(simulator, &all))
-                        .map_err(|error| gpu::GpuError::Other(error.to_string()))
-                })
-                .await;
-            info!("simulated reboot done");
-            return result.map_err(ReconcileError::Gpu);
-        }
-        let mut words = self.settings.reboot_command.split_whitespace();
-        let program = words.next().unwrap_or("reboot");
-        match tokio::process::Command::new(program)
-            .args(words)
-            .status()
-            .await
-        {
-            Ok(status) if status.success() => {
-                info!("reboot requested; waiting to be stopped");
-                std::future::pending::<()>().await;
-                Ok(())
-            }
-            outcome => {
-                let reason = format!(
-                    "rebooting with `{}` failed: {outcome:?}",
-                    self.settings.reboot_command
-                );
-                self.fail(reason, Some(request.clone()), Some(record), true)
+        match reboot(&self.gpus, &self.settings.reboot_command).await {
+            Ok(()) => Ok(()),
+            Err(error @ RebootError::Simulated(_)) => Err(ReconcileError::Reboot(error)),
+            Err(error) => {
+                self.fail(error.into(), Some(request.clone()), Some(record), true)
                     .await
             }
         }
@@ -436,17 +301,15 @@ impl MigManager {
 
     /// Ends a change (or finds the GPUs right): clients restored, state `success`.
     async fn succeed(&mut self, progress: Option<Progress>) -> Result<(), ReconcileError> {
-        self.set_state(MigState::Success);
-        self.report.error = None;
+        self.report.set_state(MigState::Success);
+        self.report.set_error(None);
         self.failed = None;
         self.finish(progress.as_ref(), Some(MigState::Success))
             .await?;
         if let Some(progress) = progress {
-            self.parts
-                .events
-                .publish(
-                    false,
-                    "MigConfigApplied",
+            self.report
+                .event(
+                    MigEvent::Applied,
                     &format!("MIG config {} applied", progress.config),
                 )
                 .await;
@@ -458,7 +321,7 @@ impl MigManager {
     /// (`roll_back`), clients restored, state `failed`, the reason in GPUNode status and a Warning Event.
     async fn fail(
         &mut self,
-        mut reason: String,
+        mut reason: ChangeFailed,
         request: Option<Request>,
         progress: Option<Progress>,
         roll_back: bool,
@@ -466,38 +329,21 @@ impl MigManager {
         if let (true, Some(progress)) = (roll_back, &progress)
             && let Err(error) = self.roll_back(&progress.previous).await
         {
-            reason.push_str(&format!(
-                "; restoring the previous geometry failed too: {error}"
-            ));
+            reason = ChangeFailed::NotRolledBack {
+                failure: Box::new(reason),
+                roll_back: error,
+            };
         }
+        let reason = reason.to_string();
         warn!(%reason, "MIG config failed");
-        self.set_state(MigState::Failed);
-        self.report.error = Some(node_error(COMPONENT, reason.clone()));
+        self.report.set_state(MigState::Failed);
+        self.report.set_error(Some(reason.clone()));
         self.failed = request;
         self.finish(progress.as_ref(), Some(MigState::Failed))
             .await?;
-        self.parts
-            .events
-            .publish(true, "MigConfigFailed", &reason)
-            .await;
+        self.report.event(MigEvent::Failed, &reason).await;
         self.report.views = self.read_gpus().await?;
         self.publish().await
-    }
-
-    /// Puts the GPUs back to the geometry recorded before the change. GPUs the change did not touch already have
-    /// it, so nothing is done to them (no mode change, no reset, an empty plan).
-    async fn roll_back(&self, previous: &[GpuMigGeometry]) -> Result<(), String> {
-        let targets = previous
-            .iter()
-            .map(Target::from_geometry)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| error.to_string())?;
-        self.parts
-            .gpus
-            .run(move |gpus| change(gpus.backend(), &targets, false))
-            .await
-            .map(drop)
-            .map_err(|error| error.to_string())
     }
 
     /// Restores the clients and sets the state label, retrying until the API server takes it: labels are never
@@ -510,10 +356,9 @@ impl MigManager {
         let mut retry = crate::Backoff::default();
         loop {
             let attempt = async {
-                let node = self.parts.node.get().await?;
+                let node = self.node.get().await?;
                 let patch = restore(node.labels(), progress, state);
-                self.parts
-                    .node
+                self.node
                     .patch(&patch.minus(node.labels(), node.annotations()))
                     .await
             };
@@ -527,35 +372,8 @@ impl MigManager {
         }
     }
 
-    fn set_state(&mut self, state: MigState) {
-        if self.report.state.as_deref() != Some(state.as_str()) {
-            self.report.state = Some(state.as_str().to_owned());
-            self.report.since = Some(Time(Timestamp::now()));
-        }
-    }
-
     /// Writes this role's part of GPUNode status (only when it changed).
-    async fn publish(&mut self) -> Result<(), ReconcileError> {
-        let report = &self.report;
-        let status = GpuNodeStatus {
-            mig: Some(MigStatus {
-                config: report.config.clone(),
-                state: report.state.clone(),
-                current: inventory::geometries(&report.views),
-                desired: report.desired.clone(),
-                last_transition_time: report.since.clone(),
-            }),
-            last_error: report.error.clone(),
-            ..inventory_status(&report.views)
-        };
-        self.parts.status.publish(status).await?;
-        Ok(())
+    pub(super) async fn publish(&mut self) -> Result<(), ReconcileError> {
+        Ok(self.report.publish().await?)
     }
-}
-
-/// A fingerprint of the config file's text.
-fn fingerprint(text: Option<&str>) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }

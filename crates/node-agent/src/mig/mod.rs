@@ -1,8 +1,9 @@
 //! The `mig` role, NVIDIA's MIG manager: applies the geometry that the node's `nvidia.com/mig.config` label names
 //! (from the mig-parted config in the ConfigMap `--config-map`), and reports `nvidia.com/mig.config.state` and the
-//! node's GPUNode status. The modules split it into the pure decisions ([`assess`], [`state`], [`clients`]), the
-//! GPU work ([`gpus`]), the pod work ([`drain`], told which pods use which GPU by [`holders`]) and the runner
-//! (`manager`); [`admin`] is the admin CLI.
+//! node's GPUNode status. The modules split it into the pure decisions ([`observe`] reading one observation of the
+//! node, [`assess`], [`state`], [`clients`]), the GPU work ([`gpus`]), the pod work ([`drain`], told which pods use
+//! which GPU by [`holders`]), the reboot ([`reboot`]), the reporting ([`report`]) and the runner (`manager`, which
+//! carries out each step through `steps`); [`admin`] is the admin CLI.
 //!
 //! `--gpu-clients-config-map` (host services that use the GPUs, stopped by NVIDIA's manager around a change) is
 //! accepted so that the operator's command line works, but host services are not stopped: the agent logs that.
@@ -14,7 +15,11 @@ pub mod drain;
 pub mod gpus;
 pub mod holders;
 mod manager;
+pub mod observe;
+pub mod reboot;
+pub mod report;
 pub mod state;
+mod steps;
 
 use anyhow::Context;
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
@@ -29,6 +34,16 @@ pub use manager::Settings;
 
 /// The ConfigMap key holding the mig-parted config, as in NVIDIA's operator.
 pub const CONFIG_KEY: &str = "config.yaml";
+
+/// NVIDIA's default mig-parted config with the configs `extra` appended, for the tests.
+#[cfg(test)]
+pub(crate) fn nvidia_config_with(extra: &str) -> String {
+    let nvidia = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/nvidia/default-mig-parted-config.yaml"
+    ));
+    format!("{}\n{extra}", nvidia.trim_end())
+}
 
 /// Runs the role until the process is stopped.
 ///

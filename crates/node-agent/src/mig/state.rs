@@ -40,19 +40,30 @@ pub struct Request {
 }
 
 /// What to do about one observation of the node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// No config is asked for (no label, no default): leave the GPUs alone.
     Idle,
     /// This request failed before and nothing has changed since: wait.
     AlreadyFailed,
     /// The request cannot be applied (bad config, unknown name, geometry that cannot exist): fail without
-    /// touching anything.
-    Reject(String),
+    /// touching anything, for the reason the assessment gave.
+    Reject,
     /// The GPUs already have the geometry.
     Converged,
     /// Change the GPUs, starting (or resuming) with [`Step::Pause`].
     Change,
+}
+
+/// How the GPUs compare with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assessment {
+    /// Every GPU already has its entry's geometry.
+    Matches,
+    /// Some GPU needs changing.
+    Differs,
+    /// The request cannot be applied to these GPUs.
+    Impossible,
 }
 
 /// What one observation says.
@@ -60,8 +71,8 @@ pub enum Decision {
 pub struct Observation<'a> {
     /// The request, when a config is asked for.
     pub request: Option<&'a Request>,
-    /// Whether the GPUs already match, or why the request cannot be applied.
-    pub assessment: Result<bool, &'a str>,
+    /// How the GPUs compare with the request.
+    pub assessment: Assessment,
     /// Whether a change was underway (its record is on the Node).
     pub in_progress: bool,
     /// The request that failed last, if any.
@@ -79,9 +90,9 @@ pub fn decide(observation: Observation<'_>) -> Decision {
         return Decision::AlreadyFailed;
     }
     match observation.assessment {
-        Err(reason) => Decision::Reject(reason.to_owned()),
-        Ok(true) => Decision::Converged,
-        Ok(false) => Decision::Change,
+        Assessment::Impossible => Decision::Reject,
+        Assessment::Matches => Decision::Converged,
+        Assessment::Differs => Decision::Change,
     }
 }
 
@@ -100,20 +111,40 @@ pub enum Step {
     Verify,
 }
 
-/// How a step ended.
+/// How a step ended; `E` is why a step fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<E> {
     /// It did its work.
     Done,
     /// A MIG mode change needs a reset the platform cannot do.
     NeedsReboot,
-    /// It failed, for this reason.
-    Failed(String),
+    /// It failed.
+    Failed(E),
+}
+
+/// Why a change fails: a step's error `E`, or a reset only a reboot could give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure<E> {
+    /// A step failed.
+    #[error(transparent)]
+    Step(E),
+    /// The node rebooted for this change and the new MIG mode is still pending.
+    #[error(
+        "a MIG mode change is still pending after the node rebooted: the platform did not apply it at boot; \
+         check that the hypervisor or firmware lets this node change MIG mode"
+    )]
+    PendingAfterReboot,
+    /// A reset is needed, the platform cannot do it, and rebooting is not allowed.
+    #[error(
+        "a MIG mode change needs a GPU reset, which this platform cannot do; set WITH_REBOOT=true \
+         (migManager.env) to let the MIG manager reboot the node"
+    )]
+    RebootNotAllowed,
 }
 
 /// What follows a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub enum Next<E> {
     /// Run this step.
     Run(Step),
     /// Record the state `rebooting` and reboot; the restarted agent resumes the change.
@@ -123,7 +154,7 @@ pub enum Next {
     /// Restore the clients and set the state to failed; put the GPUs back first when `roll_back`.
     Fail {
         /// Why.
-        reason: String,
+        reason: Failure<E>,
         /// Whether the GPUs may have been touched, so their previous geometry must be restored.
         roll_back: bool,
     },
@@ -142,22 +173,20 @@ pub struct Context {
 
 /// The step after `step` ended with `outcome`.
 #[must_use]
-pub fn next(step: Step, outcome: Outcome, context: Context) -> Next {
+pub fn next<E>(step: Step, outcome: Outcome<E>, context: Context) -> Next<E> {
     let touched = matches!(step, Step::ChangeGpus | Step::Verify);
     match outcome {
-        Outcome::Failed(reason) => Next::Fail {
-            reason,
+        Outcome::Failed(error) => Next::Fail {
+            reason: Failure::Step(error),
             roll_back: touched,
         },
         Outcome::NeedsReboot if context.reboots > 0 => Next::Fail {
-            reason: "a MIG mode change is still pending after the node rebooted".into(),
+            reason: Failure::PendingAfterReboot,
             roll_back: true,
         },
         Outcome::NeedsReboot if context.with_reboot => Next::Reboot,
         Outcome::NeedsReboot => Next::Fail {
-            reason: "a MIG mode change needs a GPU reset, which this platform cannot do; \
-                     set WITH_REBOOT=true (migManager.env) to let the MIG manager reboot the node"
-                .into(),
+            reason: Failure::RebootNotAllowed,
             roll_back: true,
         },
         Outcome::Done => match step {
@@ -180,6 +209,11 @@ mod tests {
         reboots: 0,
     };
 
+    /// A step's error, as the runner's would be.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[error("{0}")]
+    struct StepFailed(&'static str);
+
     fn request(config: &str) -> Request {
         Request {
             config: config.into(),
@@ -199,28 +233,34 @@ mod tests {
         assert_eq!(
             decide(Observation {
                 request: None,
-                ..observe(Ok(false), false, None)
+                ..observe(Assessment::Differs, false, None)
             }),
             Decision::Idle
         );
-        assert_eq!(decide(observe(Ok(true), false, None)), Decision::Converged);
-        assert_eq!(decide(observe(Ok(false), false, None)), Decision::Change);
         assert_eq!(
-            decide(observe(Err("no MIG config named x"), false, None)),
-            Decision::Reject("no MIG config named x".into())
+            decide(observe(Assessment::Matches, false, None)),
+            Decision::Converged
         );
         assert_eq!(
-            decide(observe(Ok(false), false, Some(&asked))),
+            decide(observe(Assessment::Differs, false, None)),
+            Decision::Change
+        );
+        assert_eq!(
+            decide(observe(Assessment::Impossible, false, None)),
+            Decision::Reject
+        );
+        assert_eq!(
+            decide(observe(Assessment::Differs, false, Some(&asked))),
             Decision::AlreadyFailed
         );
         let other = request("all-balanced");
         assert_eq!(
-            decide(observe(Ok(false), false, Some(&other))),
+            decide(observe(Assessment::Differs, false, Some(&other))),
             Decision::Change,
             "a new request is tried even after a failure"
         );
         assert_eq!(
-            decide(observe(Ok(false), true, Some(&asked))),
+            decide(observe(Assessment::Differs, true, Some(&asked))),
             Decision::Change,
             "a change left underway is finished"
         );
@@ -231,7 +271,7 @@ mod tests {
         let mut step = Step::Pause;
         let mut seen = vec![step];
         loop {
-            match next(step, Outcome::Done, CONTEXT) {
+            match next(step, Outcome::<StepFailed>::Done, CONTEXT) {
                 Next::Run(following) => {
                     step = following;
                     seen.push(step);
@@ -261,7 +301,7 @@ mod tests {
             ..CONTEXT
         };
         assert_eq!(
-            next(Step::WaitForClients, Outcome::Done, context),
+            next(Step::WaitForClients, Outcome::<StepFailed>::Done, context),
             Next::Run(Step::ChangeGpus)
         );
     }
@@ -276,9 +316,9 @@ mod tests {
             (Step::Verify, true),
         ] {
             assert_eq!(
-                next(step, Outcome::Failed("x".into()), CONTEXT),
+                next(step, Outcome::Failed(StepFailed("x")), CONTEXT),
                 Next::Fail {
-                    reason: "x".into(),
+                    reason: Failure::Step(StepFailed("x")),
                     roll_back
                 },
                 "{step:?}"
@@ -288,30 +328,41 @@ mod tests {
 
     #[test]
     fn reboot_only_when_allowed_and_only_once() {
-        let Next::Fail { reason, roll_back } =
-            next(Step::ChangeGpus, Outcome::NeedsReboot, CONTEXT)
-        else {
+        let Next::Fail { reason, roll_back } = next(
+            Step::ChangeGpus,
+            Outcome::<StepFailed>::NeedsReboot,
+            CONTEXT,
+        ) else {
             panic!("fails without WITH_REBOOT");
         };
-        assert!(reason.contains("WITH_REBOOT=true") && roll_back, "{reason}");
+        assert_eq!(reason, Failure::RebootNotAllowed);
+        assert!(reason.to_string().contains("set WITH_REBOOT=true") && roll_back);
         let allowed = Context {
             with_reboot: true,
             ..CONTEXT
         };
         assert_eq!(
-            next(Step::ChangeGpus, Outcome::NeedsReboot, allowed),
+            next(
+                Step::ChangeGpus,
+                Outcome::<StepFailed>::NeedsReboot,
+                allowed
+            ),
             Next::Reboot
         );
         let rebooted = Context {
             reboots: 1,
             ..allowed
         };
-        assert!(matches!(
-            next(Step::ChangeGpus, Outcome::NeedsReboot, rebooted),
+        assert_eq!(
+            next(
+                Step::ChangeGpus,
+                Outcome::<StepFailed>::NeedsReboot,
+                rebooted
+            ),
             Next::Fail {
-                roll_back: true,
-                ..
+                reason: Failure::PendingAfterReboot,
+                roll_back: true
             }
-        ));
+        );
     }
 }

@@ -3,6 +3,10 @@
 //! matter for GPU deployment), GPUNodes and the ConfigMaps in its namespace.
 
 mod reconcile;
+#[cfg(test)]
+mod scenario;
+#[cfg(test)]
+mod step_tests;
 mod writes;
 
 use std::collections::HashMap;

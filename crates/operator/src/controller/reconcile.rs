@@ -1,5 +1,6 @@
-//! One reconcile of a ClusterPolicy: which policy is active, validate, observe, label, render, apply, status;
-//! and the cleanup when the policy is deleted.
+//! One reconcile of a ClusterPolicy, step by step: which policy is active, validate, observe, label, build
+//! (render), apply, status; and the cleanup when the policy is deleted. Each step is a function of its own, so
+//! that its outcomes can be tested against a mocked API server.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tracing::{info, warn};
 
 use super::writes::{announce_transition, label_nodes, patch_labels, publish, write_status};
 use super::{Context, ReconcileError};
+use crate::apply::ApplySummary;
 use crate::model::{
     ClusterFacts, Component, ContainerRuntime, ValidateError, ValidatedPolicy, validate,
 };
@@ -58,6 +60,37 @@ pub(super) async fn reconcile_policy(
         Ok(validated) => validated,
         Err(error) => return report_invalid(policy, &previous, &error, context, &now).await,
     };
+    let cluster = observe(&validated, context);
+    let labelled =
+        label_nodes(&validated, &cluster.nodes, cluster.default_runtime, context).await?;
+    let objects = render(&validated, &cluster.facts);
+    let summary = apply_operands(policy, &previous, &objects, context, &now).await?;
+    let built = Built {
+        policy: &validated,
+        facts: &cluster.facts,
+        labelled: &labelled,
+        objects: &objects,
+        summary: &summary,
+    };
+    let status = compute_status(policy, &previous, &built, context, &now).await;
+    announce_transition(policy, &previous, &status, context).await;
+    write_status(policy, &previous, status, context).await?;
+    if let Ok(mut failures) = context.failures.lock() {
+        failures.remove(&policy.name_any());
+    }
+    Ok(Action::await_change())
+}
+
+/// What a reconcile reads of the cluster besides the policy: the nodes (from the watch cache) and the facts
+/// rendering depends on.
+struct Cluster {
+    nodes: Vec<Arc<Node>>,
+    facts: ClusterFacts,
+    default_runtime: ContainerRuntime,
+}
+
+/// observe: the cluster as the watch caches hold it.
+fn observe(validated: &ValidatedPolicy, context: &Context) -> Cluster {
     let default_runtime = ContainerRuntime::from_default(&validated.spec.operator.default_runtime);
     let nodes = context.nodes.state();
     let facts = ClusterFacts::from_nodes(
@@ -65,13 +98,26 @@ pub(super) async fn reconcile_policy(
         nodes.iter().map(AsRef::as_ref),
         default_runtime,
     );
-    let labelled = label_nodes(&validated, &nodes, default_runtime, context).await?;
+    Cluster {
+        nodes,
+        facts,
+        default_runtime,
+    }
+}
 
-    let objects = render(&validated, &facts);
-    let summary = match context.applier.apply(policy, &objects).await {
+/// apply: the rendered operands server-side applied (each only when it changed) and what is no longer rendered
+/// pruned. A failure is said where users look (status and a Warning Event) and returned, so that
+/// `error_policy` retries it with backoff.
+pub(super) async fn apply_operands(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    objects: &[RenderedObject],
+    context: &Context,
+    now: &Time,
+) -> Result<ApplySummary, ReconcileError> {
+    let summary = match context.applier.apply(policy, objects).await {
         Ok(summary) => summary,
         Err(error) => {
-            // Said where users look (status and an Event), then retried with backoff by `error_policy`.
             let message = error.to_string();
             publish(
                 policy,
@@ -81,8 +127,8 @@ pub(super) async fn reconcile_policy(
                 &message,
             )
             .await;
-            let failed = status::failed(&previous, &message, policy.meta().generation, &now);
-            write_status(policy, &previous, failed, context).await?;
+            let failed = status::failed(previous, &message, policy.meta().generation, now);
+            write_status(policy, previous, failed, context).await?;
             return Err(error.into());
         }
     };
@@ -94,7 +140,27 @@ pub(super) async fn reconcile_policy(
             "operands applied"
         );
     }
+    Ok(summary)
+}
 
+/// What this reconcile made of the policy, for its status.
+struct Built<'a> {
+    policy: &'a ValidatedPolicy,
+    facts: &'a ClusterFacts,
+    labelled: &'a [BTreeMap<String, String>],
+    objects: &'a [RenderedObject],
+    summary: &'a ApplySummary,
+}
+
+/// status: the policy's status from what was built and what the cluster reports (DaemonSets, GPUNodes,
+/// ConfigMaps); the metrics follow it.
+async fn compute_status(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    built: &Built<'_>,
+    context: &Context,
+    now: &Time,
+) -> ClusterPolicyStatus {
     let unknown_fields = unknown_fields(policy, context).await;
     let daemonsets = context.daemonsets.state();
     let gpu_nodes: Vec<GPUNode> = context
@@ -104,19 +170,19 @@ pub(super) async fn reconcile_policy(
         .map(|n| n.as_ref().clone())
         .collect();
     let observed = Observed {
-        policy: &validated,
+        policy: built.policy,
         generation: policy.meta().generation,
         namespace: &context.namespace,
-        gpu_node_count: facts.gpu_nodes.len(),
-        rendered: rendered_daemonsets(&objects),
-        expected_nodes: expected_nodes(&validated, &labelled),
+        gpu_node_count: built.facts.gpu_nodes.len(),
+        rendered: rendered_daemonsets(built.objects),
+        expected_nodes: expected_nodes(built.policy, built.labelled),
         daemonsets: daemonsets
             .iter()
             .map(|d| (d.name_any(), d.as_ref()))
             .collect(),
         gpu_nodes: &gpu_nodes,
         unknown_fields: &unknown_fields,
-        configs: configs::config_findings(&validated, &context.namespace, |name| {
+        configs: configs::config_findings(built.policy, &context.namespace, |name| {
             let key = ObjectRef::new(name).within(&context.namespace);
             context
                 .config_maps
@@ -124,34 +190,34 @@ pub(super) async fn reconcile_policy(
                 .map(|config_map| config_map.as_ref().clone())
         }),
     };
-    let mut status = status::compute(&observed, &previous.conditions, &now);
-    if !summary.skipped.is_empty() {
+    let mut status = status::compute(&observed, &previous.conditions, now);
+    if !built.summary.skipped.is_empty() {
         let exporter = status
             .components
             .iter_mut()
             .find(|c| c.name == Component::DcgmExporter.label_name());
         if let Some(exporter) = exporter {
             // Not a readiness problem: the exporter runs; only its scrape configuration could not be made.
-            exporter.warnings.extend(summary.skipped.iter().cloned());
+            exporter
+                .warnings
+                .extend(built.summary.skipped.iter().cloned());
         }
     }
-    context.metrics.gpu_nodes.set(facts.gpu_nodes.len() as i64);
+    context
+        .metrics
+        .gpu_nodes
+        .set(built.facts.gpu_nodes.len() as i64);
     context
         .metrics
         .components_enabled
-        .set(validated.enabled().len() as i64);
+        .set(built.policy.enabled().len() as i64);
     let ready = status
         .components
         .iter()
         .filter(|c| c.enabled && c.state == "ready")
         .count();
     context.metrics.components_ready.set(ready as i64);
-    announce_transition(policy, &previous, &status, context).await;
-    write_status(policy, &previous, status, context).await?;
-    if let Ok(mut failures) = context.failures.lock() {
-        failures.remove(&policy.name_any());
-    }
-    Ok(Action::await_change())
+    status
 }
 
 /// The fields of the policy's stored spec that the schema does not define. The typed object has dropped them,
@@ -277,17 +343,11 @@ pub(super) async fn cleanup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DefaultImages;
+    use crate::render::fixture::default_images;
 
     #[test]
     fn expected_nodes_count_true_deploy_labels() {
-        let images = DefaultImages(
-            DefaultImages::VARIABLES
-                .iter()
-                .map(|v| (v.to_string(), format!("x/{v}:1")))
-                .collect(),
-        );
-        let policy = validate(&crd::ClusterPolicySpec::default(), &images).unwrap();
+        let policy = validate(&crd::ClusterPolicySpec::default(), &default_images()).unwrap();
         let label = Component::DevicePlugin.deploy_label();
         let labelled = vec![
             BTreeMap::from([(label.clone(), "true".to_string())]),

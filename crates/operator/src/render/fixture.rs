@@ -12,7 +12,7 @@ use crate::model::{
 pub(super) const NAMESPACE: &str = "gpu-operator";
 
 /// An example image for every variable the operator reads, shaped like the real ones.
-pub(super) fn default_images() -> DefaultImages {
+pub(crate) fn default_images() -> DefaultImages {
     let images = [
         ("DRIVER_IMAGE", "nvcr.io/nvidia/driver:570.172.08"),
         (

@@ -18,7 +18,7 @@ mod toolkit;
 mod validator;
 
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 #[cfg(test)]
 mod option_tests;
 #[cfg(test)]

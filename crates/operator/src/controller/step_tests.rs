@@ -1,0 +1,492 @@
+//! The reconcile steps against a mocked API server ([`scenario`](super::scenario)), one test per outcome: the
+//! operand apply step (created, unchanged, changed, conflict, API error) and the ClusterPolicy status write
+//! (written, unchanged, changed, conflict, API error); failures go to `error_policy`, which requeues with backoff.
+
+use std::slice;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crd::ClusterPolicy;
+use crd::cluster_policy::{ClusterPolicyStatus, PolicyState};
+use http::Method;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::reconcile::{apply_operands, reconcile_policy};
+use super::scenario::{Answer, ApiScenario, Expected, expect};
+use super::writes::write_status;
+use super::{Context, ReconcileError, error_policy};
+use crate::apply::{Applier, ApplySummary};
+use crate::metrics::Metrics;
+use crate::model::{ClusterFacts, ContainerRuntime, validate};
+use crate::render::fixture::default_images;
+use crate::render::{RenderedObject, render};
+
+const NAMESPACE: &str = "gpu-operator";
+const PLUGIN: &str = "nvidia-device-plugin-daemonset";
+const PLUGIN_PATH: &str =
+    "/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-device-plugin-daemonset";
+const STATUS_PATH: &str = "/apis/nvidia.com/v1/clusterpolicies/cluster-policy/status";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+fn policy() -> ClusterPolicy {
+    let mut policy = ClusterPolicy::new("cluster-policy", crd::ClusterPolicySpec::default());
+    policy.metadata.uid = Some("uid-1".into());
+    policy.metadata.generation = Some(1);
+    policy
+}
+
+/// Every object the default policy renders on a cluster without GPU nodes.
+fn rendered() -> Vec<RenderedObject> {
+    let validated = validate(&policy().spec, &default_images()).unwrap();
+    let facts = ClusterFacts::from_nodes(NAMESPACE, [], ContainerRuntime::Containerd);
+    render(&validated, &facts)
+}
+
+/// The device plugin's DaemonSet, as rendered.
+fn plugin_daemonset() -> DaemonSet {
+    rendered()
+        .into_iter()
+        .find_map(|object| match object {
+            RenderedObject::DaemonSet(daemonset)
+                if daemonset.metadata.name.as_deref() == Some(PLUGIN) =>
+            {
+                Some(*daemonset)
+            }
+            _ => None,
+        })
+        .expect("the device plugin renders")
+}
+
+/// The controller's context over a scenario, with writers for the caches the applier reads.
+struct Fixture {
+    api: ApiScenario,
+    context: Arc<Context>,
+    daemonsets: Writer<DaemonSet>,
+    services: Writer<Service>,
+}
+
+impl Fixture {
+    fn new(expected: Vec<Expected>) -> Self {
+        let (api, client) = ApiScenario::start(expected);
+        let (daemonsets, daemonset_writer) = reflector::store();
+        let (services, service_writer) = reflector::store();
+        Self {
+            api,
+            context: Arc::new(context(client, daemonsets.clone(), services)),
+            daemonsets: daemonset_writer,
+            services: service_writer,
+        }
+    }
+
+    /// The objects as the watch caches would hold them once applied.
+    fn cached(&mut self, objects: &[RenderedObject]) {
+        for object in objects {
+            match object {
+                RenderedObject::DaemonSet(daemonset) => self
+                    .daemonsets
+                    .apply_watcher_event(&watcher::Event::Apply(daemonset.as_ref().clone())),
+                RenderedObject::Service(service) => self
+                    .services
+                    .apply_watcher_event(&watcher::Event::Apply(service.as_ref().clone())),
+                RenderedObject::ServiceMonitor(_) => {}
+            }
+        }
+    }
+
+    async fn apply(&self, objects: &[RenderedObject]) -> Result<ApplySummary, ReconcileError> {
+        let now = Time(Timestamp::now());
+        apply_operands(
+            &policy(),
+            &ClusterPolicyStatus::default(),
+            objects,
+            &self.context,
+            &now,
+        )
+        .await
+    }
+
+    async fn write_status(
+        &self,
+        previous: &ClusterPolicyStatus,
+        status: ClusterPolicyStatus,
+    ) -> Result<(), ReconcileError> {
+        write_status(&policy(), previous, status, &self.context).await
+    }
+
+    fn retry(&self, error: &ReconcileError) -> Action {
+        error_policy(Arc::new(policy()), error, self.context.clone())
+    }
+}
+
+fn context(
+    client: Client,
+    daemonsets: reflector::Store<DaemonSet>,
+    services: reflector::Store<Service>,
+) -> Context {
+    let (_, caches_synced) = watch::channel(true);
+    Context {
+        applier: Applier::new(
+            client.clone(),
+            NAMESPACE.into(),
+            daemonsets.clone(),
+            services,
+        ),
+        recorder: Recorder::new(client.clone(), "gpu-operator".into()),
+        client,
+        namespace: NAMESPACE.into(),
+        defaults: default_images(),
+        policies: reflector::store().0,
+        nodes: reflector::store().0,
+        gpu_nodes: reflector::store().0,
+        daemonsets,
+        config_maps: reflector::store().0,
+        metrics: Metrics::shared(),
+        failures: Mutex::default(),
+        unknown_fields: Mutex::default(),
+        caches_synced,
+    }
+}
+
+fn empty_list(kind: &str) -> Answer {
+    Answer::Json(
+        200,
+        json!({"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": "1"}, "items": []}),
+    )
+}
+
+/// The pruning pass after the applies: nothing of the policy's is left over (no Prometheus operator).
+fn prune_finds_nothing() -> Vec<Expected> {
+    vec![
+        expect(
+            Method::GET,
+            "/apis/apps/v1/namespaces/gpu-operator/daemonsets",
+            empty_list("DaemonSetList"),
+        ),
+        expect(
+            Method::GET,
+            "/api/v1/namespaces/gpu-operator/services",
+            empty_list("ServiceList"),
+        ),
+        expect(
+            Method::GET,
+            "/apis/monitoring.coreos.com/v1/namespaces/gpu-operator/servicemonitors",
+            Answer::Error(404, "NotFound"),
+        ),
+    ]
+}
+
+fn apply_plugin(answer: Answer) -> Expected {
+    expect(Method::PATCH, PLUGIN_PATH, answer)
+}
+
+/// The device plugin's DaemonSet applied (201), then the pruning pass.
+fn plugin_applied() -> Vec<Expected> {
+    let mut expected = vec![apply_plugin(Answer::Echo)];
+    expected.extend(prune_finds_nothing());
+    expected
+}
+
+/// The device plugin applied once by this process, and in the cache since.
+async fn applied_once() -> (Fixture, RenderedObject) {
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let mut fixture = Fixture::new(plugin_applied());
+    fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+    fixture.cached(slice::from_ref(&plugin));
+    fixture.api.finish();
+    (fixture, plugin)
+}
+
+/// A server-side apply under the operator's field manager, forcing its ownership.
+fn assert_server_side_apply(line: &str) {
+    assert!(
+        line.contains("fieldManager=gpu-operator") && line.contains("force=true"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
+    let fixture = Fixture::new(plugin_applied());
+
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+
+    assert_eq!(
+        (summary.applied, summary.unchanged, summary.pruned),
+        (1, 0, 0)
+    );
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].line);
+    let owner = &sent[0].body["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["uid"], &owner["controller"]),
+        (&json!("uid-1"), &json!(true))
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_operand_is_not_written_again() {
+    let (fixture, plugin) = applied_once().await;
+
+    fixture.api.then(prune_finds_nothing());
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+
+    assert_eq!((summary.applied, summary.unchanged), (0, 1));
+    let sent = fixture.api.finish();
+    assert!(
+        sent.iter().all(|request| request.line.starts_with("GET ")),
+        "reads only: {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_operand_is_applied_again() {
+    let (fixture, _) = applied_once().await;
+
+    let mut changed = plugin_daemonset();
+    let pod = changed.spec.template.spec.as_mut().unwrap();
+    pod.containers[0].image = Some("registry.test/device-plugin:2".into());
+    fixture.api.then(plugin_applied());
+    let summary = fixture
+        .apply(&[RenderedObject::from(changed)])
+        .await
+        .unwrap();
+
+    assert_eq!((summary.applied, summary.unchanged), (1, 0));
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].line);
+    assert_eq!(
+        sent[0].body["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.test/device-plugin:2"
+    );
+}
+
+/// A refused apply: the failure is said in status (with the object and the server's answer) and in a Warning
+/// Event, the step fails, and `error_policy` retries it with a growing delay.
+async fn refused_apply(code: u16, reason: &'static str) {
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let fixture = Fixture::new(vec![
+        apply_plugin(Answer::Error(code, reason)),
+        expect(Method::POST, EVENTS_PATH, Answer::Echo),
+        status_written(),
+    ]);
+
+    let error = fixture.apply(slice::from_ref(&plugin)).await.unwrap_err();
+
+    assert!(matches!(error, ReconcileError::Apply(_)), "{error}");
+    let sent = fixture.api.finish();
+    let message = format!("applying DaemonSet gpu-operator/{PLUGIN}: ");
+    assert_eq!(sent[1].body["type"], "Warning");
+    assert!(
+        sent[1].body["note"].as_str().unwrap().starts_with(&message),
+        "{}",
+        sent[1].body
+    );
+    let status = &sent[2].body["status"];
+    assert_eq!(status["state"], "notReady");
+    let condition = |kind: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|condition| condition["type"] == kind)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let error_condition = condition("Error");
+    assert_eq!(error_condition["status"], "True");
+    let said = error_condition["message"].as_str().unwrap();
+    assert!(
+        said.starts_with(&message) && said.contains(reason),
+        "{said}"
+    );
+    assert_eq!(
+        fixture.retry(&error),
+        Action::requeue(Duration::from_secs(2))
+    );
+    assert_eq!(
+        fixture.retry(&error),
+        Action::requeue(Duration::from_secs(4)),
+        "backs off"
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_apply_fails_the_reconcile_says_why_and_is_retried() {
+    refused_apply(409, "Conflict").await;
+}
+
+#[tokio::test]
+async fn an_api_error_on_apply_fails_the_reconcile_says_why_and_is_retried() {
+    refused_apply(500, "InternalError").await;
+}
+
+fn ready_status() -> ClusterPolicyStatus {
+    ClusterPolicyStatus {
+        state: Some(PolicyState::Ready),
+        namespace: Some(NAMESPACE.into()),
+        ready: Some("7/7".into()),
+        ..ClusterPolicyStatus::default()
+    }
+}
+
+/// The status write the API server takes.
+fn status_written() -> Expected {
+    expect(
+        Method::PATCH,
+        STATUS_PATH,
+        Answer::Json(200, json!(policy())),
+    )
+}
+
+#[tokio::test]
+async fn a_first_status_is_written_by_server_side_apply() {
+    let fixture = Fixture::new(vec![status_written()]);
+
+    fixture
+        .write_status(&ClusterPolicyStatus::default(), ready_status())
+        .await
+        .unwrap();
+
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].line);
+    assert_eq!(sent[0].body["apiVersion"], "nvidia.com/v1");
+    assert_eq!(sent[0].body["kind"], "ClusterPolicy");
+    assert_eq!(sent[0].body["status"], json!(ready_status()));
+}
+
+#[tokio::test]
+async fn an_unchanged_status_is_not_written() {
+    let fixture = Fixture::new(Vec::new());
+
+    fixture
+        .write_status(&ready_status(), ready_status())
+        .await
+        .unwrap();
+
+    assert!(fixture.api.finish().is_empty());
+}
+
+#[tokio::test]
+async fn a_changed_status_is_written() {
+    let fixture = Fixture::new(vec![status_written()]);
+    let not_ready = ClusterPolicyStatus {
+        state: Some(PolicyState::NotReady),
+        ready: Some("6/7".into()),
+        ..ready_status()
+    };
+
+    fixture
+        .write_status(&ready_status(), not_ready)
+        .await
+        .unwrap();
+
+    let sent = fixture.api.finish();
+    assert_eq!(sent[0].body["status"]["state"], "notReady");
+    assert_eq!(sent[0].body["status"]["ready"], "6/7");
+}
+
+/// A status write the API server refuses with `answer`: the step fails with the server's answer, retried by
+/// `error_policy`.
+async fn refused_status(answer: Answer) -> kube::core::Status {
+    let fixture = Fixture::new(vec![expect(Method::PATCH, STATUS_PATH, answer)]);
+
+    let error = fixture
+        .write_status(&ClusterPolicyStatus::default(), ready_status())
+        .await
+        .unwrap_err();
+
+    fixture.api.finish();
+    assert!(
+        error
+            .to_string()
+            .starts_with("writing the ClusterPolicy status: "),
+        "{error}"
+    );
+    assert_eq!(
+        fixture.retry(&error),
+        Action::requeue(Duration::from_secs(2))
+    );
+    match error {
+        ReconcileError::Status(kube::Error::Api(status)) => *status,
+        other => panic!("not the API server's answer: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_conflicting_status_write_fails_and_is_retried() {
+    let status = refused_status(Answer::Error(409, "Conflict")).await;
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+}
+
+#[tokio::test]
+async fn an_api_error_on_the_status_write_fails_and_is_retried() {
+    let status = refused_status(Answer::Error(503, "ServiceUnavailable")).await;
+    assert!(status.is_failure() && status.code == 503, "{status:?}");
+}
+
+/// A whole reconcile of the default policy on a cluster without GPU nodes: every operand applied (this process
+/// has not applied them yet, though they exist), then status; the next reconcile of the same policy writes
+/// nothing.
+#[tokio::test]
+async fn a_reconcile_applies_every_operand_then_writes_status_once() {
+    let objects = rendered();
+    let path = |object: &RenderedObject| {
+        let group = match object.kind() {
+            "DaemonSet" => "/apis/apps/v1",
+            "Service" => "/api/v1",
+            _ => "/apis/monitoring.coreos.com/v1",
+        };
+        format!(
+            "{group}/namespaces/{NAMESPACE}/{}s/{}",
+            object.kind().to_lowercase(),
+            object.name()
+        )
+    };
+    let mut expected: Vec<Expected> = objects
+        .iter()
+        .map(|object| expect(Method::PATCH, &path(object), Answer::Echo))
+        .collect();
+    expected.extend(prune_finds_nothing());
+    expected.extend([
+        // The stored spec, read once per generation for fields the schema does not know.
+        expect(
+            Method::GET,
+            "/apis/nvidia.com/v1/clusterpolicies/cluster-policy",
+            Answer::Json(200, json!(policy())),
+        ),
+        expect(Method::POST, EVENTS_PATH, Answer::Echo),
+        status_written(),
+    ]);
+    let mut fixture = Fixture::new(expected);
+    fixture.cached(&objects);
+
+    let action = reconcile_policy(&policy(), &fixture.context).await.unwrap();
+
+    assert_eq!(action, Action::await_change());
+    let sent = fixture.api.finish();
+    let status: ClusterPolicyStatus =
+        serde_json::from_value(sent.last().unwrap().body["status"].clone()).unwrap();
+    assert_eq!(status.namespace.as_deref(), Some(NAMESPACE));
+
+    // The policy carries its status now: nothing to write.
+    let mut again = policy();
+    again.status = Some(status);
+    fixture.api.then(prune_finds_nothing());
+    reconcile_policy(&again, &fixture.context).await.unwrap();
+    let sent = fixture.api.finish();
+    assert!(
+        sent.iter().all(|request| request.line.starts_with("GET ")),
+        "reads only: {sent:?}"
+    );
+}
