@@ -103,7 +103,9 @@ pub enum ReconcileError {
     #[error("writing the ClusterPolicy status: {0}")]
     Status(#[source] kube::Error),
     /// Not a failure: the cleanup of a deleted policy waits for its operands' pods to stop.
-    #[error("{remaining} operand objects are still being deleted; the node labels and GPUNodes go once they are gone")]
+    #[error(
+        "{remaining} operand objects are still being deleted; the node labels and GPUNodes go once they are gone"
+    )]
     OperandsStopping { remaining: usize },
     #[error("deleting the GPUNodes: {0}")]
     GpuNodes(#[source] kube::Error),

@@ -339,7 +339,6 @@ pub(super) async fn cleanup(
     Ok(Action::await_change())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::reconcile::{apply_operands, reconcile_policy};
+use super::reconcile::{apply_operands, cleanup, reconcile_policy};
 use super::scenario::{Answer, ApiScenario, Expected, expect};
 use super::writes::write_status;
 use super::{Context, ReconcileError, error_policy};
@@ -489,4 +489,95 @@ async fn a_reconcile_applies_every_operand_then_writes_status_once() {
         sent.iter().all(|request| request.line.starts_with("GET ")),
         "reads only: {sent:?}"
     );
+}
+
+/// The deleted policy's device plugin DaemonSet as a metadata list answers it: labelled as the operator's, owned
+/// by the policy, terminating or not.
+fn owned_plugin_listed(terminating: bool) -> Answer {
+    let mut metadata = json!({
+        "name": PLUGIN,
+        "namespace": NAMESPACE,
+        "labels": {"app.kubernetes.io/managed-by": "gpu-operator"},
+        "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy", "uid": "uid-1"}],
+    });
+    if terminating {
+        metadata["deletionTimestamp"] = json!("2026-11-23T10:00:00Z");
+    }
+    Answer::Json(
+        200,
+        json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+            "metadata": {"resourceVersion": "1"},
+            "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata}],
+        }),
+    )
+}
+
+/// The rest of a removal pass after the DaemonSets: no Service, no Prometheus operator.
+fn nothing_else_owned() -> Vec<Expected> {
+    prune_finds_nothing().split_off(1)
+}
+
+/// A deleted policy's cleanup deletes its operands in the foreground and keeps its finalizer (an error, retried
+/// soon and not counted as a failure) until their pods have stopped; no label or GPUNode is touched meanwhile, or
+/// a still running agent would write them again.
+#[tokio::test]
+async fn cleanup_keeps_the_finalizer_while_the_operands_stop() {
+    let daemonsets = "/apis/apps/v1/namespaces/gpu-operator/daemonsets";
+    let mut expected = vec![
+        expect(Method::GET, daemonsets, owned_plugin_listed(false)),
+        expect(
+            Method::DELETE,
+            PLUGIN_PATH,
+            Answer::Json(200, json!(plugin_daemonset())),
+        ),
+    ];
+    expected.extend(nothing_else_owned());
+    let fixture = Fixture::new(expected);
+
+    let error = cleanup(&policy(), &fixture.context).await.unwrap_err();
+
+    assert!(
+        matches!(error, ReconcileError::OperandsStopping { remaining: 1 }),
+        "{error}"
+    );
+    let sent = fixture.api.finish();
+    assert_eq!(sent[1].body["propagationPolicy"], "Foreground", "{sent:?}");
+    assert_eq!(
+        fixture.retry(&error),
+        Action::requeue(Duration::from_secs(2))
+    );
+    // Waiting is not a failure: a real error afterwards starts the backoff from its first step.
+    assert_eq!(
+        fixture.retry(&ReconcileError::CachesStopped),
+        Action::requeue(Duration::from_secs(2))
+    );
+
+    // Still terminating: not deleted again, still waited for.
+    let mut expected = vec![expect(Method::GET, daemonsets, owned_plugin_listed(true))];
+    expected.extend(nothing_else_owned());
+    fixture.api.then(expected);
+    let error = cleanup(&policy(), &fixture.context).await.unwrap_err();
+    assert!(matches!(
+        error,
+        ReconcileError::OperandsStopping { remaining: 1 }
+    ));
+    fixture.api.finish();
+}
+
+/// Once the operands are gone, the cleanup removes the GPUNodes (and the labels of the nodes it knows).
+#[tokio::test]
+async fn cleanup_deletes_the_gpunodes_once_the_operands_are_gone() {
+    let mut expected = prune_finds_nothing();
+    expected.push(expect(
+        Method::DELETE,
+        "/apis/nvidia.com/v1alpha1/gpunodes",
+        Answer::Json(200, json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNodeList", "metadata": {}, "items": []})),
+    ));
+    let fixture = Fixture::new(expected);
+
+    let action = cleanup(&policy(), &fixture.context).await.unwrap();
+
+    assert_eq!(action, Action::await_change());
+    fixture.api.finish();
 }
