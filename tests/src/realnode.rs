@@ -163,3 +163,13 @@ pub fn delete_pod(namespace: &str, name: &str) {
         "--timeout=60s",
     ]);
 }
+
+/// The last lines of the logs of the pods labelled `app=<app>`, for a failure message.
+pub fn app_logs(namespace: &str, app: &str) -> String {
+    let selector = format!("app={app}");
+    run(
+        "kubectl",
+        &["logs", "-n", namespace, "-l", &selector, "--tail=40"],
+    )
+    .stdout
+}

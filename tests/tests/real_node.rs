@@ -259,17 +259,7 @@ fn uninstall_leaves_nothing_behind(node: &str) {
         "helm uninstall failed:\n{}\n{}\nthe hook's log:\n{}",
         uninstalled.stdout,
         uninstalled.stderr,
-        e2e::run(
-            "kubectl",
-            &[
-                "logs",
-                "-n",
-                e2e::NAMESPACE,
-                "-l",
-                "app=gpu-operator-uninstall"
-            ]
-        )
-        .stdout
+        realnode::app_logs(e2e::NAMESPACE, "gpu-operator-uninstall")
     );
     println!("helm uninstall took {:.1?}", started.elapsed());
     let policies = e2e::kubectl_json(&["get", "clusterpolicies"]);
@@ -433,18 +423,7 @@ fn mig_relabel_goes_pending_then_success(node: &str) {
     .unwrap_or_else(|error| {
         panic!(
             "the MIG relabel did not go pending then success ({seen:?}): {error:#}\n{}",
-            e2e::run(
-                "kubectl",
-                &[
-                    "logs",
-                    "-n",
-                    e2e::NAMESPACE,
-                    "-l",
-                    "app=nvidia-mig-manager",
-                    "--tail=40"
-                ]
-            )
-            .stdout
+            realnode::app_logs(e2e::NAMESPACE, "nvidia-mig-manager")
         )
     });
     println!("nvidia.com/mig.config.state: {}", seen.join(" -> "));
