@@ -396,6 +396,7 @@ pub fn tear_down(state_dir: &Path, state: &State) -> anyhow::Result<()> {
         kill_containers(&node.socket);
     }
     process::stop_all(&containerd, STOP_GRACE)?;
+    clear_device_plugin_dir()?;
     if node.kube_proxy.exists() {
         // Removes the KUBE-* chains and rules it installed.
         let _ = Command::new(&node.kube_proxy).arg("--cleanup").output();
@@ -415,6 +416,38 @@ pub fn tear_down(state_dir: &Path, state: &State) -> anyhow::Result<()> {
     );
     std::fs::remove_dir_all(&dirs.root)
         .with_context(|| format!("cannot remove {}", dirs.root.display()))
+}
+
+/// Removes what the stopped kubelet and its device plugins left in the fixed device-plugin directory (their
+/// sockets and the kubelet's checkpoint of which pod got which device), so that the next kubelet on this machine
+/// starts clean. Nothing is removed while a kubelet still answers there.
+fn clear_device_plugin_dir() -> anyhow::Result<()> {
+    let registration = Path::new(DEVICE_PLUGIN_SOCKET);
+    if std::os::unix::net::UnixStream::connect(registration).is_ok() {
+        return Ok(());
+    }
+    let Some(dir) = registration.parent() else {
+        return Ok(());
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let ours = path
+            .extension()
+            .is_some_and(|extension| extension == "sock")
+            || path
+                .file_name()
+                .is_some_and(|name| name == "kubelet_internal_checkpoint");
+        if ours {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Taints the node so that every pod on it (DaemonSet pods included) is evicted, and waits until containerd runs
