@@ -52,7 +52,7 @@ impl NodeAgent {
             .env("KUBECONFIG", service_account_kubeconfig(service_account))
             .env("NODE_NAME", node)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
-            .env("RUST_LOG", "info,node_agent=debug")
+            .env("RUST_LOG", "info,node_agent=debug,node_runtime=debug")
             .envs(env.iter().copied())
             .stdout(Stdio::from(output.try_clone().expect("log handle")))
             .stderr(Stdio::from(output))

@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use crd::config::device_plugin::{MigStrategy, parse_tolerant};
-use crd::labels::SIMULATED_GPUS_ANNOTATION;
 use k8s_openapi::api::core::v1::ConfigMap;
-use node_agent::backend::{GpuSource, Gpus};
-use node_agent::kube_io::{self, NodeApi};
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::process::{self, Logging};
+use node_runtime::start::NodeRole;
 use tokio::sync::watch;
 
 use crate::api::DEVICE_PLUGINS_DIR;
@@ -26,6 +26,9 @@ use crate::plan::{PlannedGpu, advertise, effective_mig_strategy};
 #[derive(Debug, Parser)]
 #[command(name = "gpu-device-plugin", version, about)]
 pub struct Cli {
+    /// Log format.
+    #[command(flatten)]
+    pub logging: Logging,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -154,19 +157,15 @@ pub async fn xid(args: &XidArgs, source: &GpuSource) -> anyhow::Result<()> {
 /// When the cluster, the Node or the GPUs cannot be reached at start.
 pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     let checks = Checks::parse(std::env::var(DISABLE_ENV).ok().as_deref())?;
-    let client = kube_io::client().await?;
-    let node_api = NodeApi::new(client.clone(), &args.node_name);
-    let node = node_api.get().await?;
-    let annotation = kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION);
-    let gpus = Gpus::open(source, Some(&args.node_name), annotation)?;
+    let role = NodeRole::start(source, &args.node_name).await?;
     let config_source = args.config_map.clone().map(|config_map| ConfigSource {
         namespace: args.namespace.clone(),
         config_map,
         default_key: args.default_config.clone(),
     });
-    let configs = config_updates(client.clone(), &node_api, config_source);
+    let configs = config_updates(role.client.clone(), &role.node_api, config_source);
     let (report, reports) = watch::channel(Report::default());
-    tokio::spawn(publish_reports(client, node, reports));
+    let gpus = role.gpus.clone();
     let options = Options {
         plugin_dir: args.kubelet_root.join(DEVICE_PLUGINS_DIR),
         mig_strategy: args.mig_strategy.map(Into::into),
@@ -179,24 +178,11 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         mig_poll: Duration::from_secs(args.mig_poll_seconds.max(1)),
         health_poll: Duration::from_secs(1),
     };
+    // The reports end when the plugin does, so the publisher never finishes first.
     tokio::select! {
         result = manager::run(options, gpus, configs, report) => result,
-        () = stopped() => Ok(()),
-    }
-}
-
-/// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
-async fn stopped() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = async {
-            match terminate.as_mut() {
-                Some(signal) => { signal.recv().await; }
-                None => std::future::pending().await,
-            }
-        } => {}
+        () = publish_reports(role, reports) => Ok(()),
+        () = process::stopped() => Ok(()),
     }
 }
 
@@ -229,7 +215,7 @@ pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String>
     }
     let config = chosen.config;
     let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
-    let views = node_agent::inventory::read(gpus.backend())?;
+    let views = node_runtime::inventory::read(gpus.backend())?;
     let planned: Vec<PlannedGpu> = views
         .into_iter()
         .map(|view| PlannedGpu {

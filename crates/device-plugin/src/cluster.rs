@@ -5,12 +5,12 @@
 
 use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, GpuNodeStatus};
 use crd::labels::DEVICE_PLUGIN_CONFIG;
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use node_agent::gpunode::{GpuNodeWriter, inventory_status, node_error};
-use node_agent::kube_io::{self, NodeApi, NodeEvents, Watched};
+use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_runtime::kube_io::{self, NodeApi, Watched};
+use node_runtime::run_loop::run_on_changes;
+use node_runtime::start::NodeRole;
 use tokio::sync::watch;
-use tracing::warn;
 
 use crate::config::{ChosenConfig, choose};
 use crate::manager::{ConfigUpdate, Report};
@@ -89,43 +89,28 @@ fn choice(source: &ConfigSource, watched: &Watched) -> ConfigUpdate {
 
 /// Writes every new report into the node's GPUNode (creating it when missing) and records a Warning Event for
 /// each new error, until the reports end.
-pub async fn publish_reports(client: Client, node: Node, mut reports: watch::Receiver<Report>) {
-    let name = kube::ResourceExt::name_any(&node);
-    let mut writer = GpuNodeWriter::new(client.clone(), &name, FIELD_MANAGER);
-    let events = NodeEvents::new(client, FIELD_MANAGER, &node);
+pub async fn publish_reports(role: NodeRole, reports: watch::Receiver<Report>) {
+    let mut writer = GpuNodeWriter::new(role.client.clone(), role.node_api.name(), FIELD_MANAGER);
+    let events = role.events(FIELD_MANAGER);
     let mut last_error = None;
-    let mut backoff = node_agent::Backoff::default();
-    loop {
-        let report = reports.borrow_and_update().clone();
-        if report != Report::default() {
-            if report.error.is_some() && report.error != last_error {
-                events
-                    .publish(
-                        true,
-                        CONFIG_REJECTED,
-                        report.error.as_deref().unwrap_or_default(),
-                    )
-                    .await;
-            }
-            last_error.clone_from(&report.error);
-            let written = async {
-                writer.ensure(&node).await?;
-                writer.publish(status(&report)).await
-            };
-            if let Err(error) = written.await {
-                warn!(%error, "cannot write the GPUNode status; retrying");
-                backoff.wait_or(reports.changed()).await;
-                if reports.has_changed().is_err() {
-                    break;
-                }
-                continue;
-            }
-            backoff.reset();
+    run_on_changes(reports, None, async |report: Report| {
+        if report == Report::default() {
+            return Ok(());
         }
-        if reports.changed().await.is_err() {
-            break;
+        if report.error.is_some() && report.error != last_error {
+            events
+                .publish(
+                    true,
+                    CONFIG_REJECTED,
+                    report.error.as_deref().unwrap_or_default(),
+                )
+                .await;
         }
-    }
+        last_error.clone_from(&report.error);
+        writer.ensure(&role.node).await?;
+        writer.publish(status(&report)).await.map(drop)
+    })
+    .await;
 }
 
 /// The node's health as GPUNode status shows it, from how many of its `gpus` are Unhealthy.
@@ -169,7 +154,7 @@ pub fn status(report: &Report) -> GpuNodeStatus {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
     use super::*;
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crd::config::device_plugin::{MigStrategy, ResourceName};
 use gpu::HealthEvent;
-use node_agent::backend::Gpus;
-use node_agent::inventory::{self, GpuView};
+use node_runtime::backend::Gpus;
+use node_runtime::inventory::{self, GpuView};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{Instrument, debug, info, info_span, warn};

@@ -12,7 +12,7 @@ use crd::config::device_plugin::{
     AllocationPolicy, DevicePluginConfig, DeviceRef, MigStrategy, ReplicatedDevices,
     ReplicatedResource, ResourceMapping, ResourceName, SharingStrategy, mig_resource_name,
 };
-use node_agent::inventory::GpuView;
+use node_runtime::inventory::GpuView;
 
 /// The resource whole GPUs are advertised under unless a `resources.gpus` pattern says otherwise.
 const GPU_RESOURCE: &str = "nvidia.com/gpu";

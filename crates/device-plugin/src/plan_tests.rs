@@ -1,33 +1,14 @@
 use std::collections::BTreeMap;
 
 use crd::config::device_plugin::parse;
-use crd::mig::MigProfileName;
 use gpu::{GpuBackend, Simulator};
+use node_runtime::testing::simulated;
 
 use super::*;
 
-/// A simulated node in a temporary folder; on every GPU, MIG on with `devices` when `devices` is not empty.
-pub(crate) fn simulated(spec: &str, devices: &[(&str, u32)]) -> (tempfile::TempDir, Simulator) {
-    let dir = tempfile::tempdir().unwrap();
-    let simulator = Simulator::open(
-        dir.path().join("gpus.json"),
-        "node-1",
-        &spec.parse().unwrap(),
-    )
-    .unwrap();
-    if !devices.is_empty() {
-        let desired: BTreeMap<MigProfileName, u32> = devices
-            .iter()
-            .map(|(name, count)| (name.parse().unwrap(), *count))
-            .collect();
-        simulator.create_on_every_gpu(&desired).unwrap();
-    }
-    (dir, simulator)
-}
-
 /// The GPUs of a simulated node, as the planner takes them.
 pub(crate) fn planned(simulator: &Simulator) -> Vec<PlannedGpu> {
-    node_agent::inventory::read(simulator)
+    node_runtime::inventory::read(simulator)
         .unwrap()
         .into_iter()
         .map(|view| PlannedGpu {

@@ -13,10 +13,10 @@ use device_plugin::api::{
 };
 use device_plugin::config::ChosenConfig;
 use device_plugin::health::Checks;
-use device_plugin::kubelet::connect;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
 use gpu::Simulator;
-use node_agent::backend::Gpus;
+use node_runtime::backend::Gpus;
+use node_runtime::grpc::connect;
 use tokio::net::UnixSocket;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use crd::config::device_plugin::MigStrategy;
-
-use crate::backend::GpuSource;
+use node_runtime::backend::GpuSource;
+use node_runtime::process::Logging;
 
 /// `gpu-node-agent`: one binary per node, several roles.
 #[derive(Debug, Parser)]
@@ -19,23 +19,13 @@ use crate::backend::GpuSource;
 )]
 pub struct Cli {
     /// Log format.
-    #[arg(long, value_enum, default_value_t, global = true, env = "LOG_FORMAT")]
-    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub logging: Logging,
     /// Where the GPUs come from.
     #[command(flatten)]
     pub gpus: GpuSource,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Log output format.
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log pipelines.
-    Json,
 }
 
 /// The roles and tools.

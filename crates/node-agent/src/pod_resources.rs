@@ -14,9 +14,7 @@ use std::error::Error as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Endpoint, Uri};
+use node_runtime::grpc;
 
 #[allow(
     missing_docs,
@@ -131,15 +129,10 @@ pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesEr
     if matches!(tokio::fs::try_exists(&socket).await, Ok(false)) {
         return Err(PodResourcesError::SocketMissing { socket });
     }
-    let dial = socket.clone();
-    // The URI is a placeholder gRPC needs; the connector dials the socket.
-    let channel = Endpoint::from_static("http://localhost")
+    let endpoint = grpc::endpoint()
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let dial = dial.clone();
-            async move { UnixStream::connect(dial).await.map(TokioIo::new) }
-        }))
+        .timeout(CALL_TIMEOUT);
+    let channel = grpc::connect_with(endpoint, &socket)
         .await
         .map_err(|source| PodResourcesError::Connect { socket, source })?;
     let answer = PodResourcesListerClient::new(channel)

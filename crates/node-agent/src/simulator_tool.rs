@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use gpu::simulator::ResetFailure;
 use gpu::{GpuBackend, GpuProcess};
+use node_runtime::backend::{GpuSource, Gpus};
 
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::{ResetFailureArg, SimulatorAction, SimulatorArgs};
 
 /// Injects the fault (into every GPU of the node, or the one named), or lists the MIG devices.

@@ -24,6 +24,7 @@ use axum::http::header::{CONTENT_TYPE, HeaderName};
 use axum::routing::get;
 use crd::gpu_node::GpuNodeStatus;
 use futures::StreamExt;
+use node_runtime::kube_io;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -33,7 +34,6 @@ use tokio::sync::watch;
 use tracing::info;
 
 use crate::cli::StatusExporterArgs;
-use crate::kube_io;
 use crate::validate::Part;
 
 /// OpenMetrics text, which prometheus-client writes (every series here is a gauge, so nothing is renamed).

@@ -19,9 +19,8 @@ use crd::config::device_plugin::{
 use crd::labels::NVIDIA_PREFIX;
 use crd::mig::{ComputeCapability, MigProfileName};
 use gpu::{CudaVersion, MigDevice};
-
-use crate::inventory::GpuView;
-use crate::node_patch::MetadataPatch;
+use node_runtime::inventory::GpuView;
+use node_runtime::node_patch::MetadataPatch;
 
 /// Labels this role owns besides the `nvidia.com/mig-<profile>.*` family: it removes any of them that no longer
 /// applies, and never touches other `nvidia.com/` labels (the operator's, the MIG manager's, an admin's).

@@ -11,17 +11,19 @@ use std::path::Path;
 use anyhow::Context;
 use crd::config::device_plugin::{MigStrategy, parse_config_map};
 use crd::gpu_node::GpuNodeStatus;
-use crd::labels::{DEVICE_PLUGIN_CONFIG, SIMULATED_GPUS_ANNOTATION};
+use crd::labels::DEVICE_PLUGIN_CONFIG;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::gpunode::{DISCOVERY, GpuNodeWriter, inventory_status, node_error};
+use node_runtime::inventory::{self, GpuView};
+use node_runtime::kube_io::{self, NodeApi, Watched};
+use node_runtime::run_loop::run_on_changes;
+use node_runtime::start::NodeRole;
 use tracing::{info, instrument, warn};
 
 use self::labels::{Facts, PCI_CLASS_3D, Sharing};
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::DiscoveryArgs;
-use crate::gpunode::{DISCOVERY, GpuNodeWriter, inventory_status, node_error};
-use crate::inventory::{self, GpuView};
-use crate::kube_io::{self, NodeApi, Watched};
 use crate::node_facts::host;
 
 /// The component name in `lastError`.
@@ -34,36 +36,27 @@ const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
 /// # Errors
 /// When the role cannot start: no API access, no GPUs.
 pub async fn run(args: DiscoveryArgs, source: &GpuSource) -> anyhow::Result<()> {
-    let name = &args.node.node_name;
-    let client = kube_io::client().await?;
-    let node_api = NodeApi::new(client.clone(), name);
-    let node = node_api.get().await?;
-    let gpus = Gpus::open(
-        source,
-        Some(name),
-        kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION),
-    )?;
-    let mut status = GpuNodeWriter::new(client.clone(), name, DISCOVERY);
-    status.ensure(&node).await?;
-    let mut inputs = kube_io::watch_inputs(
-        &node_api,
-        client,
+    let role = NodeRole::start(source, &args.node.node_name).await?;
+    let mut status = role.gpu_node_writer(DISCOVERY).await?;
+    let inputs = kube_io::watch_inputs(
+        &role.node_api,
+        role.client.clone(),
         &args.node.namespace,
         args.device_plugin_config_map.as_deref(),
     );
-    info!(node = %name, strategy = ?args.mig_strategy, "feature discovery started");
-    loop {
-        let latest = inputs.borrow_and_update().clone();
-        if let Some(watched) = latest
-            && let Err(error) = reconcile(&args, &gpus, &node_api, &mut status, &watched).await
-        {
-            warn!(error = %format!("{error:#}"), "discovery pass failed; retrying at the next interval");
-        }
-        tokio::select! {
-            changed = inputs.changed() => changed.context("the watch ended")?,
-            () = tokio::time::sleep(args.interval) => {}
-        }
-    }
+    info!(node = %args.node.node_name, strategy = ?args.mig_strategy, "feature discovery started");
+    let ended = run_on_changes(
+        inputs,
+        Some(args.interval),
+        async |latest: Option<Watched>| match latest {
+            Some(watched) => {
+                reconcile(&args, &role.gpus, &role.node_api, &mut status, &watched).await
+            }
+            None => Ok(()),
+        },
+    )
+    .await;
+    Err(ended.into())
 }
 
 /// One pass: read the GPUs, compute the labels, patch what changed, report.

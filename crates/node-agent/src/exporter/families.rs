@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpu::{GpuDetails, GpuInventory, GpuProcess, MigDevice, Telemetry};
+use node_runtime::inventory::profile_name;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
@@ -29,7 +30,6 @@ use prometheus_client::registry::Registry;
 use super::config::Selection;
 use super::fields::{Field, Kind};
 use super::xid::XidGauge;
-use crate::inventory::profile_name;
 use crate::pod_resources::{PodDevices, device_uuid};
 
 /// One MIG GPU instance as read at one collection.

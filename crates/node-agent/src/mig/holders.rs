@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::inventory::GpuView;
+use node_runtime::inventory::GpuView;
+
 use crate::pod_resources::{PodDevices, device_uuid};
 
 /// Whether a resource is one of our GPU resources: whole or shared GPUs (`nvidia.com/gpu`,
@@ -89,9 +90,10 @@ impl Disturbed {
 
 #[cfg(test)]
 mod tests {
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
+
     use super::*;
-    use crate::inventory::read;
-    use crate::inventory::tests::simulated;
     use crate::pod_resources::ContainerDevices;
 
     fn pod(name: &str, devices: &[(&str, &[&str])]) -> PodDevices {

@@ -10,6 +10,10 @@ use crd::labels::MIG_CONFIG;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use node_runtime::backend::Gpus;
+use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_runtime::inventory::{self, GpuView};
+use node_runtime::kube_io::{self, KubeError, NodeApi, NodeEvents, Watched};
 use tracing::{debug, info, instrument, warn};
 
 use super::CONFIG_KEY;
@@ -21,10 +25,6 @@ use super::holders::Disturbed;
 use super::state::{
     Context, Decision, MigState, Next, Observation, Outcome, Request, Step, decide, next,
 };
-use crate::backend::Gpus;
-use crate::gpunode::{GpuNodeWriter, inventory_status, node_error};
-use crate::inventory::{self, GpuView};
-use crate::kube_io::{self, KubeError, NodeApi, NodeEvents, Watched};
 
 /// The component name in `lastError`.
 const COMPONENT: &str = "mig-manager";
@@ -507,7 +507,7 @@ impl MigManager {
         progress: Option<&Progress>,
         state: Option<MigState>,
     ) -> Result<(), ReconcileError> {
-        let mut retry = crate::Backoff::default();
+        let mut retry = node_runtime::Backoff::default();
         loop {
             let attempt = async {
                 let node = self.parts.node.get().await?;

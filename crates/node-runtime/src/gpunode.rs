@@ -177,7 +177,7 @@ pub fn node_error(component: &str, message: impl Into<String>) -> crd::gpu_node:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::tests::simulated;
+    use crate::testing::simulated;
 
     #[test]
     fn owner_is_the_node() {
