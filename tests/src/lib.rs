@@ -7,6 +7,8 @@
 //! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
 
 pub mod agents;
+#[cfg(test)]
+mod agreement;
 pub mod kubelet;
 pub mod plugin;
 pub mod realnode;

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use crd::config::device_plugin::{CommandLine, NodeConfig, parse_tolerant};
 use device_plugin::api::device_plugin_client::DevicePluginClient;
 use device_plugin::api::registration_server::{Registration, RegistrationServer};
 use device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, Empty, KUBELET_SOCKET, RegisterRequest,
 };
-use device_plugin::config::ChosenConfig;
 use device_plugin::health::Checks;
 use device_plugin::manager::{Options, Report, run};
 use gpu::Simulator;
@@ -90,16 +90,15 @@ async fn main() -> anyhow::Result<()> {
             .serve_with_incoming(UnixListenerStream::new(listener)),
     );
 
-    let whole = ChosenConfig {
-        name: Some("whole".into()),
-        config: crd::config::device_plugin::parse("version: v1\n")?,
-        warnings: Vec::new(),
-    };
+    let whole = NodeConfig::new(
+        Some("whole".into()),
+        parse_tolerant("version: v1\n")?,
+        CommandLine::default(),
+    );
     let (_configs, config_receiver) = watch::channel(Some(Ok(whole)));
     let (report, _reports) = watch::channel(Report::default());
     let options = Options {
         plugin_dir: dir.clone(),
-        mig_strategy: None,
         cdi: true,
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),

@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use crd::config::device_plugin::{MigStrategy, parse_tolerant};
+use clap::{Args, Parser, Subcommand};
+use crd::config::device_plugin::{
+    CommandLine, ConfigInputs, MigStrategy, NodeConfig, node_config, parse_tolerant,
+};
+use crd::paths::{CDI_DIR, KUBELET_ROOT, MPS_ROOT};
 use k8s_openapi::api::core::v1::ConfigMap;
 use node_runtime::backend::{GpuSource, Gpus};
 use node_runtime::process::{self, Logging};
@@ -17,10 +20,9 @@ use tokio::sync::watch;
 
 use crate::api::DEVICE_PLUGINS_DIR;
 use crate::cluster::{ConfigSource, config_updates, publish_reports};
-use crate::config::{ChosenConfig, choose};
 use crate::health::{Checks, DISABLE_ENV};
 use crate::manager::{self, Options, Report};
-use crate::plan::{PlannedGpu, advertise, effective_mig_strategy};
+use crate::plan::{PlannedGpu, advertise};
 
 /// `gpu-device-plugin`: the kubelet device plugin for NVIDIA GPUs.
 #[derive(Debug, Parser)]
@@ -48,38 +50,17 @@ pub enum Command {
     Xid(XidArgs),
 }
 
-/// The MIG strategy as a flag value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// MIG devices are not advertised.
-    None,
-    /// Every MIG device as nvidia.com/gpu.
-    Single,
-    /// nvidia.com/mig-<profile> per profile.
-    Mixed,
-}
-
-impl From<StrategyArg> for MigStrategy {
-    fn from(value: StrategyArg) -> Self {
-        match value {
-            StrategyArg::None => Self::None,
-            StrategyArg::Single => Self::Single,
-            StrategyArg::Mixed => Self::Mixed,
-        }
-    }
-}
-
 /// `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// MIG strategy; wins over the config's `flags.migStrategy`.
-    #[arg(long, value_enum)]
-    pub mig_strategy: Option<StrategyArg>,
+    /// MIG strategy (none, single or mixed); wins over the config's `flags.migStrategy`.
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// The kubelet's root directory; sockets go in its `device-plugins` folder.
-    #[arg(long, default_value = "/var/lib/kubelet")]
+    #[arg(long, default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// Root of the MPS control daemons' pipe directories on the host.
-    #[arg(long, default_value = "/run/nvidia/mps")]
+    #[arg(long, default_value = MPS_ROOT)]
     pub mps_root: PathBuf,
     /// ConfigMap (in the operator's namespace) holding named device-plugin configs.
     #[arg(long)]
@@ -91,7 +72,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub cdi: bool,
     /// Where the CDI spec is written.
-    #[arg(long, default_value = "/var/run/cdi")]
+    #[arg(long, default_value = CDI_DIR)]
     pub cdi_dir: PathBuf,
     /// Seconds without a new XID after which an Unhealthy GPU is Healthy again; 0: never (as NVIDIA's plugin).
     #[arg(long, default_value_t = 60)]
@@ -107,6 +88,17 @@ pub struct RunArgs {
     pub namespace: String,
 }
 
+impl RunArgs {
+    /// The settings that win over the config file's flags.
+    #[must_use]
+    pub fn command_line(&self) -> CommandLine {
+        CommandLine {
+            mig_strategy: self.mig_strategy,
+            no_timestamp: false,
+        }
+    }
+}
+
 /// `plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -116,9 +108,9 @@ pub struct PlanArgs {
     /// The config's name: the ConfigMap key to use (for a single config file, only shown).
     #[arg(long)]
     pub config_name: String,
-    /// MIG strategy; wins over the config's `flags.migStrategy`.
-    #[arg(long, value_enum)]
-    pub mig_strategy: Option<StrategyArg>,
+    /// MIG strategy (none, single or mixed); wins over the config's `flags.migStrategy`.
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// The node, for `--simulate node`.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
@@ -163,12 +155,16 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         config_map,
         default_key: args.default_config.clone(),
     });
-    let configs = config_updates(role.client.clone(), &role.node_api, config_source);
+    let configs = config_updates(
+        role.client.clone(),
+        &role.node_api,
+        config_source,
+        args.command_line(),
+    );
     let (report, reports) = watch::channel(Report::default());
     let gpus = role.gpus.clone();
     let options = Options {
         plugin_dir: args.kubelet_root.join(DEVICE_PLUGINS_DIR),
-        mig_strategy: args.mig_strategy.map(Into::into),
         cdi: args.cdi,
         cdi_dir: args.cdi_dir,
         mps_root: args.mps_root,
@@ -193,27 +189,30 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
 pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
+    let command_line = CommandLine {
+        mig_strategy: args.mig_strategy,
+        no_timestamp: false,
+    };
     let chosen = match config_map_data(&text) {
-        Some(data) => choose(
-            &args.config.display().to_string(),
-            Some(&data),
-            Some(&args.config_name),
-            None,
-        )?,
+        Some(data) => {
+            let map = args.config.display().to_string();
+            let inputs = ConfigInputs {
+                map: &map,
+                data: Some(&data),
+                label: Some(&args.config_name),
+                default: None,
+            };
+            node_config(&inputs, command_line)?
+        }
         None => {
             let parsed =
                 parse_tolerant(&text).with_context(|| format!("config {}", args.config_name))?;
-            ChosenConfig {
-                name: Some(args.config_name.clone()),
-                warnings: parsed.warnings(),
-                config: parsed.config,
-            }
+            NodeConfig::new(Some(args.config_name.clone()), parsed, command_line)
         }
     };
     for warning in &chosen.warnings {
         tracing::warn!(config = %args.config_name, %warning, "config key ignored");
     }
-    let config = chosen.config;
     let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
     let views = node_runtime::inventory::read(gpus.backend())?;
     let planned: Vec<PlannedGpu> = views
@@ -223,8 +222,7 @@ pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String>
             numa_node: None,
         })
         .collect();
-    let strategy = effective_mig_strategy(args.mig_strategy.map(Into::into), &config);
-    let plan = advertise(&planned, &config, strategy)
+    let plan = advertise(&planned, &chosen.config, chosen.mig_strategy)
         .with_context(|| format!("config {}", args.config_name))?;
     let mut out = String::new();
     for (name, resource) in &plan {
@@ -269,7 +267,7 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!("not run")
         };
-        assert_eq!(run.mig_strategy, Some(StrategyArg::Mixed));
+        assert_eq!(run.mig_strategy, Some(MigStrategy::Mixed));
         assert_eq!(
             (run.config_map.as_deref(), run.default_config.as_deref()),
             (Some("time-slicing-config"), Some("any"))

@@ -2,8 +2,7 @@
 //! kubelet, follows config, MIG and health changes without a restart, and reports into GPUNode status.
 //!
 //! Decisions are pure functions: [`plan`] (what is advertised), [`allocate`] (what a container gets),
-//! [`preferred`] (which devices to give), [`health`] (which GPUs are Unhealthy), [`config`] (which config a node
-//! uses), [`cdi`] (the CDI spec), [`mps::daemons`] (which MPS daemons run). I/O sits at the edge: [`server`] (gRPC per resource), [`kubelet`] (registration,
+//! [`preferred`] (which devices to give), [`health`] (which GPUs are Unhealthy), [`cdi`] (the CDI spec), [`mps::daemons`] (which MPS daemons run). I/O sits at the edge: [`server`] (gRPC per resource), [`kubelet`] (registration,
 //! kubelet.sock watch), [`manager`] (the main loop), [`cluster`] (Node, ConfigMap and GPUNode), [`mps`] (control daemons).
 
 pub mod allocate;
@@ -11,7 +10,6 @@ pub mod api;
 pub mod cdi;
 pub mod cli;
 pub mod cluster;
-pub mod config;
 pub mod health;
 pub mod kubelet;
 pub mod manager;

@@ -267,20 +267,6 @@ fn globs_match_like_the_reference() {
 }
 
 #[test]
-fn the_command_line_strategy_wins_over_the_config() {
-    let config = parse("version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
-    assert_eq!(effective_mig_strategy(None, &config), MigStrategy::Mixed);
-    assert_eq!(
-        effective_mig_strategy(Some(MigStrategy::Single), &config),
-        MigStrategy::Single
-    );
-    assert_eq!(
-        effective_mig_strategy(None, &DevicePluginConfig::default()),
-        MigStrategy::None
-    );
-}
-
-#[test]
 fn the_allocation_policy_comes_from_the_plugin_flags() {
     let packed = format!("{SLICE_4}flags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n");
     let plan = plan_for("a100-40gb:2", &[], &packed, MigStrategy::None).unwrap();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use crd::config::device_plugin::MigStrategy;
+use crd::paths::{KUBELET_ROOT, VALIDATIONS_DIR};
 use node_runtime::backend::GpuSource;
 use node_runtime::process::Logging;
 
@@ -92,7 +93,7 @@ pub struct MigArgs {
     pub eviction_timeout: Duration,
     /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which pods hold which GPU, so that only
     /// the pods on the GPUs being changed are evicted (without it, every pod that requests a GPU is).
-    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// The node (required for the role).
     #[command(flatten)]
@@ -137,7 +138,7 @@ pub struct StatusExporterArgs {
     #[arg(
         long,
         env = "VALIDATIONS_DIR",
-        default_value = "/run/nvidia/validations"
+        default_value = VALIDATIONS_DIR
     )]
     pub validations_dir: PathBuf,
     /// This node (its GPUNode has the same name).
@@ -148,9 +149,10 @@ pub struct StatusExporterArgs {
 /// `gpu-node-agent discovery`.
 #[derive(Debug, Args)]
 pub struct DiscoveryArgs {
-    /// How MIG devices are advertised: none, single or mixed.
-    #[arg(long, value_parser = mig_strategy)]
-    pub mig_strategy: MigStrategy,
+    /// How MIG devices are advertised: none, single or mixed; wins over the device-plugin config's
+    /// `flags.migStrategy` (none when neither says).
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// ConfigMap of named device-plugin configs (for the sharing labels).
     #[arg(long)]
     pub device_plugin_config_map: Option<String>,
@@ -213,7 +215,7 @@ pub struct ExporterArgs {
     pub namespace: Option<String>,
     /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which container holds which GPU, for
     /// the pod, namespace and container labels (without it, series have none).
-    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// DCGM_FI_DEV_XID_ERRORS holds a GPU's last critical XID until the GPU has had none for this many seconds,
     /// then reads 0 again (DCGM holds it forever, so alerts never resolve); 0 holds it forever too.
@@ -234,7 +236,7 @@ pub struct ValidateArgs {
     #[arg(
         long,
         env = "VALIDATIONS_DIR",
-        default_value = "/run/nvidia/validations",
+        default_value = VALIDATIONS_DIR,
         global = true
     )]
     pub validations_dir: PathBuf,
@@ -369,16 +371,6 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// The strategy as the operator writes it.
-fn mig_strategy(text: &str) -> Result<MigStrategy, String> {
-    match text {
-        "none" => Ok(MigStrategy::None),
-        "single" => Ok(MigStrategy::Single),
-        "mixed" => Ok(MigStrategy::Mixed),
-        other => Err(format!("expected none, single or mixed, got {other:?}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,7 +421,7 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed && !d.no_timestamp)
+            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == Some(MigStrategy::Mixed) && !d.no_timestamp)
         );
 
         let cli = parse(&["node-facts", "--host-root", "/host", "--node-name", "n1"]).unwrap();

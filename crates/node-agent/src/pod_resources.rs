@@ -6,8 +6,8 @@
 //! host. The answer is read whole on each call: pods come and go while a change waits for them.
 //!
 //! Our device plugin advertises device IDs that are a GPU UUID (`GPU-...`), a MIG device UUID (`MIG-...`), or
-//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); [`device_uuid`] names the device
-//! behind an ID.
+//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); `crd`'s `device_uuid` names the
+//! device behind an ID.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as _;
@@ -70,14 +70,6 @@ impl PodDevices {
             })
         })
     }
-}
-
-/// The GPU or MIG device UUID a device ID names, without a replica suffix (`GPU-abc::3` → `GPU-abc`).
-#[must_use]
-pub fn device_uuid(device_id: &str) -> &str {
-    device_id
-        .split_once("::")
-        .map_or(device_id, |(uuid, _)| uuid)
 }
 
 /// Why the kubelet could not say which pod holds which device.
@@ -299,13 +291,6 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(pods[1].devices().count(), 0);
-    }
-
-    #[test]
-    fn replica_suffixes_are_stripped() {
-        assert_eq!(device_uuid("GPU-abc::3"), "GPU-abc");
-        assert_eq!(device_uuid("MIG-def::10"), "MIG-def");
-        assert_eq!(device_uuid("GPU-abc"), "GPU-abc");
     }
 
     #[tokio::test]

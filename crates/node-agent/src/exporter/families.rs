@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crd::config::device_plugin::device_uuid;
 use gpu::{GpuDetails, GpuInventory, GpuProcess, MigDevice, Telemetry};
 use node_runtime::inventory::profile_name;
 use prometheus_client::collector::Collector;
@@ -30,7 +31,7 @@ use prometheus_client::registry::Registry;
 use super::config::Selection;
 use super::fields::{Field, Kind};
 use super::xid::XidGauge;
-use crate::pod_resources::{PodDevices, device_uuid};
+use crate::pod_resources::PodDevices;
 
 /// One MIG GPU instance as read at one collection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crd::config::device_plugin::device_uuid;
 use node_runtime::inventory::GpuView;
 
-use crate::pod_resources::{PodDevices, device_uuid};
+use crate::pod_resources::PodDevices;
 
 /// Whether a resource is one of our GPU resources: whole or shared GPUs (`nvidia.com/gpu`,
 /// `nvidia.com/gpu.shared`, ...) or MIG devices (`nvidia.com/mig-1g.10gb`, ...).

@@ -4,8 +4,9 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
+use crd::config::mig_parted::CONFIG_KEY;
 use crd::config::mig_parted::{self, ParsedMigConfig};
-use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigStatus, NodeError};
+use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigState, MigStatus, NodeError};
 use crd::labels::MIG_CONFIG;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -16,15 +17,12 @@ use node_runtime::inventory::{self, GpuView};
 use node_runtime::kube_io::{self, KubeError, NodeApi, NodeEvents, Watched};
 use tracing::{debug, info, instrument, warn};
 
-use super::CONFIG_KEY;
 use super::assess::{AssessError, GpuChange, assess};
 use super::clients::{Progress, pause, rebooting, restore};
 use super::drain::NodePods;
 use super::gpus::{Changed, Target, change, simulated_reboot, verify};
 use super::holders::Disturbed;
-use super::state::{
-    Context, Decision, MigState, Next, Observation, Outcome, Request, Step, decide, next,
-};
+use super::state::{Context, Decision, Next, Observation, Outcome, Request, Step, decide, next};
 
 /// The component name in `lastError`.
 const COMPONENT: &str = "mig-manager";
@@ -80,7 +78,7 @@ struct Report {
     views: Vec<GpuView>,
     config: Option<String>,
     desired: Vec<GpuMigGeometry>,
-    state: Option<String>,
+    state: Option<MigState>,
     since: Option<Time>,
     error: Option<NodeError>,
 }
@@ -120,7 +118,7 @@ impl MigManager {
     pub fn new(parts: Parts, settings: Settings, stored: Option<&GpuNodeStatus>) -> Self {
         let mig = stored.and_then(|status| status.mig.as_ref());
         let report = Report {
-            state: mig.and_then(|mig| mig.state.clone()),
+            state: mig.and_then(|mig| mig.state),
             since: mig.and_then(|mig| mig.last_transition_time.clone()),
             error: stored
                 .and_then(|status| status.last_error.clone())
@@ -528,8 +526,8 @@ impl MigManager {
     }
 
     fn set_state(&mut self, state: MigState) {
-        if self.report.state.as_deref() != Some(state.as_str()) {
-            self.report.state = Some(state.as_str().to_owned());
+        if self.report.state != Some(state) {
+            self.report.state = Some(state);
             self.report.since = Some(Time(Timestamp::now()));
         }
     }
@@ -540,7 +538,7 @@ impl MigManager {
         let status = GpuNodeStatus {
             mig: Some(MigStatus {
                 config: report.config.clone(),
-                state: report.state.clone(),
+                state: report.state,
                 current: inventory::geometries(&report.views),
                 desired: report.desired.clone(),
                 last_transition_time: report.since.clone(),

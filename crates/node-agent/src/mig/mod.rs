@@ -17,8 +17,8 @@ mod manager;
 pub mod state;
 
 use anyhow::Context;
+use crd::gpu_node::field_manager::MIG_MANAGER;
 use node_runtime::backend::GpuSource;
-use node_runtime::gpunode::MIG_MANAGER;
 use node_runtime::kube_io::{self, Watched};
 use node_runtime::run_loop::run_on_changes;
 use node_runtime::start::NodeRole;
@@ -27,9 +27,6 @@ use tracing::{info, warn};
 use crate::cli::MigArgs;
 
 pub use manager::Settings;
-
-/// The ConfigMap key holding the mig-parted config, as in NVIDIA's operator.
-pub const CONFIG_KEY: &str = "config.yaml";
 
 /// Runs the role until the process is stopped.
 ///
