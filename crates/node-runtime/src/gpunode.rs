@@ -218,3 +218,7 @@ mod tests {
         assert_eq!(status.gpus.len(), 8);
     }
 }
+
+#[cfg(test)]
+#[path = "gpunode_tests.rs"]
+mod api_tests;
