@@ -35,73 +35,78 @@ fn promised(labels: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
     promised
 }
 
-/// What feature discovery labels, started with `strategy` on the command line (none: the flag left out).
-fn discovery_promises(
-    strategy: Option<MigStrategy>,
-    gpus: &[GpuView],
-    node: &Node,
-    config_map: &ConfigMap,
-) -> BTreeMap<String, usize> {
-    let mut line = vec!["gpu-node-agent", "discovery", "--node-name", "n"];
-    line.extend(["--device-plugin-config-map", MAP]);
-    line.extend(strategy.iter().flat_map(|s| ["--mig-strategy", s.as_str()]));
-    let cli = node_agent::cli::Cli::try_parse_from(line).unwrap();
-    let node_agent::cli::Command::Discovery(args) = cli.command else {
-        unreachable!("parsed as discovery")
-    };
-    let node_labels = node.metadata.labels.clone().unwrap_or_default();
-    let selected = node_agent::discovery::select_config(&args, &node_labels, Some(config_map));
-    assert_eq!(selected.problem, None);
-    let labelled = node_agent::discovery::labels::labels(node_agent::discovery::labels::Facts {
-        gpus,
-        strategy: selected.strategy,
-        sharing: selected.sharing.as_ref(),
-        machine: "test",
-        pci_classes: &BTreeMap::new(),
-    })
-    .unwrap();
-    promised(&labelled.labels)
+/// The words of `line`, with `--mig-strategy` when a strategy is given, as the operator renders it.
+fn with_strategy(line: &str, strategy: Option<MigStrategy>) -> Vec<&str> {
+    let flag = strategy.iter().flat_map(|s| ["--mig-strategy", s.as_str()]);
+    line.split_whitespace().chain(flag).collect()
 }
 
-/// What the device plugin advertises, started with `strategy` on the command line (none: the flag left out).
-fn plugin_advertises(
-    strategy: Option<MigStrategy>,
-    gpus: &[GpuView],
-    node: &Node,
-    config_map: &ConfigMap,
-) -> BTreeMap<String, usize> {
-    let mut line = vec!["gpu-device-plugin", "run", "--node-name", "n"];
-    line.extend(["--config-map", MAP]);
-    line.extend(strategy.iter().flat_map(|s| ["--mig-strategy", s.as_str()]));
-    let cli = device_plugin::cli::Cli::try_parse_from(line).unwrap();
-    let device_plugin::cli::Command::Run(args) = cli.command else {
-        unreachable!("parsed as run")
-    };
-    let source = device_plugin::cluster::ConfigSource {
-        namespace: "gpu-operator".into(),
-        config_map: MAP.into(),
-        default_key: None,
-    };
-    let watched = Watched {
-        node: node.clone(),
-        config_map: Some(config_map.clone()),
-    };
-    let chosen = device_plugin::cluster::choice(&source, &watched, args.command_line()).unwrap();
-    let planned: Vec<_> = gpus
-        .iter()
-        .map(|view| device_plugin::plan::PlannedGpu {
-            view: view.clone(),
-            numa_node: None,
-        })
-        .collect();
-    // A config that does not fit the GPUs advertises nothing.
-    device_plugin::plan::advertise(&planned, &chosen.config, chosen.mig_strategy)
-        .map(|plan| {
-            plan.iter()
-                .map(|(name, resource)| (name.to_string(), resource.devices.len()))
-                .collect()
-        })
-        .unwrap_or_default()
+/// One node as both binaries see it: its GPUs, its Node, the device-plugin ConfigMap.
+struct Inputs<'a> {
+    gpus: &'a [GpuView],
+    node: &'a Node,
+    config_map: &'a ConfigMap,
+}
+
+/// What feature discovery labels, started with `strategy` on the command line (none: the flag left out).
+impl Inputs<'_> {
+    fn discovery_promises(&self, strategy: Option<MigStrategy>) -> BTreeMap<String, usize> {
+        let line = "gpu-node-agent discovery --node-name n --device-plugin-config-map device-plugin-config";
+        let cli = node_agent::cli::Cli::try_parse_from(with_strategy(line, strategy)).unwrap();
+        let node_agent::cli::Command::Discovery(args) = cli.command else {
+            unreachable!("parsed as discovery")
+        };
+        let node_labels = self.node.metadata.labels.clone().unwrap_or_default();
+        let selected =
+            node_agent::discovery::select_config(&args, &node_labels, Some(self.config_map));
+        assert_eq!(selected.problem, None);
+        let labelled =
+            node_agent::discovery::labels::labels(node_agent::discovery::labels::Facts {
+                gpus: self.gpus,
+                strategy: selected.strategy,
+                sharing: selected.sharing.as_ref(),
+                machine: "test",
+                pci_classes: &BTreeMap::new(),
+            })
+            .unwrap();
+        promised(&labelled.labels)
+    }
+
+    /// What the device plugin advertises, started with `strategy` on the command line (none: the flag left out).
+    fn plugin_advertises(&self, strategy: Option<MigStrategy>) -> BTreeMap<String, usize> {
+        let line = "gpu-device-plugin run --node-name n --config-map device-plugin-config";
+        let cli = device_plugin::cli::Cli::try_parse_from(with_strategy(line, strategy)).unwrap();
+        let device_plugin::cli::Command::Run(args) = cli.command else {
+            unreachable!("parsed as run")
+        };
+        let source = device_plugin::cluster::ConfigSource {
+            namespace: "gpu-operator".into(),
+            config_map: MAP.into(),
+            default_key: None,
+        };
+        let watched = Watched {
+            node: self.node.clone(),
+            config_map: Some(self.config_map.clone()),
+        };
+        let chosen =
+            device_plugin::cluster::choice(&source, &watched, args.command_line()).unwrap();
+        let planned: Vec<_> = self
+            .gpus
+            .iter()
+            .map(|view| device_plugin::plan::PlannedGpu {
+                view: view.clone(),
+                numa_node: None,
+            })
+            .collect();
+        // A config that does not fit the GPUs advertises nothing.
+        device_plugin::plan::advertise(&planned, &chosen.config, chosen.mig_strategy)
+            .map(|plan| {
+                plan.iter()
+                    .map(|(name, resource)| (name.to_string(), resource.devices.len()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Every strategy on the command line, in the file's `flags.migStrategy`, in both (disagreeing or not) and in
@@ -132,8 +137,13 @@ fn labels_and_resources_agree_for_every_strategy() {
             ..ConfigMap::default()
         };
         for command_line in strategies {
-            let labels = discovery_promises(command_line, &gpus, &node, &config_map);
-            let resources = plugin_advertises(command_line, &gpus, &node, &config_map);
+            let inputs = Inputs {
+                gpus: &gpus,
+                node: &node,
+                config_map: &config_map,
+            };
+            let labels = inputs.discovery_promises(command_line);
+            let resources = inputs.plugin_advertises(command_line);
             assert_eq!(
                 labels, resources,
                 "--mig-strategy {command_line:?}, flags.migStrategy {file:?}"

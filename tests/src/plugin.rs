@@ -7,10 +7,9 @@
 //! workspace's `target/debug`): build it with `cargo build -p device-plugin` before the tests run.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
-use crate::service_account_kubeconfig;
-use crate::{NAMESPACE, workspace_binary};
+use crate::{NAMESPACE, service_account_kubeconfig, simulated, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
 pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
@@ -31,25 +30,12 @@ pub fn kubelet_root(node: &str, state: &Path) -> PathBuf {
 
 /// Queues an XID on GPU `gpu` of a simulated node (`gpu-device-plugin xid`).
 pub fn inject_xid(node: &str, state: &Path, gpu: u32, xid: u64) {
-    let output = Command::new(device_plugin_bin())
-        .args([
-            "xid",
-            "--gpu",
-            &gpu.to_string(),
-            "--xid",
-            &xid.to_string(),
-            "--simulate",
-            "node",
-            "--sim-state",
-        ])
-        .arg(state)
-        .env("NODE_NAME", node)
-        .output()
-        .expect("run gpu-device-plugin xid");
-    assert!(
-        output.status.success(),
-        "gpu-device-plugin xid: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let (gpu, xid) = (gpu.to_string(), xid.to_string());
+    simulated::run_tool(
+        &device_plugin_bin(),
+        node,
+        state,
+        &["xid", "--gpu", &gpu, "--xid", &xid],
     );
 }
 
@@ -78,8 +64,7 @@ impl DevicePlugin {
         let log = state.with_file_name(format!("{node}-device-plugin.log"));
         let output = std::fs::File::create(&log).expect("plugin log");
         let cdi_dir = files.join("cdi");
-        let child = Command::new(device_plugin_bin())
-            .arg("run")
+        let child = simulated::command(&device_plugin_bin(), node, state, &["run"])
             .args(args)
             .arg("--kubelet-root")
             .arg(root)
@@ -87,16 +72,8 @@ impl DevicePlugin {
             .arg(files.join("mps"))
             .arg("--cdi-dir")
             .arg(&cdi_dir)
-            .args([
-                "--mig-poll-seconds",
-                "1",
-                "--simulate",
-                "node",
-                "--sim-state",
-            ])
-            .arg(state)
+            .args(["--mig-poll-seconds", "1"])
             .env("KUBECONFIG", service_account_kubeconfig(SERVICE_ACCOUNT))
-            .env("NODE_NAME", node)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(output.try_clone().expect("log handle")))
