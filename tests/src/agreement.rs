@@ -48,8 +48,8 @@ struct Inputs<'a> {
     config_map: &'a ConfigMap,
 }
 
-/// What feature discovery labels, started with `strategy` on the command line (none: the flag left out).
 impl Inputs<'_> {
+    /// What feature discovery labels, started with `strategy` on the command line (none: the flag left out).
     fn discovery_promises(&self, strategy: Option<MigStrategy>) -> BTreeMap<String, usize> {
         let line = "gpu-node-agent discovery --node-name n --device-plugin-config-map device-plugin-config";
         let cli = node_agent::cli::Cli::try_parse_from(with_strategy(line, strategy)).unwrap();
