@@ -43,29 +43,75 @@ fn stored(status: Option<&GpuNodeStatus>) -> Value {
            "spec": {}, "status": status})
 }
 
-/// Takes the next request, checks its method and path (query included), answers `code` with `body`, and returns
-/// the request's JSON body (null when it has none).
-async fn answer(api: &mut ApiServer, method: Method, path: &str, code: u16, body: Value) -> Value {
-    let (request, respond) = api.next_request().await.expect("a request");
-    assert_eq!(
-        (
-            request.method(),
-            request.uri().path_and_query().unwrap().as_str()
-        ),
-        (&method, path)
-    );
-    let bytes = request.into_body().collect_bytes().await.unwrap();
-    let sent = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
+/// One request the writer is expected to send, and the API server's answer.
+struct Exchange {
+    method: Method,
+    path: String,
+    code: u16,
+    answer: Value,
+}
+
+/// `GET` of the GPUNode, which does not exist.
+fn get_missing() -> Exchange {
+    Exchange {
+        method: Method::GET,
+        path: format!("{GPU_NODES}/gpu-0"),
+        code: 404,
+        answer: failure(404, "NotFound"),
+    }
+}
+
+/// `POST` of the GPUNode, answered `code` (201 created, 409 already there).
+fn create(code: u16) -> Exchange {
+    let answer = match code {
+        201 => stored(None),
+        _ => failure(code, "AlreadyExists"),
     };
-    respond.send_response(
-        Response::builder()
-            .status(StatusCode::from_u16(code).unwrap())
-            .body(Body::from(serde_json::to_vec(&body).unwrap()))
-            .unwrap(),
-    );
+    Exchange {
+        method: Method::POST,
+        path: format!("{GPU_NODES}?"),
+        code,
+        answer,
+    }
+}
+
+/// Server-side apply of the status under the writer's field manager, answered `code` (200: the status stored).
+fn apply(code: u16) -> Exchange {
+    let answer = match code {
+        200 => stored(Some(&status(2))),
+        404 => failure(code, "NotFound"),
+        _ => failure(code, "InternalError"),
+    };
+    Exchange {
+        method: Method::PATCH,
+        path: format!("{GPU_NODES}/gpu-0/status?&force=true&fieldManager={DISCOVERY}"),
+        code,
+        answer,
+    }
+}
+
+/// Answers the requests of `script` in order, checking each one's method and path (query included), and returns
+/// the JSON bodies the writer sent (null for none).
+async fn serve(api: &mut ApiServer, script: Vec<Exchange>) -> Vec<Value> {
+    let mut sent = Vec::new();
+    for exchange in script {
+        let (request, respond) = api.next_request().await.expect("a request");
+        assert_eq!(
+            (
+                request.method(),
+                request.uri().path_and_query().unwrap().as_str()
+            ),
+            (&exchange.method, exchange.path.as_str())
+        );
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        sent.push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+        respond.send_response(
+            Response::builder()
+                .status(StatusCode::from_u16(exchange.code).unwrap())
+                .body(Body::from(serde_json::to_vec(&exchange.answer).unwrap()))
+                .unwrap(),
+        );
+    }
     sent
 }
 
@@ -75,11 +121,6 @@ async fn within<T>(exchange: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), exchange)
         .await
         .expect("the writer and the API server finish their exchange")
-}
-
-/// The path of a status apply by this writer.
-fn apply_path() -> String {
-    format!("{GPU_NODES}/gpu-0/status?&force=true&fieldManager={DISCOVERY}")
 }
 
 fn status(gpus: i32) -> GpuNodeStatus {
@@ -94,75 +135,37 @@ fn status(gpus: i32) -> GpuNodeStatus {
 #[tokio::test]
 async fn a_missing_gpu_node_is_created_owned_by_the_node() {
     let (mut writer, mut api) = writer();
-    let server = async {
-        answer(
-            &mut api,
-            Method::GET,
-            &format!("{GPU_NODES}/gpu-0"),
-            404,
-            failure(404, "NotFound"),
-        )
-        .await;
-        let created = answer(
-            &mut api,
-            Method::POST,
-            &format!("{GPU_NODES}?"),
-            201,
-            stored(None),
-        )
-        .await;
+    // Deleted after the create: the apply finds nothing, the writer creates it again and applies again.
+    let script = vec![
+        get_missing(),
+        create(201),
+        apply(404),
+        create(201),
+        apply(200),
+    ];
+    let written = async {
+        writer.ensure(&node()).await.unwrap();
+        writer.publish(status(2)).await.unwrap()
+    };
+    let (sent, written) = within(async { tokio::join!(serve(&mut api, script), written) }).await;
+    assert!(written);
+    for created in [&sent[1], &sent[3]] {
         assert_eq!(created["metadata"]["name"], "gpu-0");
         assert_eq!(
             created["metadata"]["ownerReferences"],
             json!([{"apiVersion": "v1", "kind": "Node", "name": "gpu-0", "uid": "uid-0"}])
         );
-        // Deleted meanwhile: the apply finds nothing, the writer creates it and applies again.
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            404,
-            failure(404, "NotFound"),
-        )
-        .await;
-        answer(
-            &mut api,
-            Method::POST,
-            &format!("{GPU_NODES}?"),
-            201,
-            stored(None),
-        )
-        .await;
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            200,
-            stored(Some(&status(2))),
-        )
-        .await;
-    };
-    let written = async {
-        writer.ensure(&node()).await.unwrap();
-        writer.publish(status(2)).await.unwrap()
-    };
-    let ((), written) = within(async { tokio::join!(server, written) }).await;
-    assert!(written);
+    }
 }
 
 /// A status equal to the last one written (times aside) is not sent again.
 #[tokio::test]
 async fn an_unchanged_status_is_not_written() {
     let (mut writer, mut api) = writer();
-    let path = apply_path();
-    let server = answer(
-        &mut api,
-        Method::PATCH,
-        &path,
-        200,
-        stored(Some(&status(2))),
-    );
-    let (_, first) = within(async { tokio::join!(server, writer.publish(status(2))) }).await;
+    let (_, first) = within(async {
+        tokio::join!(serve(&mut api, vec![apply(200)]), writer.publish(status(2)))
+    })
+    .await;
     assert!(first.unwrap());
     // A write would wait for an answer that never comes.
     let again = tokio::time::timeout(Duration::from_secs(5), writer.publish(status(2)))
@@ -175,31 +178,15 @@ async fn an_unchanged_status_is_not_written() {
 #[tokio::test]
 async fn a_changed_status_is_applied() {
     let (mut writer, mut api) = writer();
-    let server = async {
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            200,
-            stored(Some(&status(2))),
-        )
-        .await;
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            200,
-            stored(Some(&status(4))),
-        )
-        .await
-    };
     let written = async {
         let first = writer.publish(status(2)).await.unwrap();
         let second = writer.publish(status(4)).await.unwrap();
         (first, second)
     };
-    let (sent, written) = within(async { tokio::join!(server, written) }).await;
+    let script = vec![apply(200), apply(200)];
+    let (sent, written) = within(async { tokio::join!(serve(&mut api, script), written) }).await;
     assert_eq!(written, (true, true));
+    let sent = &sent[1];
     assert_eq!(
         (&sent["apiVersion"], &sent["kind"], &sent["metadata"]),
         (
@@ -217,26 +204,10 @@ async fn a_changed_status_is_applied() {
 #[tokio::test]
 async fn a_conflict_on_create_means_another_role_created_it() {
     let (mut writer, mut api) = writer();
-    let server = async {
-        answer(
-            &mut api,
-            Method::GET,
-            &format!("{GPU_NODES}/gpu-0"),
-            404,
-            failure(404, "NotFound"),
-        )
-        .await;
-        answer(
-            &mut api,
-            Method::POST,
-            &format!("{GPU_NODES}?"),
-            409,
-            failure(409, "AlreadyExists"),
-        )
-        .await;
-    };
     let node = node();
-    let ((), ensured) = within(async { tokio::join!(server, writer.ensure(&node)) }).await;
+    let script = vec![get_missing(), create(409)];
+    let (_, ensured) =
+        within(async { tokio::join!(serve(&mut api, script), writer.ensure(&node)) }).await;
     ensured.unwrap();
 }
 
@@ -244,29 +215,13 @@ async fn a_conflict_on_create_means_another_role_created_it() {
 #[tokio::test]
 async fn an_api_error_is_reported_and_the_write_retried() {
     let (mut writer, mut api) = writer();
-    let server = async {
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            500,
-            failure(500, "InternalError"),
-        )
-        .await;
-        answer(
-            &mut api,
-            Method::PATCH,
-            &apply_path(),
-            200,
-            stored(Some(&status(2))),
-        )
-        .await;
-    };
     let written = async {
         let error = writer.publish(status(2)).await.unwrap_err();
         (error, writer.publish(status(2)).await.unwrap())
     };
-    let ((), (error, retried)) = within(async { tokio::join!(server, written) }).await;
+    let script = vec![apply(500), apply(200)];
+    let (_, (error, retried)) =
+        within(async { tokio::join!(serve(&mut api, script), written) }).await;
     assert_eq!(error.status_code(), Some(500));
     assert!(
         error
