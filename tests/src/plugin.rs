@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
+use crate::agents::simulator_tool;
 use crate::{NAMESPACE, service_account_kubeconfig, simulated, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
@@ -28,15 +29,10 @@ pub fn kubelet_root(node: &str, state: &Path) -> PathBuf {
     state.with_file_name(format!("{node}-kubelet"))
 }
 
-/// Queues an XID on GPU `gpu` of a simulated node (`gpu-device-plugin xid`).
+/// Queues an XID on GPU `gpu` of a simulated node (`gpu-node-agent simulator xid`), as the driver reports one.
 pub fn inject_xid(node: &str, state: &Path, gpu: u32, xid: u64) {
     let (gpu, xid) = (gpu.to_string(), xid.to_string());
-    simulated::run_tool(
-        &device_plugin_bin(),
-        node,
-        state,
-        &["xid", "--gpu", &gpu, "--xid", &xid],
-    );
+    simulator_tool(node, state, &["xid", "--gpu", &gpu, "--xid", &xid]);
 }
 
 /// One plugin process; killed when dropped.

@@ -46,8 +46,6 @@ pub enum Command {
     Run(RunArgs),
     /// Print every resource and device count the node would advertise with a config, or why it cannot.
     Plan(PlanArgs),
-    /// Queue an XID error on a simulated GPU, as the driver reports one (for tests and demos; needs --simulate).
-    Xid(XidArgs),
 }
 
 /// `run`.
@@ -114,33 +112,6 @@ pub struct PlanArgs {
     /// The node, for `--simulate node`.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-}
-
-/// `xid`.
-#[derive(Debug, Args)]
-pub struct XidArgs {
-    /// Index of the GPU.
-    #[arg(long)]
-    pub gpu: u32,
-    /// The XID, e.g. 79 (fallen off the bus); 13, 31, 43, 45, 68 and 109 are ignored by default.
-    #[arg(long)]
-    pub xid: u64,
-    /// The node, for `--simulate node`.
-    #[arg(long, env = "NODE_NAME")]
-    pub node_name: Option<String>,
-}
-
-/// Queues the XID on the simulated node, where every process of the node sees it.
-///
-/// # Errors
-/// Without `--simulate`, or for a GPU the node does not have.
-pub async fn xid(args: &XidArgs, source: &GpuSource) -> anyhow::Result<()> {
-    let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
-    let simulator = gpus
-        .simulator()
-        .context("xid needs simulated GPUs (--simulate)")?;
-    simulator.inject_xid(args.gpu, args.xid)?;
-    Ok(())
 }
 
 /// Runs the plugin: follows the config, serves the kubelet, reports into GPUNode status, until SIGTERM or Ctrl-C.

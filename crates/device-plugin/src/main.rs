@@ -11,6 +11,5 @@ async fn main() -> std::process::ExitCode {
     exit_code(match cli.command {
         Command::Run(args) => cli::run(args, &cli.gpus).await,
         Command::Plan(args) => cli::plan(&args, &cli.gpus).await.map(|out| print!("{out}")),
-        Command::Xid(args) => cli::xid(&args, &cli.gpus).await,
     })
 }

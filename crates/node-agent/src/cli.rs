@@ -48,7 +48,8 @@ pub enum Command {
     Exporter(ExporterArgs),
     /// The node's readiness as the operator sees it (validations, GPUNode status) as Prometheus metrics.
     StatusExporter(StatusExporterArgs),
-    /// Test tool for the simulator: inject faults into a simulated node's GPUs, list its MIG devices.
+    /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
+    /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
 }
 
@@ -328,6 +329,16 @@ pub enum SimulatorAction {
         #[arg(long, requires = "gpu_instance")]
         compute_instance: Option<u32>,
     },
+    /// Queue a critical XID error on one GPU, as the driver reports one: the device plugin marks the GPU's devices
+    /// Unhealthy and the exporter shows it (13, 31, 43, 45, 68 and 109 are application XIDs, ignored by default).
+    Xid {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// The XID, e.g. 79 (fallen off the bus).
+        #[arg(long)]
+        xid: u64,
+    },
     /// End a simulated process.
     StopProcess {
         /// Index of the GPU.
@@ -524,6 +535,28 @@ mod tests {
             .chain(["--gpu-instance", "1"])
             .collect();
         assert!(parse(&half).is_err());
+    }
+
+    #[test]
+    fn xids_are_injected_by_the_simulator_tool() {
+        let cli = parse(&[
+            "simulator",
+            "--node-name",
+            "n1",
+            "xid",
+            "--gpu",
+            "2",
+            "--xid",
+            "79",
+        ])
+        .unwrap();
+        let Command::Simulator(simulator) = cli.command else {
+            panic!("simulator")
+        };
+        assert!(matches!(
+            simulator.action,
+            SimulatorAction::Xid { gpu: 2, xid: 79 }
+        ));
     }
 
     #[test]
