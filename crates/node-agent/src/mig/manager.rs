@@ -4,8 +4,7 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
-use crd::config::mig_parted::CONFIG_KEY;
-use crd::config::mig_parted::{self, ParsedMigConfig};
+use crd::config::mig_parted::{self, CONFIG_KEY, ParsedMigConfig};
 use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigState, MigStatus, NodeError};
 use crd::labels::MIG_CONFIG;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
