@@ -25,6 +25,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::percentiles;
+
 /// The kubelet's side, reduced to what Allocate needs: it records each registration's endpoint and resource.
 #[derive(Clone)]
 struct Kubelet {
@@ -37,16 +41,6 @@ impl Registration for Kubelet {
         let _ = self.registrations.send(request.into_inner());
         Ok(Response::new(Empty {}))
     }
-}
-
-/// p50 and p99 of some durations, in microseconds (nearest rank on the sorted samples).
-fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
-    samples.sort();
-    let at = |fraction: f64| {
-        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
-        samples[position].as_micros()
-    };
-    (at(0.5), at(0.99))
 }
 
 fn calls_from_args() -> anyhow::Result<usize> {

@@ -22,6 +22,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::percentiles;
+
 /// Resource name to the device list the plugin last sent: (id, health).
 type Lists = BTreeMap<String, Vec<(String, String)>>;
 
@@ -145,16 +149,6 @@ fn options(dir: &Path) -> Options {
         mig_poll: Duration::from_millis(200),
         health_poll: Duration::from_millis(50),
     }
-}
-
-/// p50 and p99 of some durations, in microseconds.
-fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
-    samples.sort();
-    let at = |fraction: f64| {
-        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
-        samples[position].as_micros()
-    };
-    (at(0.5), at(0.99))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
