@@ -7,11 +7,11 @@
 //! `target/debug`): `cargo xtask e2e` must build it (`cargo build -p node-agent`) before the tests run.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use serde_json::Value;
 
-use crate::{NAMESPACE, kubectl_json, service_account_kubeconfig, workspace_binary};
+use crate::{NAMESPACE, kubectl_json, service_account_kubeconfig, simulated, workspace_binary};
 
 /// The `gpu-node-agent` binary under test.
 pub fn node_agent_bin() -> PathBuf {
@@ -45,14 +45,10 @@ impl NodeAgent {
             .append(true)
             .open(&log)
             .expect("open the agent log");
-        let child = Command::new(node_agent_bin())
-            .args(args)
-            .args(["--simulate", "node", "--sim-state"])
-            .arg(state)
+        let child = simulated::command(&node_agent_bin(), node, state, args)
             .env("KUBECONFIG", service_account_kubeconfig(service_account))
-            .env("NODE_NAME", node)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
-            .env("RUST_LOG", "info,node_agent=debug")
+            .env("RUST_LOG", "info,node_agent=debug,node_runtime=debug")
             .envs(env.iter().copied())
             .stdout(Stdio::from(output.try_clone().expect("log handle")))
             .stderr(Stdio::from(output))
@@ -82,20 +78,10 @@ impl Drop for NodeAgent {
 
 /// Runs a `gpu-node-agent simulator` tool command for `node` (admin credentials: it only reads the annotation).
 pub fn simulator_tool(node: &str, state: &Path, args: &[&str]) -> String {
-    let output = Command::new(node_agent_bin())
-        .arg("simulator")
-        .args(args)
-        .args(["--simulate", "node", "--sim-state"])
-        .arg(state)
-        .env("NODE_NAME", node)
-        .output()
-        .expect("run gpu-node-agent simulator");
-    assert!(
-        output.status.success(),
-        "gpu-node-agent simulator {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    let line: Vec<&str> = std::iter::once("simulator")
+        .chain(args.iter().copied())
+        .collect();
+    simulated::run_tool(&node_agent_bin(), node, state, &line)
 }
 
 /// Creates a simulated GPU node named `name` with GPUs `spec` (e.g. `a100-80gb:1`), as a copy of the kwok node

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{eventually, free_port, kubectl_json, run};
+use crate::{clean_up, eventually, free_port, kubectl_json, run};
 
 /// Where every kubelet serves device-plugin registration, whatever its `--root-dir`.
 pub const DEVICE_PLUGIN_ROOT: &str = "/var/lib/kubelet";
@@ -202,16 +202,7 @@ impl Drop for Kubelet {
         self.stop_kubelet();
         let _ = self.runtime.kill();
         let _ = self.runtime.wait();
-        let _ = run(
-            "kubectl",
-            &[
-                "delete",
-                "node",
-                &self.node,
-                "--ignore-not-found",
-                "--wait=false",
-            ],
-        );
+        clean_up(&["node", &self.node, "--wait=false"]);
     }
 }
 

@@ -7,9 +7,12 @@
 //! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
 
 pub mod agents;
+#[cfg(test)]
+mod agreement;
 pub mod kubelet;
 pub mod plugin;
 pub mod realnode;
+pub mod simulated;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -83,6 +86,15 @@ pub fn guide_patch(patch: &str) -> String {
         "-p",
         patch,
     ])
+}
+
+/// `kubectl delete <what> --ignore-not-found`, its outcome ignored: the clean-up of a test, which also runs (from a
+/// `Drop`) after a failed assertion and must not fail again.
+pub fn clean_up(what: &[&str]) {
+    let mut args = vec!["delete"];
+    args.extend(what);
+    args.push("--ignore-not-found");
+    drop(run("kubectl", &args));
 }
 
 /// `helm uninstall` of the chart's release, waiting until its objects are gone.

@@ -7,10 +7,10 @@
 //! workspace's `target/debug`): build it with `cargo build -p device-plugin` before the tests run.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
-use crate::service_account_kubeconfig;
-use crate::{NAMESPACE, workspace_binary};
+use crate::agents::simulator_tool;
+use crate::{NAMESPACE, service_account_kubeconfig, simulated, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
 pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
@@ -29,28 +29,10 @@ pub fn kubelet_root(node: &str, state: &Path) -> PathBuf {
     state.with_file_name(format!("{node}-kubelet"))
 }
 
-/// Queues an XID on GPU `gpu` of a simulated node (`gpu-device-plugin xid`).
+/// Queues an XID on GPU `gpu` of a simulated node (`gpu-node-agent simulator xid`), as the driver reports one.
 pub fn inject_xid(node: &str, state: &Path, gpu: u32, xid: u64) {
-    let output = Command::new(device_plugin_bin())
-        .args([
-            "xid",
-            "--gpu",
-            &gpu.to_string(),
-            "--xid",
-            &xid.to_string(),
-            "--simulate",
-            "node",
-            "--sim-state",
-        ])
-        .arg(state)
-        .env("NODE_NAME", node)
-        .output()
-        .expect("run gpu-device-plugin xid");
-    assert!(
-        output.status.success(),
-        "gpu-device-plugin xid: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (gpu, xid) = (gpu.to_string(), xid.to_string());
+    simulator_tool(node, state, &["xid", "--gpu", &gpu, "--xid", &xid]);
 }
 
 /// One plugin process; killed when dropped.
@@ -78,8 +60,7 @@ impl DevicePlugin {
         let log = state.with_file_name(format!("{node}-device-plugin.log"));
         let output = std::fs::File::create(&log).expect("plugin log");
         let cdi_dir = files.join("cdi");
-        let child = Command::new(device_plugin_bin())
-            .arg("run")
+        let child = simulated::command(&device_plugin_bin(), node, state, &["run"])
             .args(args)
             .arg("--kubelet-root")
             .arg(root)
@@ -87,16 +68,8 @@ impl DevicePlugin {
             .arg(files.join("mps"))
             .arg("--cdi-dir")
             .arg(&cdi_dir)
-            .args([
-                "--mig-poll-seconds",
-                "1",
-                "--simulate",
-                "node",
-                "--sim-state",
-            ])
-            .arg(state)
+            .args(["--mig-poll-seconds", "1"])
             .env("KUBECONFIG", service_account_kubeconfig(SERVICE_ACCOUNT))
-            .env("NODE_NAME", node)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(output.try_clone().expect("log handle")))

@@ -94,18 +94,8 @@ struct Cleanup(&'static str);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = run(
-            "kubectl",
-            &[
-                "delete",
-                "configmap",
-                CONFIG_MAP,
-                "-n",
-                NAMESPACE,
-                "--ignore-not-found",
-            ],
-        );
-        let _ = run("kubectl", &["delete", "node", self.0, "--ignore-not-found"]);
+        clean_up(&["configmap", CONFIG_MAP, "-n", NAMESPACE]);
+        clean_up(&["node", self.0]);
     }
 }
 
@@ -346,25 +336,12 @@ fn mig_apply(
         ),
     )
     .expect("mig-parted file");
-    let output = std::process::Command::new(node_agent_bin())
-        .args(["mig", "apply", "-f"])
-        .arg(&file)
-        .args([
-            "-c",
-            name,
-            "--simulate",
-            "node",
-            "--node-name",
-            node,
-            "--sim-state",
-        ])
-        .arg(state)
-        .output()
-        .expect("gpu-node-agent mig apply");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let file = file.display().to_string();
+    simulated::run_tool(
+        &node_agent_bin(),
+        node,
+        state,
+        &["mig", "apply", "-f", &file, "-c", name],
     );
 }
 
@@ -559,17 +536,6 @@ struct PodCleanup(&'static str);
 
 impl Drop for PodCleanup {
     fn drop(&mut self) {
-        let _ = run(
-            "kubectl",
-            &[
-                "delete",
-                "pod",
-                self.0,
-                "-n",
-                "default",
-                "--ignore-not-found",
-                "--wait=false",
-            ],
-        );
+        clean_up(&["pod", self.0, "-n", "default", "--wait=false"]);
     }
 }

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::agents::{NodeAgent, simulator_tool};
+use e2e::agents::{NodeAgent, node_agent_bin, simulator_tool};
 use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::{DevicePlugin, inject_xid};
 use e2e::*;
@@ -82,16 +82,8 @@ struct Cleanup;
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let quiet = |args: &[&str]| drop(run("kubectl", args));
-        quiet(&[
-            "delete",
-            "configmap",
-            CONFIG_MAP,
-            "-n",
-            NAMESPACE,
-            "--ignore-not-found",
-        ]);
-        quiet(&["delete", "pod", POD, "-n", "default", "--ignore-not-found"]);
+        clean_up(&["configmap", CONFIG_MAP, "-n", NAMESPACE]);
+        clean_up(&["pod", POD, "-n", "default"]);
     }
 }
 
@@ -227,22 +219,15 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
         "the node status exporter: the validator's driver mark, the device plugin's devices, health Healthy",
     );
     let validations = dir.join("validations");
-    let validated = std::process::Command::new(e2e::agents::node_agent_bin())
-        .args(["validate", "--validations-dir"])
-        .arg(&validations)
-        .args(["--node-name", NODE, "--simulate", "node", "--sim-state"])
-        .arg(&state)
-        .arg("driver")
-        .output()
-        .expect("gpu-node-agent validate driver");
-    assert!(
-        validated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&validated.stderr)
+    let validations_dir = validations.display().to_string();
+    simulated::run_tool(
+        &node_agent_bin(),
+        NODE,
+        &state,
+        &["validate", "--validations-dir", &validations_dir, "driver"],
     );
     let status_port = free_port();
     let status_listen = format!("127.0.0.1:{status_port}");
-    let validations_dir = validations.display().to_string();
     let status_exporter = NodeAgent::start(
         NODE,
         "nvidia-node-status-exporter",

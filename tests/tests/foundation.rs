@@ -96,16 +96,7 @@ fn guide_patch_commands_work_verbatim() {
     guide_patch(
         r#"{"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}"#,
     );
-    kubectl(&[
-        "patch",
-        "clusterpolicy/cluster-policy",
-        "-n",
-        "gpu-operator",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec": {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}}"#,
-    ]);
+    guide_patch(r#"{"spec": {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}}"#);
     let policy = kubectl_json(&["get", "clusterpolicy", "cluster-policy"]);
     assert_eq!(
         policy["spec"]["devicePlugin"]["config"],

@@ -254,37 +254,15 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let quiet = |args: &[&str]| drop(run("kubectl", args));
-        quiet(&[
-            "delete",
-            "daemonset",
-            "e2e-gpu-client",
-            "-n",
-            NAMESPACE,
-            "--ignore-not-found",
-        ]);
-        quiet(&[
-            "delete",
-            "configmap",
-            MIG_CONFIG_MAP,
-            "-n",
-            NAMESPACE,
-            "--ignore-not-found",
-        ]);
-        quiet(&[
-            "delete",
-            "pdb,pod",
-            "e2e-gpu-workload",
-            "-n",
-            "default",
-            "--ignore-not-found",
-        ]);
+        clean_up(&["daemonset", "e2e-gpu-client", "-n", NAMESPACE]);
+        clean_up(&["configmap", MIG_CONFIG_MAP, "-n", NAMESPACE]);
+        clean_up(&["pdb,pod", "e2e-gpu-workload", "-n", "default"]);
         for pod in &self.pods {
-            quiet(&["delete", "pod", pod, "-n", "default", "--ignore-not-found"]);
+            clean_up(&["pod", pod, "-n", "default"]);
         }
-        let mut nodes = vec!["delete", "node", "--ignore-not-found"];
+        let mut nodes = vec!["node"];
         nodes.extend(&self.nodes);
-        quiet(&nodes);
+        clean_up(&nodes);
     }
 }
 

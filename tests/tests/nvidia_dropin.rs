@@ -39,6 +39,17 @@ fn main_container(name: &str) -> Value {
     daemonset(name)["spec"]["template"]["spec"]["containers"][0].clone()
 }
 
+/// Every operand this operator implements runs its own image.
+fn assert_own_images() {
+    for name in OWN_OPERANDS {
+        let image = main_container(name)["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(image.starts_with(OWN_REPOSITORY), "{name} runs {image}");
+    }
+}
+
 fn component<'a>(policy: &'a Value, name: &str) -> &'a Value {
     policy["status"]["components"]
         .as_array()
@@ -93,13 +104,7 @@ fn nvidias_complete_values_file_installs_and_runs_our_images() {
     );
 
     step("every operand this operator implements runs its own image, and its status says so");
-    for name in OWN_OPERANDS {
-        let image = main_container(name)["image"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        assert!(image.starts_with(OWN_REPOSITORY), "{name} runs {image}");
-    }
+    assert_own_images();
     for (component_name, field) in [
         ("device-plugin", "devicePlugin"),
         ("gpu-feature-discovery", "gfd"),
@@ -309,16 +314,7 @@ fn the_guides_commands_work_in_order() {
     );
 
     step("MIG on clouds: the WITH_REBOOT patch");
-    kubectl(&[
-        "patch",
-        "clusterpolicy/cluster-policy",
-        "-n",
-        "gpu-operator",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec": {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}}"#,
-    ]);
+    guide_patch(r#"{"spec": {"migManager": {"env": [{"name": "WITH_REBOOT", "value": "true"}]}}}"#);
     wait_for_container("nvidia-mig-manager", "has WITH_REBOOT=true", |c| {
         c["env"]
             .as_array()
@@ -382,13 +378,7 @@ fn nvidias_sample_cluster_policy_alone_becomes_ready() {
     assert!(applied.success, "{}", applied.stderr);
     let policy = wait_for_policy_state("gpu-cluster-policy", "ready", WAIT);
     // No image field anywhere: the built-in images run every operand it enables.
-    for name in OWN_OPERANDS {
-        let image = main_container(name)["image"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        assert!(image.starts_with(OWN_REPOSITORY), "{name} runs {image}");
-    }
+    assert_own_images();
     assert_eq!(
         main_container("nvidia-dcgm")["image"],
         "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"

@@ -56,18 +56,7 @@ fn patch_policy(patch: Value) {
 }
 
 fn wait_for_state(state: &str) -> Value {
-    eventually(WAIT, || {
-        let policy = policy();
-        Ok((policy["status"]["state"] == state
-            && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
-            .then_some(policy))
-    })
-    .unwrap_or_else(|error| {
-        panic!(
-            "ClusterPolicy never became {state}: {error:#}\n{:#}",
-            policy()["status"]
-        )
-    })
+    wait_for_policy_state("cluster-policy", state, WAIT)
 }
 
 fn wait_for_daemonsets(expected: &[&str]) {

@@ -82,13 +82,92 @@ pub struct GpuNodeStatus {
     /// Healthy when the device plugin offers every GPU, Degraded when a critical XID made some Unhealthy (they
     /// recover after a quiet period), Unhealthy when none are usable. Empty while no device plugin runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<String>,
+    pub health: Option<Health>,
     /// The most recent error any agent on the node hit, kept until a later success of the same component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<NodeError>,
     /// When the node agent last wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
+}
+
+/// The field managers that write GPUNode status by server-side apply, one per node role: each role's fields stay
+/// its own, and a field one role stops sending is removed without touching the others'.
+pub mod field_manager {
+    /// The MIG manager (`gpu-node-agent mig`).
+    pub const MIG_MANAGER: &str = "gpu-node-agent-mig";
+    /// GPU feature discovery (`gpu-node-agent discovery`).
+    pub const DISCOVERY: &str = "gpu-node-agent-discovery";
+    /// The device plugin (`gpu-device-plugin run`); also the reporter of its Events.
+    pub const DEVICE_PLUGIN: &str = "gpu-device-plugin";
+}
+
+/// The state of applying the node's MIG config: pending, rebooting, success or failed, as in the
+/// nvidia.com/mig.config.state label.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum MigState {
+    /// A change is being applied.
+    Pending,
+    /// The node reboots so that a MIG mode change takes effect.
+    Rebooting,
+    /// The GPUs have the configured geometry.
+    Success,
+    /// The configured geometry could not be applied; the reason is in GPUNode status.
+    Failed,
+}
+
+impl MigState {
+    /// The label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Rebooting => "rebooting",
+            Self::Success => "success",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for MigState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Healthy when the device plugin offers every GPU, Degraded when a critical XID made some Unhealthy (they recover
+/// after a quiet period), Unhealthy when none are usable.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+pub enum Health {
+    /// Every GPU is offered.
+    Healthy,
+    /// Some GPUs are Unhealthy after a critical XID; they recover after a quiet period.
+    Degraded,
+    /// No GPU is usable.
+    Unhealthy,
+}
+
+impl Health {
+    /// The health of a node with `gpus` GPUs of which `unhealthy` are Unhealthy.
+    #[must_use]
+    pub fn of(gpus: usize, unhealthy: usize) -> Self {
+        match unhealthy {
+            0 => Self::Healthy,
+            some if some < gpus => Self::Degraded,
+            _ => Self::Unhealthy,
+        }
+    }
+
+    /// The value as status shows it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "Healthy",
+            Self::Degraded => "Degraded",
+            Self::Unhealthy => "Unhealthy",
+        }
+    }
 }
 
 /// One GPU as the driver reports it.
@@ -134,7 +213,7 @@ pub struct MigStatus {
     pub config: Option<String>,
     /// pending, rebooting, success or failed, as in the nvidia.com/mig.config.state label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<MigState>,
     /// MIG devices per GPU now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub current: Vec<GpuMigGeometry>,
@@ -197,4 +276,45 @@ pub struct NodeError {
     /// When it happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_follows_the_unhealthy_gpus() {
+        assert_eq!(Health::of(4, 0), Health::Healthy);
+        assert_eq!(Health::of(4, 1), Health::Degraded);
+        assert_eq!(Health::of(4, 4), Health::Unhealthy);
+        assert_eq!(Health::of(0, 1), Health::Unhealthy, "no GPUs read");
+    }
+
+    /// Status carries NVIDIA's label values and the PascalCase health that `kubectl get gpunodes` shows.
+    #[test]
+    fn enums_serialize_as_status_shows_them() {
+        let status = GpuNodeStatus {
+            health: Some(Health::Degraded),
+            mig: Some(MigStatus {
+                state: Some(MigState::Rebooting),
+                ..MigStatus::default()
+            }),
+            ..GpuNodeStatus::default()
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["health"], "Degraded");
+        assert_eq!(json["mig"]["state"], "rebooting");
+        assert_eq!(
+            serde_json::from_value::<GpuNodeStatus>(json).unwrap(),
+            status
+        );
+        for state in [
+            MigState::Pending,
+            MigState::Rebooting,
+            MigState::Success,
+            MigState::Failed,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+    }
 }

@@ -1,6 +1,8 @@
-//! API types of the GPU operator, and nothing else: the `ClusterPolicy` and `GPUNode` custom resources,
-//! the device-plugin and MIG configuration file formats, the MIG profile catalog, and the names of the
-//! labels and annotations the parts agree on. No client, no I/O: every other crate depends on this one.
+//! API types of the GPU operator: the `ClusterPolicy` and `GPUNode` custom resources, the device-plugin and MIG
+//! configuration file formats, the MIG profile catalog, and the names of the labels, annotations, host paths, field
+//! managers and enums the parts agree on; plus the pure decisions that several parts must make alike (which
+//! device-plugin config and MIG strategy a node runs with: `config::device_plugin::node_config`). No client, no
+//! I/O: every other crate depends on this one.
 
 pub mod cluster_policy;
 pub mod config;
@@ -8,6 +10,7 @@ pub mod crds;
 pub mod gpu_node;
 pub mod labels;
 pub mod mig;
+pub mod paths;
 
 pub use cluster_policy::{ClusterPolicy, ClusterPolicySpec, ClusterPolicyStatus};
 pub use gpu_node::{GPUNode, GpuNodeSpec, GpuNodeStatus};

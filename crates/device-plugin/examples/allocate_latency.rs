@@ -9,21 +9,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use crd::config::device_plugin::{CommandLine, NodeConfig, parse_tolerant};
 use device_plugin::api::device_plugin_client::DevicePluginClient;
 use device_plugin::api::registration_server::{Registration, RegistrationServer};
 use device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, Empty, KUBELET_SOCKET, RegisterRequest,
 };
-use device_plugin::config::ChosenConfig;
 use device_plugin::health::Checks;
-use device_plugin::kubelet::connect;
 use device_plugin::manager::{Options, Report, run};
 use gpu::Simulator;
-use node_agent::backend::Gpus;
+use node_runtime::backend::Gpus;
+use node_runtime::grpc::connect;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::percentiles;
 
 /// The kubelet's side, reduced to what Allocate needs: it records each registration's endpoint and resource.
 #[derive(Clone)]
@@ -37,16 +41,6 @@ impl Registration for Kubelet {
         let _ = self.registrations.send(request.into_inner());
         Ok(Response::new(Empty {}))
     }
-}
-
-/// p50 and p99 of some durations, in microseconds (nearest rank on the sorted samples).
-fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
-    samples.sort();
-    let at = |fraction: f64| {
-        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
-        samples[position].as_micros()
-    };
-    (at(0.5), at(0.99))
 }
 
 fn calls_from_args() -> anyhow::Result<usize> {
@@ -90,16 +84,15 @@ async fn main() -> anyhow::Result<()> {
             .serve_with_incoming(UnixListenerStream::new(listener)),
     );
 
-    let whole = ChosenConfig {
-        name: Some("whole".into()),
-        config: crd::config::device_plugin::parse("version: v1\n")?,
-        warnings: Vec::new(),
-    };
+    let whole = NodeConfig::new(
+        Some("whole".into()),
+        parse_tolerant("version: v1\n")?,
+        CommandLine::default(),
+    );
     let (_configs, config_receiver) = watch::channel(Some(Ok(whole)));
     let (report, _reports) = watch::channel(Report::default());
     let options = Options {
         plugin_dir: dir.clone(),
-        mig_strategy: None,
         cdi: true,
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),

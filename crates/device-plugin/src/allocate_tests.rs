@@ -1,7 +1,8 @@
 use crd::config::device_plugin::{MigStrategy, parse};
+use node_runtime::testing::simulated;
 
 use super::*;
-use crate::plan::tests::{planned, simulated};
+use crate::plan::tests::planned;
 use crate::plan::{Plan, advertise};
 
 /// The plan of `config` on a simulated node, and the simulator's temporary folder (kept alive by the caller).

@@ -85,8 +85,10 @@ pub fn write(dir: &Path, spec: &Value) -> io::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    use node_runtime::testing::simulated;
+
     use super::*;
-    use crate::plan::tests::{planned, simulated};
+    use crate::plan::tests::planned;
 
     #[test]
     fn spec_names_every_physical_device_once() {

@@ -7,25 +7,30 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use crd::config::device_plugin::{MigStrategy, parse_tolerant};
-use crd::labels::SIMULATED_GPUS_ANNOTATION;
+use clap::{Args, Parser, Subcommand};
+use crd::config::device_plugin::{
+    CommandLine, ConfigInputs, MigStrategy, NodeConfig, node_config, parse_tolerant,
+};
+use crd::paths::{CDI_DIR, KUBELET_ROOT, MPS_ROOT};
 use k8s_openapi::api::core::v1::ConfigMap;
-use node_agent::backend::{GpuSource, Gpus};
-use node_agent::kube_io::{self, NodeApi};
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::process::{self, Logging};
+use node_runtime::start::NodeRole;
 use tokio::sync::watch;
 
 use crate::api::DEVICE_PLUGINS_DIR;
 use crate::cluster::{ConfigSource, config_updates, publish_reports};
-use crate::config::{ChosenConfig, choose};
 use crate::health::{Checks, DISABLE_ENV};
 use crate::manager::{self, Options, Report};
-use crate::plan::{PlannedGpu, advertise, effective_mig_strategy};
+use crate::plan::{PlannedGpu, advertise};
 
 /// `gpu-device-plugin`: the kubelet device plugin for NVIDIA GPUs.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-device-plugin", version, about)]
 pub struct Cli {
+    /// Log format.
+    #[command(flatten)]
+    pub logging: Logging,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -41,43 +46,20 @@ pub enum Command {
     Run(RunArgs),
     /// Print every resource and device count the node would advertise with a config, or why it cannot.
     Plan(PlanArgs),
-    /// Queue an XID error on a simulated GPU, as the driver reports one (for tests and demos; needs --simulate).
-    Xid(XidArgs),
-}
-
-/// The MIG strategy as a flag value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// MIG devices are not advertised.
-    None,
-    /// Every MIG device as nvidia.com/gpu.
-    Single,
-    /// nvidia.com/mig-<profile> per profile.
-    Mixed,
-}
-
-impl From<StrategyArg> for MigStrategy {
-    fn from(value: StrategyArg) -> Self {
-        match value {
-            StrategyArg::None => Self::None,
-            StrategyArg::Single => Self::Single,
-            StrategyArg::Mixed => Self::Mixed,
-        }
-    }
 }
 
 /// `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// MIG strategy; wins over the config's `flags.migStrategy`.
-    #[arg(long, value_enum)]
-    pub mig_strategy: Option<StrategyArg>,
+    /// MIG strategy (none, single or mixed); wins over the config's `flags.migStrategy`.
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// Where the kubelet's `device-plugins` folder is: `/var/lib/kubelet` for every kubelet, whatever its
     /// `--root-dir`, since the kubelet fixes its registration socket's path.
-    #[arg(long, default_value = "/var/lib/kubelet")]
+    #[arg(long, default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// Root of the MPS control daemons' pipe directories on the host.
-    #[arg(long, default_value = "/run/nvidia/mps")]
+    #[arg(long, default_value = MPS_ROOT)]
     pub mps_root: PathBuf,
     /// ConfigMap (in the operator's namespace) holding named device-plugin configs.
     #[arg(long)]
@@ -89,7 +71,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub cdi: bool,
     /// Where the CDI spec is written.
-    #[arg(long, default_value = "/var/run/cdi")]
+    #[arg(long, default_value = CDI_DIR)]
     pub cdi_dir: PathBuf,
     /// Seconds without a new XID after which an Unhealthy GPU is Healthy again; 0: never (as NVIDIA's plugin).
     #[arg(long, default_value_t = 60)]
@@ -105,6 +87,17 @@ pub struct RunArgs {
     pub namespace: String,
 }
 
+impl RunArgs {
+    /// The settings that win over the config file's flags.
+    #[must_use]
+    pub fn command_line(&self) -> CommandLine {
+        CommandLine {
+            mig_strategy: self.mig_strategy,
+            no_timestamp: false,
+        }
+    }
+}
+
 /// `plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -114,39 +107,12 @@ pub struct PlanArgs {
     /// The config's name: the ConfigMap key to use (for a single config file, only shown).
     #[arg(long)]
     pub config_name: String,
-    /// MIG strategy; wins over the config's `flags.migStrategy`.
-    #[arg(long, value_enum)]
-    pub mig_strategy: Option<StrategyArg>,
+    /// MIG strategy (none, single or mixed); wins over the config's `flags.migStrategy`.
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// The node, for `--simulate node`.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-}
-
-/// `xid`.
-#[derive(Debug, Args)]
-pub struct XidArgs {
-    /// Index of the GPU.
-    #[arg(long)]
-    pub gpu: u32,
-    /// The XID, e.g. 79 (fallen off the bus); 13, 31, 43, 45, 68 and 109 are ignored by default.
-    #[arg(long)]
-    pub xid: u64,
-    /// The node, for `--simulate node`.
-    #[arg(long, env = "NODE_NAME")]
-    pub node_name: Option<String>,
-}
-
-/// Queues the XID on the simulated node, where every process of the node sees it.
-///
-/// # Errors
-/// Without `--simulate`, or for a GPU the node does not have.
-pub async fn xid(args: &XidArgs, source: &GpuSource) -> anyhow::Result<()> {
-    let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
-    let simulator = gpus
-        .simulator()
-        .context("xid needs simulated GPUs (--simulate)")?;
-    simulator.inject_xid(args.gpu, args.xid)?;
-    Ok(())
 }
 
 /// Runs the plugin: follows the config, serves the kubelet, reports into GPUNode status, until SIGTERM or Ctrl-C.
@@ -155,22 +121,22 @@ pub async fn xid(args: &XidArgs, source: &GpuSource) -> anyhow::Result<()> {
 /// When the cluster, the Node or the GPUs cannot be reached at start.
 pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     let checks = Checks::parse(std::env::var(DISABLE_ENV).ok().as_deref())?;
-    let client = kube_io::client().await?;
-    let node_api = NodeApi::new(client.clone(), &args.node_name);
-    let node = node_api.get().await?;
-    let annotation = kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION);
-    let gpus = Gpus::open(source, Some(&args.node_name), annotation)?;
+    let role = NodeRole::start(source, &args.node_name).await?;
     let config_source = args.config_map.clone().map(|config_map| ConfigSource {
         namespace: args.namespace.clone(),
         config_map,
         default_key: args.default_config.clone(),
     });
-    let configs = config_updates(client.clone(), &node_api, config_source);
+    let configs = config_updates(
+        role.client.clone(),
+        &role.node_api,
+        config_source,
+        args.command_line(),
+    );
     let (report, reports) = watch::channel(Report::default());
-    tokio::spawn(publish_reports(client, node, reports));
+    let gpus = role.gpus.clone();
     let options = Options {
         plugin_dir: args.kubelet_root.join(DEVICE_PLUGINS_DIR),
-        mig_strategy: args.mig_strategy.map(Into::into),
         cdi: args.cdi,
         cdi_dir: args.cdi_dir,
         mps_root: args.mps_root,
@@ -180,24 +146,11 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         mig_poll: Duration::from_secs(args.mig_poll_seconds.max(1)),
         health_poll: Duration::from_secs(1),
     };
+    // The reports end when the plugin does, so the publisher never finishes first.
     tokio::select! {
         result = manager::run(options, gpus, configs, report) => result,
-        () = stopped() => Ok(()),
-    }
-}
-
-/// Completes on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
-async fn stopped() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = async {
-            match terminate.as_mut() {
-                Some(signal) => { signal.recv().await; }
-                None => std::future::pending().await,
-            }
-        } => {}
+        () = publish_reports(role, reports) => Ok(()),
+        () = process::stopped() => Ok(()),
     }
 }
 
@@ -208,29 +161,32 @@ async fn stopped() {
 pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
+    let command_line = CommandLine {
+        mig_strategy: args.mig_strategy,
+        no_timestamp: false,
+    };
     let chosen = match config_map_data(&text) {
-        Some(data) => choose(
-            &args.config.display().to_string(),
-            Some(&data),
-            Some(&args.config_name),
-            None,
-        )?,
+        Some(data) => {
+            let map = args.config.display().to_string();
+            let inputs = ConfigInputs {
+                map: &map,
+                data: Some(&data),
+                label: Some(&args.config_name),
+                default: None,
+            };
+            node_config(&inputs, command_line)?
+        }
         None => {
             let parsed =
                 parse_tolerant(&text).with_context(|| format!("config {}", args.config_name))?;
-            ChosenConfig {
-                name: Some(args.config_name.clone()),
-                warnings: parsed.warnings(),
-                config: parsed.config,
-            }
+            NodeConfig::new(Some(args.config_name.clone()), parsed, command_line)
         }
     };
     for warning in &chosen.warnings {
         tracing::warn!(config = %args.config_name, %warning, "config key ignored");
     }
-    let config = chosen.config;
     let gpus = Gpus::open_reading_node(source, args.node_name.as_deref()).await?;
-    let views = node_agent::inventory::read(gpus.backend())?;
+    let views = node_runtime::inventory::read(gpus.backend())?;
     let planned: Vec<PlannedGpu> = views
         .into_iter()
         .map(|view| PlannedGpu {
@@ -238,8 +194,7 @@ pub async fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<String>
             numa_node: None,
         })
         .collect();
-    let strategy = effective_mig_strategy(args.mig_strategy.map(Into::into), &config);
-    let plan = advertise(&planned, &config, strategy)
+    let plan = advertise(&planned, &chosen.config, chosen.mig_strategy)
         .with_context(|| format!("config {}", args.config_name))?;
     let mut out = String::new();
     for (name, resource) in &plan {
@@ -284,7 +239,7 @@ mod tests {
         let Command::Run(run) = cli.command else {
             panic!("not run")
         };
-        assert_eq!(run.mig_strategy, Some(StrategyArg::Mixed));
+        assert_eq!(run.mig_strategy, Some(MigStrategy::Mixed));
         assert_eq!(
             (run.config_map.as_deref(), run.default_config.as_deref()),
             (Some("time-slicing-config"), Some("any"))

@@ -3,20 +3,19 @@
 //! `status.devicePlugin` and `status.lastError` by server-side apply as `gpu-device-plugin`, and a Warning Event on
 //! the Node for each new config problem).
 
-use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, GpuNodeStatus};
+use crd::config::device_plugin::{CommandLine, ConfigInputs, NodeConfig, node_config};
+use crd::gpu_node::field_manager::DEVICE_PLUGIN;
+use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, GpuNodeStatus, Health};
 use crd::labels::DEVICE_PLUGIN_CONFIG;
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use node_agent::gpunode::{GpuNodeWriter, inventory_status, node_error};
-use node_agent::kube_io::{self, NodeApi, NodeEvents, Watched};
+use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_runtime::kube_io::{self, NodeApi, Watched};
+use node_runtime::run_loop::run_on_changes;
+use node_runtime::start::NodeRole;
 use tokio::sync::watch;
-use tracing::warn;
 
-use crate::config::{ChosenConfig, choose};
 use crate::manager::{ConfigUpdate, Report};
 
-/// The field manager of the plugin's GPUNode status fields, and the Events' reporter.
-pub const FIELD_MANAGER: &str = "gpu-device-plugin";
 /// The component name in GPUNode `lastError`.
 pub const COMPONENT: &str = "device-plugin";
 /// The reason of the Warning Event for a config that is not applied.
@@ -40,11 +39,12 @@ pub fn config_updates(
     client: Client,
     node: &NodeApi,
     source: Option<ConfigSource>,
+    command_line: CommandLine,
 ) -> watch::Receiver<Option<ConfigUpdate>> {
     let Some(source) = source else {
         // The built-in config never changes, but the sender must live as long as the plugin: a closed channel
         // tells the plugin to withdraw everything and stop.
-        let (sender, receiver) = watch::channel(Some(Ok(ChosenConfig::default())));
+        let (sender, receiver) = watch::channel(Some(Ok(NodeConfig::built_in(command_line))));
         tokio::spawn(async move { sender.closed().await });
         return receiver;
     };
@@ -56,7 +56,7 @@ pub fn config_updates(
             let update = inputs
                 .borrow_and_update()
                 .as_ref()
-                .map(|watched| choice(&source, watched));
+                .map(|watched| choice(&source, watched, command_line));
             if update.is_some() {
                 sender.send_if_modified(|current| {
                     let changed = *current != update;
@@ -72,69 +72,45 @@ pub fn config_updates(
     receiver
 }
 
-/// The config the latest Node and ConfigMap choose.
-fn choice(source: &ConfigSource, watched: &Watched) -> ConfigUpdate {
+/// The config the latest Node and ConfigMap choose, with the command line's settings over the file's flags.
+pub fn choice(source: &ConfigSource, watched: &Watched, command_line: CommandLine) -> ConfigUpdate {
     let map = format!("{}/{}", source.namespace, source.config_map);
-    choose(
-        &map,
-        watched
+    let inputs = ConfigInputs {
+        map: &map,
+        data: watched
             .config_map
             .as_ref()
             .and_then(|config_map| config_map.data.as_ref()),
-        kube_io::label(&watched.node, DEVICE_PLUGIN_CONFIG),
-        source.default_key.as_deref(),
-    )
-    .map_err(|error| error.to_string())
+        label: kube_io::label(&watched.node, DEVICE_PLUGIN_CONFIG),
+        default: source.default_key.as_deref(),
+    };
+    node_config(&inputs, command_line).map_err(|error| error.to_string())
 }
 
 /// Writes every new report into the node's GPUNode (creating it when missing) and records a Warning Event for
 /// each new error, until the reports end.
-pub async fn publish_reports(client: Client, node: Node, mut reports: watch::Receiver<Report>) {
-    let name = kube::ResourceExt::name_any(&node);
-    let mut writer = GpuNodeWriter::new(client.clone(), &name, FIELD_MANAGER);
-    let events = NodeEvents::new(client, FIELD_MANAGER, &node);
+pub async fn publish_reports(role: NodeRole, reports: watch::Receiver<Report>) {
+    let mut writer = GpuNodeWriter::new(role.client.clone(), role.node_api.name(), DEVICE_PLUGIN);
+    let events = role.events(DEVICE_PLUGIN);
     let mut last_error = None;
-    let mut backoff = node_agent::Backoff::default();
-    loop {
-        let report = reports.borrow_and_update().clone();
-        if report != Report::default() {
-            if report.error.is_some() && report.error != last_error {
-                events
-                    .publish(
-                        true,
-                        CONFIG_REJECTED,
-                        report.error.as_deref().unwrap_or_default(),
-                    )
-                    .await;
-            }
-            last_error.clone_from(&report.error);
-            let written = async {
-                writer.ensure(&node).await?;
-                writer.publish(status(&report)).await
-            };
-            if let Err(error) = written.await {
-                warn!(%error, "cannot write the GPUNode status; retrying");
-                backoff.wait_or(reports.changed()).await;
-                if reports.has_changed().is_err() {
-                    break;
-                }
-                continue;
-            }
-            backoff.reset();
+    run_on_changes(reports, None, async |report: Report| {
+        if report == Report::default() {
+            return Ok(());
         }
-        if reports.changed().await.is_err() {
-            break;
+        if report.error.is_some() && report.error != last_error {
+            events
+                .publish(
+                    true,
+                    CONFIG_REJECTED,
+                    report.error.as_deref().unwrap_or_default(),
+                )
+                .await;
         }
-    }
-}
-
-/// The node's health as GPUNode status shows it, from how many of its `gpus` are Unhealthy.
-fn health(gpus: usize, unhealthy: usize) -> &'static str {
-    match unhealthy {
-        0 => "Healthy",
-        some if some < gpus => "Degraded",
-        _ => "Unhealthy",
-    }
+        last_error.clone_from(&report.error);
+        writer.ensure(&role.node).await?;
+        writer.publish(status(&report)).await.map(drop)
+    })
+    .await;
 }
 
 /// The plugin's part of GPUNode status. The inventory fields are sent too, with the same values the node agent
@@ -156,7 +132,7 @@ pub fn status(report: &Report) -> GpuNodeStatus {
             unhealthy_gpus: report.unhealthy.iter().copied().collect(),
             config_warnings: report.config_warnings.clone(),
         }),
-        health: Some(health(report.gpus.len(), report.unhealthy.len()).into()),
+        health: Some(Health::of(report.gpus.len(), report.unhealthy.len())),
         last_error: report
             .error
             .as_ref()
@@ -169,7 +145,7 @@ pub fn status(report: &Report) -> GpuNodeStatus {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
     use super::*;
 
@@ -178,10 +154,10 @@ mod tests {
         let client =
             Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let node = NodeApi::new(client.clone(), "gpu-0");
-        let mut configs = config_updates(client, &node, None);
+        let mut configs = config_updates(client, &node, None, CommandLine::default());
         assert_eq!(
             *configs.borrow_and_update(),
-            Some(Ok(ChosenConfig::default()))
+            Some(Ok(NodeConfig::built_in(CommandLine::default())))
         );
         // A closed channel makes the plugin withdraw its resources and stop, so it must stay open.
         let closed_or_changed =
@@ -213,7 +189,7 @@ mod tests {
             config_map: Some(config_map),
         };
         assert_eq!(
-            choice(&source, &watched).unwrap_err(),
+            choice(&source, &watched, CommandLine::default()).unwrap_err(),
             "ConfigMap gpu-operator/cfg has no key \"slice-4\" (keys: any); fix the node label or the ConfigMap"
         );
         let unlabelled = Watched {
@@ -221,7 +197,10 @@ mod tests {
             ..watched
         };
         assert_eq!(
-            choice(&source, &unlabelled).unwrap().name.as_deref(),
+            choice(&source, &unlabelled, CommandLine::default())
+                .unwrap()
+                .name
+                .as_deref(),
             Some("any")
         );
     }
@@ -259,15 +238,12 @@ mod tests {
 
     #[test]
     fn health_follows_the_unhealthy_gpus() {
-        assert_eq!(health(4, 0), "Healthy");
-        assert_eq!(health(4, 1), "Degraded");
-        assert_eq!(health(4, 4), "Unhealthy");
         let report = Report {
             unhealthy: BTreeSet::from([2]),
             ..Report::default()
         };
         let status = status(&report);
         assert_eq!(status.device_plugin.unwrap().unhealthy_gpus, [2]);
-        assert_eq!(status.health.as_deref(), Some("Unhealthy"), "no GPUs read");
+        assert_eq!(status.health, Some(Health::Unhealthy), "no GPUs read");
     }
 }

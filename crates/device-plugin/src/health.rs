@@ -124,22 +124,15 @@ impl HealthTracker {
 mod tests {
     use super::*;
 
-    fn xid(gpu_index: u32, xid: u64) -> HealthEvent {
-        HealthEvent {
-            gpu_index,
-            xid: Some(xid),
-        }
-    }
-
     #[test]
     fn critical_xids_mark_the_gpu_and_application_xids_do_not() {
         let start = Instant::now();
         let mut tracker = HealthTracker::new(Checks::parse(None).unwrap(), Duration::from_secs(60));
         for application in APPLICATION_XIDS {
-            assert!(!tracker.record(&xid(0, application), start));
+            assert!(!tracker.record(&HealthEvent::xid(0, application), start));
         }
         assert!(tracker.unhealthy(start).is_empty());
-        assert!(tracker.record(&xid(2, 79), start));
+        assert!(tracker.record(&HealthEvent::xid(2, 79), start));
         assert!(tracker.record(
             &HealthEvent {
                 gpu_index: 3,
@@ -155,9 +148,9 @@ mod tests {
         let start = Instant::now();
         let quiet = Duration::from_secs(60);
         let mut tracker = HealthTracker::new(Checks::parse(Some("")).unwrap(), quiet);
-        tracker.record(&xid(1, 48), start);
+        tracker.record(&HealthEvent::xid(1, 48), start);
         assert_eq!(tracker.next_recovery(start), Some(start + quiet));
-        tracker.record(&xid(1, 48), start + Duration::from_secs(30));
+        tracker.record(&HealthEvent::xid(1, 48), start + Duration::from_secs(30));
         assert_eq!(tracker.unhealthy(start + quiet), BTreeSet::from([1]));
         let later = start + Duration::from_secs(90);
         assert!(tracker.unhealthy(later).is_empty());
@@ -168,7 +161,7 @@ mod tests {
     fn zero_quiet_period_never_recovers() {
         let start = Instant::now();
         let mut tracker = HealthTracker::new(Checks::parse(None).unwrap(), Duration::ZERO);
-        tracker.record(&xid(0, 79), start);
+        tracker.record(&HealthEvent::xid(0, 79), start);
         assert_eq!(
             tracker.unhealthy(start + Duration::from_secs(86_400)),
             BTreeSet::from([0])
@@ -189,6 +182,6 @@ mod tests {
             "DP_DISABLE_HEALTHCHECKS: \"gpu_lost\" is not valid (use all, xids, or a comma-separated list of XID numbers)"
         );
         let mut off = HealthTracker::new(Checks::Off, Duration::from_secs(1));
-        assert!(!off.record(&xid(0, 79), Instant::now()));
+        assert!(!off.record(&HealthEvent::xid(0, 79), Instant::now()));
     }
 }

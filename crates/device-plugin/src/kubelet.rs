@@ -3,11 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hyper_util::rt::TokioIo;
+use node_runtime::grpc::connect;
 use notify::{EventKind, RecursiveMode, Watcher};
-use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::warn;
 
 use crate::api::registration_client::RegistrationClient;
@@ -33,20 +31,6 @@ pub enum RegisterError {
         /// The kubelet's answer.
         status: tonic::Status,
     },
-}
-
-/// A gRPC channel over a unix socket (the URI is a placeholder gRPC needs; the connector dials the socket).
-///
-/// # Errors
-/// When the socket cannot be connected.
-pub async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
-    let socket = socket.to_owned();
-    Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move { UnixStream::connect(socket).await.map(TokioIo::new) }
-        }))
-        .await
 }
 
 /// Registers `resource`, served on `endpoint` (a socket file name in `dir`), with the kubelet listening on

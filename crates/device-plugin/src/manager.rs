@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crd::config::device_plugin::{MigStrategy, ResourceName};
+use crd::config::device_plugin::{NodeConfig, ResourceName};
 use gpu::HealthEvent;
-use node_agent::backend::Gpus;
-use node_agent::inventory::{self, GpuView};
+use node_runtime::backend::Gpus;
+use node_runtime::inventory::{self, GpuView};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -25,11 +25,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::allocate::AllocateSettings;
 use crate::api::KUBELET_SOCKET;
 use crate::cdi;
-use crate::config::ChosenConfig;
 use crate::health::{Checks, HealthTracker};
 use crate::kubelet::{register, watch_kubelet_socket};
 use crate::mps::{self, MpsDaemons};
-use crate::plan::{Plan, PlannedGpu, advertise, effective_mig_strategy};
+use crate::plan::{Plan, PlannedGpu, advertise};
 use crate::server::{RunningServer, Snapshot};
 
 /// How the plugin runs, from the command line.
@@ -37,8 +36,6 @@ use crate::server::{RunningServer, Snapshot};
 pub struct Options {
     /// The kubelet's device-plugin directory (`<kubelet-root>/device-plugins`).
     pub plugin_dir: PathBuf,
-    /// The MIG strategy from the command line; the config's applies when unset.
-    pub mig_strategy: Option<MigStrategy>,
     /// Whether CDI names are handed out by default (`--cdi`).
     pub cdi: bool,
     /// Where the CDI spec is written.
@@ -58,7 +55,7 @@ pub struct Options {
 }
 
 /// A config as the watchers deliver it: chosen, or why none could be.
-pub type ConfigUpdate = Result<ChosenConfig, String>;
+pub type ConfigUpdate = Result<NodeConfig, String>;
 
 /// What the plugin advertises, for GPUNode status.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -178,7 +175,7 @@ async fn sleep_until(at: Option<Instant>) {
 #[derive(Debug, Default)]
 struct State {
     /// The last config that planned without error.
-    good: Option<ChosenConfig>,
+    good: Option<NodeConfig>,
     plan: Plan,
     settings: Option<AllocateSettings>,
     /// Why the newest config update is not usable.
@@ -211,8 +208,7 @@ impl State {
                 }
             }
         };
-        let strategy = effective_mig_strategy(options.mig_strategy, &candidate.config);
-        match advertise(gpus, &candidate.config, strategy) {
+        match advertise(gpus, &candidate.config, candidate.mig_strategy) {
             Ok(plan) => {
                 let settings =
                     AllocateSettings::new(&candidate.config, options.cdi, &options.mps_root);

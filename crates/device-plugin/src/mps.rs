@@ -180,10 +180,11 @@ impl MpsDaemons {
 #[cfg(test)]
 mod tests {
     use crd::config::device_plugin::{MigStrategy, parse};
+    use node_runtime::testing::simulated;
 
     use super::*;
     use crate::plan::advertise;
-    use crate::plan::tests::{planned, simulated};
+    use crate::plan::tests::planned;
 
     #[test]
     fn one_daemon_per_mps_resource_with_the_replica_share() {

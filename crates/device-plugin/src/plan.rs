@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use crd::config::device_plugin::{
     AllocationPolicy, DevicePluginConfig, DeviceRef, MigStrategy, ReplicatedDevices,
     ReplicatedResource, ResourceMapping, ResourceName, SharingStrategy, mig_resource_name,
+    replica_id,
 };
-use node_agent::inventory::GpuView;
+use node_runtime::inventory::GpuView;
 
 /// The resource whole GPUs are advertised under unless a `resources.gpus` pattern says otherwise.
 const GPU_RESOURCE: &str = "nvidia.com/gpu";
@@ -113,8 +114,8 @@ pub enum PlanError {
     },
 }
 
-/// The resources a node advertises with `config` on `gpus`. `strategy` is the MIG strategy in effect (the command
-/// line's, else the config's; see [`effective_mig_strategy`]).
+/// The resources a node advertises with `config` on `gpus`. `strategy` is the MIG strategy in effect
+/// ([`NodeConfig::mig_strategy`](crd::config::device_plugin::NodeConfig::mig_strategy)).
 ///
 /// # Errors
 /// A [`PlanError`] when the config does not fit the GPUs; nothing is advertised from a config that does not fit.
@@ -166,17 +167,6 @@ pub fn advertise(
         }
     }
     Ok(plan)
-}
-
-/// The MIG strategy in effect: the command line's when given (the operator always gives the ClusterPolicy's), else
-/// the config's, else `none`; NVIDIA's plugin lets flags that are set win over the file the same way.
-#[must_use]
-pub fn effective_mig_strategy(
-    cli: Option<MigStrategy>,
-    config: &DevicePluginConfig,
-) -> MigStrategy {
-    cli.or_else(|| config.flags.as_ref().and_then(|flags| flags.mig_strategy))
-        .unwrap_or(MigStrategy::None)
 }
 
 /// Whole GPUs and MIG devices under the names the strategy and `resources` patterns give them.
@@ -346,7 +336,7 @@ fn describe(reference: &DeviceRef) -> String {
 /// The replicas of one device, `<uuid>::0` to `<uuid>::<replicas-1>`.
 fn replicate(device: &Device, replicas: u32) -> impl Iterator<Item = Device> + '_ {
     (0..replicas).map(move |replica| Device {
-        id: format!("{}::{replica}", device.uuid),
+        id: replica_id(&device.uuid, replica),
         replicas,
         ..device.clone()
     })

@@ -1,33 +1,14 @@
 use std::collections::BTreeMap;
 
 use crd::config::device_plugin::parse;
-use crd::mig::MigProfileName;
 use gpu::{GpuBackend, Simulator};
+use node_runtime::testing::simulated;
 
 use super::*;
 
-/// A simulated node in a temporary folder; on every GPU, MIG on with `devices` when `devices` is not empty.
-pub(crate) fn simulated(spec: &str, devices: &[(&str, u32)]) -> (tempfile::TempDir, Simulator) {
-    let dir = tempfile::tempdir().unwrap();
-    let simulator = Simulator::open(
-        dir.path().join("gpus.json"),
-        "node-1",
-        &spec.parse().unwrap(),
-    )
-    .unwrap();
-    if !devices.is_empty() {
-        let desired: BTreeMap<MigProfileName, u32> = devices
-            .iter()
-            .map(|(name, count)| (name.parse().unwrap(), *count))
-            .collect();
-        simulator.create_on_every_gpu(&desired).unwrap();
-    }
-    (dir, simulator)
-}
-
 /// The GPUs of a simulated node, as the planner takes them.
 pub(crate) fn planned(simulator: &Simulator) -> Vec<PlannedGpu> {
-    node_agent::inventory::read(simulator)
+    node_runtime::inventory::read(simulator)
         .unwrap()
         .into_iter()
         .map(|view| PlannedGpu {
@@ -283,20 +264,6 @@ fn globs_match_like_the_reference() {
     assert!(glob_matches("NVIDIA*40GB", "NVIDIA A100-SXM4-40GB"));
     assert!(!glob_matches("*H100*", "NVIDIA A100-SXM4-40GB"));
     assert!(!glob_matches("A100", "NVIDIA A100"));
-}
-
-#[test]
-fn the_command_line_strategy_wins_over_the_config() {
-    let config = parse("version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
-    assert_eq!(effective_mig_strategy(None, &config), MigStrategy::Mixed);
-    assert_eq!(
-        effective_mig_strategy(Some(MigStrategy::Single), &config),
-        MigStrategy::Single
-    );
-    assert_eq!(
-        effective_mig_strategy(None, &DevicePluginConfig::default()),
-        MigStrategy::None
-    );
 }
 
 #[test]

@@ -128,6 +128,8 @@ fn busiest_numa_node(candidates: &[&Device]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use crd::config::device_plugin::replica_id;
+
     use super::*;
 
     /// `replicas` replicas of each of `gpus` GPUs, GPU `n` on NUMA node `numa(n)`.
@@ -137,7 +139,7 @@ mod tests {
                 let numa_node = numa(gpu);
                 (0..replicas).map(move |replica| Device {
                     id: if replicas > 1 {
-                        format!("GPU-{gpu}::{replica}")
+                        replica_id(&format!("GPU-{gpu}"), replica)
                     } else {
                         format!("GPU-{gpu}")
                     },

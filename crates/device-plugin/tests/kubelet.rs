@@ -6,21 +6,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crd::config::device_plugin::{CommandLine, NodeConfig, device_uuid, parse_tolerant};
 use device_plugin::api::device_plugin_client::DevicePluginClient;
 use device_plugin::api::registration_server::{Registration, RegistrationServer};
 use device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, Empty, HEALTHY, KUBELET_SOCKET, RegisterRequest,
 };
-use device_plugin::config::ChosenConfig;
 use device_plugin::health::Checks;
-use device_plugin::kubelet::connect;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
 use gpu::Simulator;
-use node_agent::backend::Gpus;
+use node_runtime::backend::Gpus;
+use node_runtime::grpc::connect;
 use tokio::net::UnixSocket;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
+
+#[path = "support/mod.rs"]
+mod support;
+use support::percentiles;
 
 /// Resource name to the device list the plugin last sent: (id, health).
 type Lists = BTreeMap<String, Vec<(String, String)>>;
@@ -125,17 +129,17 @@ async fn wait_for(
 }
 
 fn config(text: &str, name: &str) -> Option<ConfigUpdate> {
-    Some(Ok(ChosenConfig {
-        name: Some(name.into()),
-        config: crd::config::device_plugin::parse(text).unwrap(),
-        warnings: Vec::new(),
-    }))
+    let parsed = parse_tolerant(text).unwrap();
+    Some(Ok(NodeConfig::new(
+        Some(name.into()),
+        parsed,
+        CommandLine::default(),
+    )))
 }
 
 fn options(dir: &Path) -> Options {
     Options {
         plugin_dir: dir.to_owned(),
-        mig_strategy: None,
         cdi: true,
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),
@@ -145,16 +149,6 @@ fn options(dir: &Path) -> Options {
         mig_poll: Duration::from_millis(200),
         health_poll: Duration::from_millis(50),
     }
-}
-
-/// p50 and p99 of some durations, in microseconds.
-fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
-    samples.sort();
-    let at = |fraction: f64| {
-        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
-        samples[position].as_micros()
-    };
-    (at(0.5), at(0.99))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,7 +205,7 @@ async fn registers_streams_allocates_recovers_and_reregisters() {
 
     // Allocate: environment and CDI name, and its latency.
     let device = lists.borrow()["nvidia.com/gpu.shared"][5].0.clone();
-    let uuid = device.split("::").next().unwrap().to_owned();
+    let uuid = device_uuid(&device).to_owned();
     let mut client =
         DevicePluginClient::new(connect(&dir.join("nvidia-gpu.shared.sock")).await.unwrap());
     let request = AllocateRequest {

@@ -344,6 +344,17 @@ pub struct HealthEvent {
     pub xid: Option<u64>,
 }
 
+impl HealthEvent {
+    /// Critical XID `xid` on GPU `gpu_index`.
+    #[must_use]
+    pub const fn xid(gpu_index: u32, xid: u64) -> Self {
+        Self {
+            gpu_index,
+            xid: Some(xid),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

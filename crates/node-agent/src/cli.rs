@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use crd::config::device_plugin::MigStrategy;
-
-use crate::backend::GpuSource;
+use crd::paths::{KUBELET_ROOT, VALIDATIONS_DIR};
+use node_runtime::backend::GpuSource;
+use node_runtime::process::Logging;
 
 /// `gpu-node-agent`: one binary per node, several roles.
 #[derive(Debug, Parser)]
@@ -19,23 +20,13 @@ use crate::backend::GpuSource;
 )]
 pub struct Cli {
     /// Log format.
-    #[arg(long, value_enum, default_value_t, global = true, env = "LOG_FORMAT")]
-    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub logging: Logging,
     /// Where the GPUs come from.
     #[command(flatten)]
     pub gpus: GpuSource,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Log output format.
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log pipelines.
-    Json,
 }
 
 /// The roles and tools.
@@ -57,7 +48,8 @@ pub enum Command {
     Exporter(ExporterArgs),
     /// The node's readiness as the operator sees it (validations, GPUNode status) as Prometheus metrics.
     StatusExporter(StatusExporterArgs),
-    /// Test tool for the simulator: inject faults into a simulated node's GPUs, list its MIG devices.
+    /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
+    /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
 }
 
@@ -102,7 +94,7 @@ pub struct MigArgs {
     pub eviction_timeout: Duration,
     /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which pods hold which GPU, so that only
     /// the pods on the GPUs being changed are evicted (without it, every pod that requests a GPU is).
-    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// The node (required for the role).
     #[command(flatten)]
@@ -147,7 +139,7 @@ pub struct StatusExporterArgs {
     #[arg(
         long,
         env = "VALIDATIONS_DIR",
-        default_value = "/run/nvidia/validations"
+        default_value = VALIDATIONS_DIR
     )]
     pub validations_dir: PathBuf,
     /// This node (its GPUNode has the same name).
@@ -158,9 +150,10 @@ pub struct StatusExporterArgs {
 /// `gpu-node-agent discovery`.
 #[derive(Debug, Args)]
 pub struct DiscoveryArgs {
-    /// How MIG devices are advertised: none, single or mixed.
-    #[arg(long, value_parser = mig_strategy)]
-    pub mig_strategy: MigStrategy,
+    /// How MIG devices are advertised: none, single or mixed; wins over the device-plugin config's
+    /// `flags.migStrategy` (none when neither says).
+    #[arg(long)]
+    pub mig_strategy: Option<MigStrategy>,
     /// ConfigMap of named device-plugin configs (for the sharing labels).
     #[arg(long)]
     pub device_plugin_config_map: Option<String>,
@@ -223,7 +216,7 @@ pub struct ExporterArgs {
     pub namespace: Option<String>,
     /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which container holds which GPU, for
     /// the pod, namespace and container labels (without it, series have none).
-    #[arg(long, env = "KUBELET_ROOT", default_value = "/var/lib/kubelet")]
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
     pub kubelet_root: PathBuf,
     /// DCGM_FI_DEV_XID_ERRORS holds a GPU's last critical XID until the GPU has had none for this many seconds,
     /// then reads 0 again (DCGM holds it forever, so alerts never resolve); 0 holds it forever too.
@@ -244,7 +237,7 @@ pub struct ValidateArgs {
     #[arg(
         long,
         env = "VALIDATIONS_DIR",
-        default_value = "/run/nvidia/validations",
+        default_value = VALIDATIONS_DIR,
         global = true
     )]
     pub validations_dir: PathBuf,
@@ -336,6 +329,16 @@ pub enum SimulatorAction {
         #[arg(long, requires = "gpu_instance")]
         compute_instance: Option<u32>,
     },
+    /// Queue a critical XID error on one GPU, as the driver reports one: the device plugin marks the GPU's devices
+    /// Unhealthy and the exporter shows it (13, 31, 43, 45, 68 and 109 are application XIDs, ignored by default).
+    Xid {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// The XID, e.g. 79 (fallen off the bus).
+        #[arg(long)]
+        xid: u64,
+    },
     /// End a simulated process.
     StopProcess {
         /// Index of the GPU.
@@ -377,16 +380,6 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     parsed.ok_or_else(|| {
         format!("expected :PORT or ADDRESS:PORT (an IP address, e.g. 127.0.0.1:9400 or [::]:9400), got {text:?}")
     })
-}
-
-/// The strategy as the operator writes it.
-fn mig_strategy(text: &str) -> Result<MigStrategy, String> {
-    match text {
-        "none" => Ok(MigStrategy::None),
-        "single" => Ok(MigStrategy::Single),
-        "mixed" => Ok(MigStrategy::Mixed),
-        other => Err(format!("expected none, single or mixed, got {other:?}")),
-    }
 }
 
 #[cfg(test)]
@@ -439,7 +432,7 @@ mod tests {
         ])
         .unwrap();
         assert!(
-            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == MigStrategy::Mixed && !d.no_timestamp)
+            matches!(cli.command, Command::Discovery(ref d) if d.mig_strategy == Some(MigStrategy::Mixed) && !d.no_timestamp)
         );
 
         let cli = parse(&["node-facts", "--host-root", "/host", "--node-name", "n1"]).unwrap();
@@ -542,6 +535,28 @@ mod tests {
             .chain(["--gpu-instance", "1"])
             .collect();
         assert!(parse(&half).is_err());
+    }
+
+    #[test]
+    fn xids_are_injected_by_the_simulator_tool() {
+        let cli = parse(&[
+            "simulator",
+            "--node-name",
+            "n1",
+            "xid",
+            "--gpu",
+            "2",
+            "--xid",
+            "79",
+        ])
+        .unwrap();
+        let Command::Simulator(simulator) = cli.command else {
+            panic!("simulator")
+        };
+        assert!(matches!(
+            simulator.action,
+            SimulatorAction::Xid { gpu: 2, xid: 79 }
+        ));
     }
 
     #[test]

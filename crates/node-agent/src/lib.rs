@@ -9,71 +9,21 @@
 //! - [`exporter`]: DCGM-exporter compatible GPU metrics, attributed to pods through the kubelet.
 //! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
 //!
-//! Every role that talks to the cluster keeps the node's GPUNode status current ([`gpunode`]). GPUs come from
-//! NVML or the simulator ([`backend`]). Decisions are pure functions (`mig::state`, `mig::assess`,
-//! `mig::clients`, `mig::holders`, `discovery::labels`, `exporter::config`, `exporter::families`); I/O sits in
-//! `kube_io`, `gpunode`, `mig::drain`, `pod_resources` (the kubelet's PodResources API), `exporter::collect`,
-//! `exporter::server` and the runners.
+//! Every role that talks to the cluster keeps the node's GPUNode status current. What the roles share with the
+//! device plugin (GPU source and inventory, own-Node and GPUNode I/O, the run loop, logging) is the `node-runtime`
+//! crate. Decisions are pure functions (`mig::state`, `mig::assess`, `mig::clients`, `mig::holders`,
+//! `discovery::labels`, `exporter::config`, `exporter::families`); I/O sits in `mig::drain`, `pod_resources` (the
+//! kubelet's PodResources API), `exporter::collect`, `exporter::server` and the runners.
 
-pub mod backend;
 pub mod cli;
 pub mod discovery;
 pub mod exporter;
-pub mod gpunode;
-pub mod inventory;
-pub mod kube_io;
 pub mod mig;
 pub mod node_facts;
-pub mod node_patch;
-pub mod pod_resources;
+mod pod_resources;
 pub mod simulator_tool;
 pub mod status_exporter;
 pub mod validate;
-
-use std::time::Duration;
-
-/// Growing waits between retries of something that failed (1 s doubling to 30 s), so that an API server outage
-/// is neither hammered nor waited out for long once it ends.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    next: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self { next: Self::FIRST }
-    }
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_secs(1);
-    const MAX: Duration = Duration::from_secs(30);
-
-    /// The wait before the next retry; each call doubles the following one.
-    pub fn delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        delay
-    }
-
-    /// Starts over after a success.
-    pub fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-
-    /// Waits for the next retry.
-    pub async fn wait(&mut self) {
-        tokio::time::sleep(self.delay()).await;
-    }
-
-    /// Waits for the next retry, or less when `sooner` completes first (new input makes retrying worthwhile).
-    pub async fn wait_or<F: Future>(&mut self, sooner: F) {
-        tokio::select! {
-            () = self.wait() => {}
-            _ = sooner => {}
-        }
-    }
-}
 
 /// Builders the unit tests of several roles share.
 #[cfg(test)]
@@ -90,19 +40,5 @@ pub(crate) mod test_support {
             ),
             ..ConfigMap::default()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_a_limit_and_resets() {
-        let mut backoff = Backoff::default();
-        let delays: Vec<u64> = (0..7).map(|_| backoff.delay().as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
-        backoff.reset();
-        assert_eq!(backoff.delay().as_secs(), 1);
     }
 }

@@ -6,17 +6,15 @@
 //! host. The answer is read whole on each call: pods come and go while a change waits for them.
 //!
 //! Our device plugin advertises device IDs that are a GPU UUID (`GPU-...`), a MIG device UUID (`MIG-...`), or
-//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); [`device_uuid`] names the device
-//! behind an ID.
+//! either with a replica suffix (`GPU-...::3`, time-slicing and MPS replicas); `crd`'s `device_uuid` names the
+//! device behind an ID.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::transport::{Endpoint, Uri};
+use node_runtime::grpc;
 
 #[allow(
     missing_docs,
@@ -74,14 +72,6 @@ impl PodDevices {
     }
 }
 
-/// The GPU or MIG device UUID a device ID names, without a replica suffix (`GPU-abc::3` → `GPU-abc`).
-#[must_use]
-pub fn device_uuid(device_id: &str) -> &str {
-    device_id
-        .split_once("::")
-        .map_or(device_id, |(uuid, _)| uuid)
-}
-
 /// Why the kubelet could not say which pod holds which device.
 #[derive(Debug, thiserror::Error)]
 pub enum PodResourcesError {
@@ -131,15 +121,10 @@ pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesEr
     if matches!(tokio::fs::try_exists(&socket).await, Ok(false)) {
         return Err(PodResourcesError::SocketMissing { socket });
     }
-    let dial = socket.clone();
-    // The URI is a placeholder gRPC needs; the connector dials the socket.
-    let channel = Endpoint::from_static("http://localhost")
+    let endpoint = grpc::endpoint()
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let dial = dial.clone();
-            async move { UnixStream::connect(dial).await.map(TokioIo::new) }
-        }))
+        .timeout(CALL_TIMEOUT);
+    let channel = grpc::connect_with(endpoint, &socket)
         .await
         .map_err(|source| PodResourcesError::Connect { socket, source })?;
     let answer = PodResourcesListerClient::new(channel)
@@ -306,13 +291,6 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(pods[1].devices().count(), 0);
-    }
-
-    #[test]
-    fn replica_suffixes_are_stripped() {
-        assert_eq!(device_uuid("GPU-abc::3"), "GPU-abc");
-        assert_eq!(device_uuid("MIG-def::10"), "MIG-def");
-        assert_eq!(device_uuid("GPU-abc"), "GPU-abc");
     }
 
     #[tokio::test]

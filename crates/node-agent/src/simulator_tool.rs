@@ -1,6 +1,6 @@
 //! `gpu-node-agent simulator`: for end-to-end tests, injects faults into a simulated node from outside the agent
 //! (a slow MIG change that a test can kill the agent in the middle of, GPUs that cannot be reset, processes using
-//! GPU memory, which the exporter's metrics show) and lists its MIG devices (to show that a change keeps the
+//! GPU memory, which the exporter's metrics show, XID errors, which the device plugin and the exporter see) and lists its MIG devices (to show that a change keeps the
 //! devices of the GPUs it does not touch).
 
 use std::time::Duration;
@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use gpu::simulator::ResetFailure;
 use gpu::{GpuBackend, GpuProcess};
+use node_runtime::backend::{GpuSource, Gpus};
 
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::{ResetFailureArg, SimulatorAction, SimulatorArgs};
 
 /// Injects the fault (into every GPU of the node, or the one named), or lists the MIG devices.
@@ -53,6 +53,7 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
             },
         )?,
         SimulatorAction::StopProcess { gpu, pid } => simulator.stop_process(gpu, pid)?,
+        SimulatorAction::Xid { gpu, xid } => simulator.inject_xid(gpu, xid)?,
         SimulatorAction::Devices => {
             for gpu in 0..simulator.gpu_count()? {
                 for device in simulator.mig_devices(gpu)? {

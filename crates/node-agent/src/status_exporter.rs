@@ -22,8 +22,9 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::header::{CONTENT_TYPE, HeaderName};
 use axum::routing::get;
-use crd::gpu_node::GpuNodeStatus;
+use crd::gpu_node::{GpuNodeStatus, MigState};
 use futures::StreamExt;
+use node_runtime::kube_io;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -33,7 +34,6 @@ use tokio::sync::watch;
 use tracing::info;
 
 use crate::cli::StatusExporterArgs;
-use crate::kube_io;
 use crate::validate::Part;
 
 /// OpenMetrics text, which prometheus-client writes (every series here is a gauge, so nothing is renamed).
@@ -128,7 +128,7 @@ pub fn render(state: &NodeState) -> String {
             )
             .get_or_create(&node(&[
                 ("config", mig.config.as_deref().unwrap_or_default()),
-                ("state", mig.state.as_deref().unwrap_or_default()),
+                ("state", mig.state.map_or("", MigState::as_str)),
             ]))
             .set(1);
         }
@@ -138,7 +138,7 @@ pub fn render(state: &NodeState) -> String {
                 "gpu_operator_node_health",
                 "1 for the node's GPU health: Healthy, Degraded or Unhealthy.",
             )
-            .get_or_create(&node(&[("health", health)]))
+            .get_or_create(&node(&[("health", health.as_str())]))
             .set(1);
         }
     }
@@ -214,7 +214,7 @@ pub async fn run(args: StatusExporterArgs) -> anyhow::Result<()> {
 mod tests {
     use std::time::Duration;
 
-    use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, MigStatus};
+    use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, Health, MigStatus};
 
     use super::*;
 
@@ -277,10 +277,10 @@ mod tests {
             }),
             mig: Some(MigStatus {
                 config: Some("all-1g.10gb".into()),
-                state: Some("failed".into()),
+                state: Some(MigState::Failed),
                 ..MigStatus::default()
             }),
-            health: Some("Degraded".into()),
+            health: Some(Health::Degraded),
             ..GpuNodeStatus::default()
         };
         let text = render(&NodeState {

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
+use node_runtime::backend::{GpuSource, Gpus};
 use tracing::{info, warn};
 
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::{ValidateArgs, ValidateStep};
 
 /// How often `wait` says what it is still waiting for.

@@ -163,7 +163,7 @@ fn default_driver_install_dir() -> String {
 }
 
 fn default_kubelet_root_dir() -> String {
-    "/var/lib/kubelet".into()
+    crate::paths::KUBELET_ROOT.into()
 }
 
 /// A section of NVIDIA's ClusterPolicy that this operator accepts and keeps but does not implement (vGPU,

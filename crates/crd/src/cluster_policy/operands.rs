@@ -313,7 +313,7 @@ pub struct MpsSpec {
 }
 
 fn default_mps_root() -> String {
-    "/run/nvidia/mps".into()
+    crate::paths::MPS_ROOT.into()
 }
 
 /// The DCGM-style exporter, which serves GPU metrics on port 9400 for Prometheus.

@@ -94,10 +94,7 @@ impl Simulator {
             state.gpu(gpu)?;
             state.events.push(StoredEvent {
                 sequence: state.next_event,
-                event: HealthEvent {
-                    gpu_index: gpu,
-                    xid: Some(xid),
-                },
+                event: HealthEvent::xid(gpu, xid),
             });
             state.next_event += 1;
             let excess = state.events.len().saturating_sub(KEPT_EVENTS);

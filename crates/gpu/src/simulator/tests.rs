@@ -307,10 +307,7 @@ fn xid_events_reach_every_handle_once() {
     let exporter = open(&dir, "h200:2");
     let test = open(&dir, "h200:2");
     test.inject_xid(1, 79).unwrap();
-    let expected = [HealthEvent {
-        gpu_index: 1,
-        xid: Some(79),
-    }];
+    let expected = [HealthEvent::xid(1, 79)];
     assert_eq!(plugin.health_events().unwrap(), expected);
     assert_eq!(exporter.health_events().unwrap(), expected);
     assert!(plugin.health_events().unwrap().is_empty());

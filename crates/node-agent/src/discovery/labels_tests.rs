@@ -1,5 +1,7 @@
+use node_runtime::inventory::{GpuView, read};
+use node_runtime::testing::simulated;
+
 use super::*;
-use crate::inventory::{GpuView, read, tests::simulated};
 
 fn with_sharing(text: &str) -> Sharing {
     Sharing::of(&crd::config::device_plugin::parse(text).unwrap()).unwrap()

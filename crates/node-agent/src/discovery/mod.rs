@@ -9,19 +9,24 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
-use crd::config::device_plugin::{MigStrategy, parse_config_map};
+use crd::config::device_plugin::{
+    ChoiceError, CommandLine, ConfigInputs, MigStrategy, NodeConfig, node_config,
+};
 use crd::gpu_node::GpuNodeStatus;
-use crd::labels::{DEVICE_PLUGIN_CONFIG, SIMULATED_GPUS_ANNOTATION};
+use crd::gpu_node::field_manager::DISCOVERY;
+use crd::labels::DEVICE_PLUGIN_CONFIG;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_runtime::inventory::{self, GpuView};
+use node_runtime::kube_io::{self, NodeApi, Watched};
+use node_runtime::run_loop::run_on_changes;
+use node_runtime::start::NodeRole;
 use tracing::{info, instrument, warn};
 
 use self::labels::{Facts, PCI_CLASS_3D, Sharing};
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::DiscoveryArgs;
-use crate::gpunode::{DISCOVERY, GpuNodeWriter, inventory_status, node_error};
-use crate::inventory::{self, GpuView};
-use crate::kube_io::{self, NodeApi, Watched};
 use crate::node_facts::host;
 
 /// The component name in `lastError`.
@@ -34,36 +39,27 @@ const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
 /// # Errors
 /// When the role cannot start: no API access, no GPUs.
 pub async fn run(args: DiscoveryArgs, source: &GpuSource) -> anyhow::Result<()> {
-    let name = &args.node.node_name;
-    let client = kube_io::client().await?;
-    let node_api = NodeApi::new(client.clone(), name);
-    let node = node_api.get().await?;
-    let gpus = Gpus::open(
-        source,
-        Some(name),
-        kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION),
-    )?;
-    let mut status = GpuNodeWriter::new(client.clone(), name, DISCOVERY);
-    status.ensure(&node).await?;
-    let mut inputs = kube_io::watch_inputs(
-        &node_api,
-        client,
+    let role = NodeRole::start(source, &args.node.node_name).await?;
+    let mut status = role.gpu_node_writer(DISCOVERY).await?;
+    let inputs = kube_io::watch_inputs(
+        &role.node_api,
+        role.client.clone(),
         &args.node.namespace,
         args.device_plugin_config_map.as_deref(),
     );
-    info!(node = %name, strategy = ?args.mig_strategy, "feature discovery started");
-    loop {
-        let latest = inputs.borrow_and_update().clone();
-        if let Some(watched) = latest
-            && let Err(error) = reconcile(&args, &gpus, &node_api, &mut status, &watched).await
-        {
-            warn!(error = %format!("{error:#}"), "discovery pass failed; retrying at the next interval");
-        }
-        tokio::select! {
-            changed = inputs.changed() => changed.context("the watch ended")?,
-            () = tokio::time::sleep(args.interval) => {}
-        }
-    }
+    info!(node = %args.node.node_name, strategy = ?args.mig_strategy, "feature discovery started");
+    let ended = run_on_changes(
+        inputs,
+        Some(args.interval),
+        async |latest: Option<Watched>| match latest {
+            Some(watched) => {
+                reconcile(&args, &role.gpus, &role.node_api, &mut status, &watched).await
+            }
+            None => Ok(()),
+        },
+    )
+    .await;
+    Err(ended.into())
 }
 
 /// One pass: read the GPUs, compute the labels, patch what changed, report.
@@ -150,66 +146,55 @@ fn pci_classes(gpus: &Gpus, views: &[GpuView], dir: &Path) -> BTreeMap<String, u
 
 /// What feature discovery takes from the device-plugin config the node selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Selected {
+pub struct Selected {
     /// The sharing it sets up, if any.
-    sharing: Option<Sharing>,
-    /// Its `flags.migStrategy`, else `--mig-strategy`.
-    strategy: MigStrategy,
-    /// Its `flags.gfd.noTimestamp`, else `--no-timestamp`.
-    no_timestamp: bool,
+    pub sharing: Option<Sharing>,
+    /// The MIG strategy in effect.
+    pub strategy: MigStrategy,
+    /// Whether `gfd.timestamp` is left out.
+    pub no_timestamp: bool,
     /// What is wrong with the selection, if anything.
-    problem: Option<String>,
+    pub problem: Option<String>,
 }
 
-/// The config this node selects (its label, else the default key, else the only key) and what it sets. The
-/// config file's flags win over the command line's, as the device plugin and GFD read them from the same file.
-fn select_config(
+/// The config this node selects and what it sets, decided as the device plugin decides it ([`node_config`]), so
+/// that the labels and the advertised resources agree. Without a ConfigMap, or without a key to choose, the
+/// command line's settings on the built-in config; a chosen key that is missing or invalid is a problem, and the
+/// labels follow the command line meanwhile.
+#[must_use]
+pub fn select_config(
     args: &DiscoveryArgs,
     labels: &BTreeMap<String, String>,
     config_map: Option<&ConfigMap>,
 ) -> Selected {
-    let from_args = |problem| Selected {
-        sharing: None,
-        strategy: args.mig_strategy,
+    let command_line = CommandLine {
+        mig_strategy: args.mig_strategy,
         no_timestamp: args.no_timestamp,
+    };
+    let selected = |config: NodeConfig, problem| Selected {
+        sharing: Sharing::of(&config.config),
+        strategy: config.mig_strategy,
+        no_timestamp: config.no_timestamp,
         problem,
     };
-    let (Some(name), Some(config_map)) = (&args.device_plugin_config_map, config_map) else {
-        return from_args(None);
+    let Some(name) = &args.device_plugin_config_map else {
+        return selected(NodeConfig::built_in(command_line), None);
     };
-    let data = config_map.data.clone().unwrap_or_default();
-    let key = labels
-        .get(DEVICE_PLUGIN_CONFIG)
-        .or(args.default_config.as_ref())
-        .cloned()
-        .or_else(|| {
-            (data.len() == 1)
-                .then(|| data.keys().next().cloned())
-                .flatten()
-        });
-    let Some(key) = key else {
-        return from_args(None);
+    let inputs = ConfigInputs {
+        map: name,
+        data: config_map.and_then(|config_map| config_map.data.as_ref()),
+        label: labels.get(DEVICE_PLUGIN_CONFIG).map(String::as_str),
+        default: args.default_config.as_deref(),
     };
-    let mut parsed = parse_config_map(&data);
-    if let Some(error) = parsed.errors.iter().find(|error| error.key == key) {
-        return from_args(Some(format!("device-plugin ConfigMap {name}: {error}")));
-    }
-    let Some(config) = parsed.configs.remove(&key) else {
-        return from_args(Some(format!(
-            "device-plugin ConfigMap {name} has no key {key}"
-        )));
-    };
-    let flags = config.flags.as_ref();
-    Selected {
-        sharing: Sharing::of(&config),
-        strategy: flags
-            .and_then(|flags| flags.mig_strategy)
-            .unwrap_or(args.mig_strategy),
-        no_timestamp: flags
-            .and_then(|flags| flags.gfd.as_ref())
-            .and_then(|gfd| gfd.no_timestamp)
-            .unwrap_or(args.no_timestamp),
-        problem: None,
+    match node_config(&inputs, command_line) {
+        Ok(config) => selected(config, None),
+        Err(ChoiceError::NoConfigMap(_) | ChoiceError::NoKey { .. }) => {
+            selected(NodeConfig::built_in(command_line), None)
+        }
+        Err(error) => selected(
+            NodeConfig::built_in(command_line),
+            Some(format!("device-plugin config: {error}")),
+        ),
     }
 }
 
@@ -265,11 +250,22 @@ mod tests {
             select_config(&args, &BTreeMap::new(), Some(&data)),
             Selected {
                 sharing: None,
-                strategy: MigStrategy::Mixed,
+                strategy: MigStrategy::Single,
                 no_timestamp: true,
                 problem: None
             },
-            "default key, its flags"
+            "default key: --mig-strategy over its flags.migStrategy, its flags.gfd.noTimestamp"
+        );
+        let without_flag = self::args(&[
+            "--device-plugin-config-map",
+            "dp",
+            "--default-config",
+            "any",
+        ]);
+        assert_eq!(
+            select_config(&without_flag, &BTreeMap::new(), Some(&data)).strategy,
+            MigStrategy::Mixed,
+            "without --mig-strategy, the file's"
         );
         let labelled = BTreeMap::from([(DEVICE_PLUGIN_CONFIG.to_owned(), "slice-4".to_owned())]);
         let selected = select_config(&args, &labelled, Some(&data));
@@ -284,7 +280,10 @@ mod tests {
             select_config(&args, &missing, Some(&data))
                 .problem
                 .as_deref(),
-            Some("device-plugin ConfigMap dp has no key nope")
+            Some(
+                "device-plugin config: ConfigMap dp has no key \"nope\" (keys: any, slice-4); fix the node label or \
+                 the ConfigMap"
+            )
         );
     }
 

@@ -10,12 +10,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpu::{GpuBackend, GpuDetails, GpuError, HealthEvent, Telemetry};
+use node_runtime::backend::Gpus;
 use tracing::{info, warn};
 
 use super::config::Selection;
 use super::families::{GpuReading, Holders, MetricFamily, NodeReading, families};
 use super::xid::XidGauge;
-use crate::backend::Gpus;
 use crate::pod_resources::{self, PodResourcesError};
 
 /// What one pass over the GPUs read.

@@ -20,7 +20,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crd::config::device_plugin::device_uuid;
 use gpu::{GpuDetails, GpuInventory, GpuProcess, MigDevice, Telemetry};
+use node_runtime::inventory::profile_name;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
@@ -29,8 +31,7 @@ use prometheus_client::registry::Registry;
 use super::config::Selection;
 use super::fields::{Field, Kind};
 use super::xid::XidGauge;
-use crate::inventory::profile_name;
-use crate::pod_resources::{PodDevices, device_uuid};
+use crate::pod_resources::PodDevices;
 
 /// One MIG GPU instance as read at one collection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 use std::time::{Duration, Instant};
 
 use gpu::{GpuBackend, GpuDetails, GpuProcess, Simulator};
+use node_runtime::testing::simulated;
 
 use super::*;
 use crate::exporter::collect::read_gpus;
-use crate::inventory::tests::simulated;
 use crate::pod_resources::ContainerDevices;
 
 const HOST: &str = "node-1";

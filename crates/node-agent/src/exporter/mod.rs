@@ -28,15 +28,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use futures::StreamExt;
 use kube::Client;
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::kube_io;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use self::collect::Collector;
 use self::config::{ConfigMapError, Selection, from_config_map};
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::ExporterArgs;
-use crate::kube_io;
 
 /// Runs the role until the process is stopped.
 ///

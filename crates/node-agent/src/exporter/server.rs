@@ -86,12 +86,12 @@ mod tests {
     use std::time::Instant;
 
     use gpu::{GpuBackend, GpuProcess};
+    use node_runtime::backend::Gpus;
+    use node_runtime::testing::simulated;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
     use super::*;
-    use crate::backend::Gpus;
-    use crate::inventory::tests::simulated;
     use crate::pod_resources::tests::{container, fake, serve as serve_kubelet};
 
     /// A plain HTTP/1.1 GET: the status line and headers, and the body.

@@ -53,13 +53,6 @@ impl XidGauge {
 mod tests {
     use super::*;
 
-    fn xid(gpu_index: u32, xid: u64) -> HealthEvent {
-        HealthEvent {
-            gpu_index,
-            xid: Some(xid),
-        }
-    }
-
     #[test]
     fn an_xid_shows_then_clears_after_the_quiet_period() {
         let start = Instant::now();
@@ -68,14 +61,21 @@ mod tests {
         gauge.record(&[], at(0));
         assert_eq!(gauge.value(0), 0);
 
-        gauge.record(&[xid(0, 48), xid(1, 13), xid(0, 79)], at(10));
+        gauge.record(
+            &[
+                HealthEvent::xid(0, 48),
+                HealthEvent::xid(1, 13),
+                HealthEvent::xid(0, 79),
+            ],
+            at(10),
+        );
         assert_eq!(
             (gauge.value(0), gauge.value(1), gauge.value(2)),
             (79, 13, 0)
         );
 
         // A repeat starts the quiet period over, for its GPU only.
-        gauge.record(&[xid(1, 13)], at(200));
+        gauge.record(&[HealthEvent::xid(1, 13)], at(200));
         gauge.record(&[], at(309));
         assert_eq!((gauge.value(0), gauge.value(1)), (79, 13));
         gauge.record(&[], at(310));
@@ -99,7 +99,7 @@ mod tests {
     fn zero_keeps_the_last_xid_as_dcgm() {
         let start = Instant::now();
         let mut gauge = XidGauge::new(Duration::ZERO);
-        gauge.record(&[xid(3, 94)], start);
+        gauge.record(&[HealthEvent::xid(3, 94)], start);
         gauge.record(&[], start + Duration::from_secs(86_400 * 365));
         assert_eq!(gauge.value(3), 94);
     }

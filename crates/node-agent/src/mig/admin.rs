@@ -5,12 +5,12 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, bail};
 use crd::config::mig_parted;
+use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::inventory::{self, GpuView};
 
 use super::assess::{GpuChange, assess};
 use super::gpus::{Target, change, verify};
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::MigAction;
-use crate::inventory::{self, GpuView};
 
 /// Runs an admin action.
 ///
@@ -117,8 +117,10 @@ pub fn describe(views: &[GpuView], changes: &[GpuChange]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
+
     use super::*;
-    use crate::inventory::{read, tests::simulated};
 
     #[test]
     fn plan_describes_every_gpu() {

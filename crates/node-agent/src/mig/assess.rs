@@ -11,8 +11,7 @@ use crd::config::mig_parted::ParsedMigConfig;
 use crd::gpu_node::GpuMigGeometry;
 use crd::mig::MigProfileName;
 use gpu::planner::{MigPlan, ModeChange, PlanError, decide, plan};
-
-use crate::inventory::GpuView;
+use node_runtime::inventory::GpuView;
 
 /// What one GPU needs to reach its entry of the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,8 +136,10 @@ pub fn assess(
 
 #[cfg(test)]
 mod tests {
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
+
     use super::*;
-    use crate::inventory::{read, tests::simulated};
     use crate::mig::state::{Assessment, Decision, Observation, Request, decide};
 
     fn config() -> ParsedMigConfig {

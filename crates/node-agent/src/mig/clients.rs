@@ -9,12 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use crd::gpu_node::GpuMigGeometry;
+use crd::gpu_node::{GpuMigGeometry, MigState};
 use crd::labels::{MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE, deploy_label};
+use node_runtime::node_patch::MetadataPatch;
 use serde::{Deserialize, Serialize};
-
-use super::state::MigState;
-use crate::node_patch::MetadataPatch;
 
 /// Node annotation holding the [`Progress`] of a change underway; absent when none is.
 pub const PROGRESS_ANNOTATION: &str = "nvidia.com/mig.config.progress";

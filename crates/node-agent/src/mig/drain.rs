@@ -19,12 +19,12 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, EvictParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use node_runtime::kube_io::KubeError;
 use tokio::time::{Instant, sleep};
 use tracing::{debug, info};
 
 use super::clients::GPU_CLIENTS;
 use super::holders::{Disturbed, is_gpu_resource};
-use crate::kube_io::KubeError;
 use crate::pod_resources;
 
 /// Time between looks while waiting for pods to go, and between eviction retries.
@@ -119,7 +119,7 @@ impl std::fmt::Debug for NodePods {
 impl NodePods {
     /// The pods on `node`; the GPU clients are looked for in `namespace` (the operator's), and which pod holds
     /// which GPU is asked of the kubelet whose root directory is `kubelet_root`. `client` must not retry 429
-    /// answers itself ([`client_without_retries`](crate::kube_io::client_without_retries)), or one refused
+    /// answers itself ([`client_without_retries`](node_runtime::kube_io::client_without_retries)), or one refused
     /// eviction would block for minutes instead of being reported.
     #[must_use]
     pub fn new(client: Client, node: &str, namespace: &str, kubelet_root: &Path) -> Self {

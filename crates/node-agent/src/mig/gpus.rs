@@ -324,7 +324,7 @@ pub fn verify(backend: &dyn GpuBackend, targets: &[Target]) -> Vec<Mismatch> {
 
 /// What a GPU has, for a mismatch report (empty when it cannot be read).
 fn found_geometry(backend: &dyn GpuBackend, gpu: u32) -> GpuMigGeometry {
-    crate::inventory::read(backend)
+    node_runtime::inventory::read(backend)
         .ok()
         .and_then(|gpus| gpus.into_iter().find(|view| view.inventory.index == gpu))
         .map_or_else(
@@ -364,9 +364,10 @@ pub fn simulated_reboot(simulator: &gpu::Simulator, gpus: &[u32]) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use gpu::GpuProcess;
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
 
     use super::*;
-    use crate::inventory::{read, tests::simulated};
 
     fn target(gpu: u32, devices: &[(&str, u32)]) -> Target {
         Target {
@@ -476,7 +477,7 @@ mod tests {
     #[test]
     fn rolling_back_to_a_recorded_geometry_touches_only_what_changed() {
         let (_dir, simulator) = simulated("a100-80gb:2", &[("1g.10gb", 7)]);
-        let previous = crate::inventory::geometries(&read(simulator.as_ref()).unwrap());
+        let previous = node_runtime::inventory::geometries(&read(simulator.as_ref()).unwrap());
         let untouched = uuids(simulator.as_ref(), 1);
         change(simulator.as_ref(), &[target(0, &[("3g.40gb", 2)])], false).unwrap();
         let back: Vec<Target> = previous

@@ -9,8 +9,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::inventory::GpuView;
-use crate::pod_resources::{PodDevices, device_uuid};
+use crd::config::device_plugin::device_uuid;
+use node_runtime::inventory::GpuView;
+
+use crate::pod_resources::PodDevices;
 
 /// Whether a resource is one of our GPU resources: whole or shared GPUs (`nvidia.com/gpu`,
 /// `nvidia.com/gpu.shared`, ...) or MIG devices (`nvidia.com/mig-1g.10gb`, ...).
@@ -89,9 +91,10 @@ impl Disturbed {
 
 #[cfg(test)]
 mod tests {
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
+
     use super::*;
-    use crate::inventory::read;
-    use crate::inventory::tests::simulated;
     use crate::pod_resources::ContainerDevices;
 
     fn pod(name: &str, devices: &[(&str, &[&str])]) -> PodDevices {

@@ -17,11 +17,13 @@ use super::gpus::{ChangeError, Mismatch, Target};
 use super::observe::{ConfigSource, Rejection, observe};
 use super::reboot::{RebootError, reboot};
 use super::report::{MigEvent, Reporter};
-use super::state::{Context, Decision, Failure, MigState, Next, Request, Step, next};
-use crate::backend::Gpus;
-use crate::gpunode::GpuNodeWriter;
-use crate::inventory::{self, GpuView};
-use crate::kube_io::{KubeError, NodeApi, NodeEvents, Watched};
+use crd::gpu_node::MigState;
+
+use super::state::{Context, Decision, Failure, Next, Request, Step, next};
+use node_runtime::backend::Gpus;
+use node_runtime::gpunode::GpuNodeWriter;
+use node_runtime::inventory::{self, GpuView};
+use node_runtime::kube_io::{KubeError, NodeApi, NodeEvents, Watched};
 
 #[cfg(test)]
 mod fake_api;
@@ -353,7 +355,7 @@ impl MigManager {
         progress: Option<&Progress>,
         state: Option<MigState>,
     ) -> Result<(), ReconcileError> {
-        let mut retry = crate::Backoff::default();
+        let mut retry = node_runtime::Backoff::default();
         loop {
             let attempt = async {
                 let node = self.node.get().await?;

@@ -22,18 +22,16 @@ pub mod state;
 mod steps;
 
 use anyhow::Context;
-use crd::labels::SIMULATED_GPUS_ANNOTATION;
-use tracing::{error, info, warn};
+use crd::gpu_node::field_manager::MIG_MANAGER;
+use node_runtime::backend::GpuSource;
+use node_runtime::kube_io::{self, Watched};
+use node_runtime::run_loop::run_on_changes;
+use node_runtime::start::NodeRole;
+use tracing::{info, warn};
 
-use crate::backend::{GpuSource, Gpus};
 use crate::cli::MigArgs;
-use crate::gpunode::{GpuNodeWriter, MIG_MANAGER};
-use crate::kube_io::{self, NodeApi, NodeEvents};
 
 pub use manager::Settings;
-
-/// The ConfigMap key holding the mig-parted config, as in NVIDIA's operator.
-pub const CONFIG_KEY: &str = "config.yaml";
 
 /// NVIDIA's default mig-parted config with the configs `extra` appended, for the tests.
 #[cfg(test)]
@@ -63,16 +61,8 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
             "host GPU services listed in the GPU clients ConfigMap are not stopped by this MIG manager"
         );
     }
-    let client = kube_io::client().await?;
-    let node_api = NodeApi::new(client.clone(), &node_args.node_name);
-    let node = node_api.get().await?;
-    let gpus = Gpus::open(
-        source,
-        Some(&node_args.node_name),
-        kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION),
-    )?;
-    let mut status = GpuNodeWriter::new(client.clone(), &node_args.node_name, MIG_MANAGER);
-    status.ensure(&node).await?;
+    let role = NodeRole::start(source, &node_args.node_name).await?;
+    let status = role.gpu_node_writer(MIG_MANAGER).await?;
     let stored = status.stored().await?;
     let settings = Settings {
         namespace: node_args.namespace.clone(),
@@ -85,10 +75,10 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
     };
     let mut manager = manager::MigManager::new(
         manager::Parts {
-            node: node_api.clone(),
-            gpus,
+            node: role.node_api.clone(),
+            gpus: role.gpus.clone(),
             status,
-            events: NodeEvents::new(client.clone(), MIG_MANAGER, &node),
+            events: role.events(MIG_MANAGER),
             pods: drain::NodePods::new(
                 kube_io::client_without_retries().await?,
                 &node_args.node_name,
@@ -100,24 +90,16 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
         stored.as_ref(),
     );
     info!(node = %node_args.node_name, %config_map, "MIG manager started");
-    let mut inputs =
-        kube_io::watch_inputs(&node_api, client, &node_args.namespace, Some(&config_map));
-    let mut retry = crate::Backoff::default();
-    loop {
-        let latest = inputs.borrow_and_update().clone();
-        let Some(watched) = latest else {
-            inputs.changed().await.context("the watch ended")?;
-            continue;
-        };
-        match manager.reconcile(&watched).await {
-            Ok(()) => {
-                retry.reset();
-                inputs.changed().await.context("the watch ended")?;
-            }
-            Err(failure) => {
-                error!(error = %failure, "reconcile failed; retrying");
-                retry.wait_or(inputs.changed()).await;
-            }
-        }
-    }
+    let inputs = kube_io::watch_inputs(
+        &role.node_api,
+        role.client,
+        &node_args.namespace,
+        Some(&config_map),
+    );
+    let ended = run_on_changes(inputs, None, async |latest: Option<Watched>| match latest {
+        Some(watched) => manager.reconcile(&watched).await,
+        None => Ok(()),
+    })
+    .await;
+    Err(ended.into())
 }

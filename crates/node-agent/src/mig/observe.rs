@@ -13,12 +13,12 @@ use gpu::planner::PlanError;
 use kube::ResourceExt;
 use tracing::warn;
 
-use super::CONFIG_KEY;
 use super::assess::{AssessError, GpuChange, assess};
 use super::clients::Progress;
 use super::state::{Assessment, Decision, Observation, Request, decide};
-use crate::inventory::GpuView;
-use crate::kube_io::{self, Watched};
+use crd::config::mig_parted::CONFIG_KEY;
+use node_runtime::inventory::GpuView;
+use node_runtime::kube_io::{self, Watched};
 
 /// Where the mig-parted config file comes from: a key of a ConfigMap in the operator's namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,9 +188,10 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
 
     use super::*;
-    use crate::inventory::{read, tests::simulated};
     use crate::mig::nvidia_config_with;
     use crate::test_support::config_map;
+    use node_runtime::inventory::read;
+    use node_runtime::testing::simulated;
 
     /// A config that NVIDIA's file would hold if it gave the A100-80GB a profile it does not have.
     const BROKEN: &str = r#"  broken:

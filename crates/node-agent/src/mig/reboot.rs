@@ -10,7 +10,7 @@ use std::process::ExitStatus;
 use tracing::info;
 
 use super::gpus::{ChangeError, simulated_reboot};
-use crate::backend::Gpus;
+use node_runtime::backend::Gpus;
 
 /// Why the node was not rebooted.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +85,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::inventory::tests::simulated;
+    use node_runtime::testing::simulated;
 
     #[tokio::test]
     async fn a_failing_reboot_command_says_which_and_how_to_fix_it() {

@@ -6,10 +6,10 @@ use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus, MigStatus, NodeError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::state::MigState;
-use crate::gpunode::{GpuNodeWriter, inventory_status, node_error};
-use crate::inventory::{self, GpuView};
-use crate::kube_io::{KubeError, NodeEvents};
+use crd::gpu_node::MigState;
+use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
+use node_runtime::inventory::{self, GpuView};
+use node_runtime::kube_io::{KubeError, NodeEvents};
 
 /// The component name in `lastError`.
 pub const COMPONENT: &str = "mig-manager";
@@ -48,7 +48,7 @@ pub struct Reporter {
     pub config: Option<String>,
     /// The geometry it asks of each GPU.
     pub desired: Vec<GpuMigGeometry>,
-    state: Option<String>,
+    state: Option<MigState>,
     since: Option<Time>,
     error: Option<NodeError>,
 }
@@ -64,7 +64,7 @@ impl Reporter {
             views: Vec::new(),
             config: None,
             desired: Vec::new(),
-            state: mig.and_then(|mig| mig.state.clone()),
+            state: mig.and_then(|mig| mig.state),
             since: mig.and_then(|mig| mig.last_transition_time.clone()),
             error: stored
                 .and_then(|status| status.last_error.clone())
@@ -74,8 +74,8 @@ impl Reporter {
 
     /// Sets the state, and when it changed.
     pub fn set_state(&mut self, state: MigState) {
-        if self.state.as_deref() != Some(state.as_str()) {
-            self.state = Some(state.as_str().to_owned());
+        if self.state != Some(state) {
+            self.state = Some(state);
             self.since = Some(Time(Timestamp::now()));
         }
     }
@@ -98,7 +98,7 @@ impl Reporter {
         let status = GpuNodeStatus {
             mig: Some(MigStatus {
                 config: self.config.clone(),
-                state: self.state.clone(),
+                state: self.state,
                 current: inventory::geometries(&self.views),
                 desired: self.desired.clone(),
                 last_transition_time: self.since.clone(),

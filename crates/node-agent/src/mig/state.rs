@@ -3,32 +3,6 @@
 //! before evicting, evict only when a GPU is disturbed, roll back only once GPUs were touched, reboot at most
 //! once) testable without a cluster or GPUs.
 
-/// The value of `nvidia.com/mig.config.state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MigState {
-    /// A change is being applied.
-    Pending,
-    /// The node reboots so that a MIG mode change takes effect.
-    Rebooting,
-    /// The GPUs have the configured geometry.
-    Success,
-    /// The configured geometry could not be applied; the reason is in GPUNode status.
-    Failed,
-}
-
-impl MigState {
-    /// The label value.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Rebooting => "rebooting",
-            Self::Success => "success",
-            Self::Failed => "failed",
-        }
-    }
-}
-
 /// What was asked: the config name and the config file's contents, so that a failed request is not retried until
 /// one of them changes (and is retried as soon as one does).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -11,7 +11,9 @@ use super::clients::{Progress, pause};
 use super::gpus::{ChangeError, Changed, Target, change, verify};
 use super::holders::Disturbed;
 use super::manager::{MigManager, Run, StepError};
-use super::state::{MigState, Outcome, Step};
+use crd::gpu_node::MigState;
+
+use super::state::{Outcome, Step};
 
 impl MigManager {
     /// Runs one step.

@@ -14,13 +14,13 @@ use anyhow::Context;
 use gpu::SimulatedGpus;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use node_runtime::backend::{GpuSource, Simulate};
+use node_runtime::kube_io::{self, NodeApi};
 use tracing::{debug, info, instrument, warn};
 
 use self::host::{HostFacts, NVIDIA_VENDOR, PciDevice};
-use crate::backend::{GpuSource, Simulate};
 use crate::cli::NodeFactsArgs;
 use crate::discovery::labels::PCI_CLASS_3D;
-use crate::kube_io::{self, NodeApi};
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
 
 /// Runs the role until the process is stopped: one pass now and every `--interval`.

@@ -7,8 +7,9 @@
 
 use std::collections::BTreeMap;
 
+use node_runtime::node_patch::MetadataPatch;
+
 use super::host::{HostFacts, NVIDIA_VENDOR};
-use crate::node_patch::MetadataPatch;
 
 /// Prefix of every NFD feature label.
 pub const NFD_PREFIX: &str = "feature.node.kubernetes.io/";

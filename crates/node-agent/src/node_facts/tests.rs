@@ -277,8 +277,8 @@ fn simulated_nodes_have_a_3d_controller_per_gpu() {
 
 #[test]
 fn the_simulator_says_how_many_gpus_a_node_has() {
-    use crate::backend::{GpuSource, Simulate};
     use k8s_openapi::api::core::v1::Node;
+    use node_runtime::backend::{GpuSource, Simulate};
 
     let mut annotated = Node::default();
     annotated.metadata.annotations = Some(map(&[(

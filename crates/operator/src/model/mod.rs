@@ -6,4 +6,4 @@ pub mod policy;
 
 pub use component::Component;
 pub use facts::{ClusterFacts, ContainerRuntime, GpuNodeFacts, OsPool};
-pub use policy::{DefaultImages, MigStrategy, ValidateError, ValidatedPolicy, validate};
+pub use policy::{DefaultImages, ValidateError, ValidatedPolicy, validate};

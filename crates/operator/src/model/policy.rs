@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crd::ClusterPolicySpec;
 use crd::cluster_policy::{ImageSpec, PULL_POLICIES};
+use crd::config::device_plugin::MigStrategy;
 
 use super::component::Component;
 
@@ -80,24 +81,6 @@ impl DefaultImages {
             }
         }
         self
-    }
-}
-
-/// MIG strategy of the device plugin and feature discovery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MigStrategy {
-    None,
-    Single,
-    Mixed,
-}
-
-impl MigStrategy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MigStrategy::None => "none",
-            MigStrategy::Single => "single",
-            MigStrategy::Mixed => "mixed",
-        }
     }
 }
 
@@ -279,13 +262,13 @@ pub fn validate(
     spec: &ClusterPolicySpec,
     defaults: &DefaultImages,
 ) -> Result<ValidatedPolicy, ValidateError> {
-    let mig_strategy = match spec.mig.strategy.as_deref() {
-        None => None,
-        Some("none") => Some(MigStrategy::None),
-        Some("single") => Some(MigStrategy::Single),
-        Some("mixed") => Some(MigStrategy::Mixed),
-        Some(other) => return Err(ValidateError::MigStrategy(other.into())),
-    };
+    let mig_strategy = spec
+        .mig
+        .strategy
+        .as_deref()
+        .map(str::parse::<MigStrategy>)
+        .transpose()
+        .map_err(|error| ValidateError::MigStrategy(error.0))?;
     if !matches!(
         spec.daemonsets.update_strategy.as_str(),
         "RollingUpdate" | "OnDelete"

@@ -6,13 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use crd::config::{device_plugin, mig_parted};
+use crd::config::device_plugin::{self, ChoiceError, CommandLine, ConfigInputs, node_config};
+use crd::config::mig_parted::{self, CONFIG_KEY};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::model::{Component, ValidatedPolicy};
-
-/// The key of the MIG manager's ConfigMap that holds the mig-parted file.
-pub const MIG_CONFIG_KEY: &str = "config.yaml";
 
 /// What the checks of the ConfigMaps found, by the component that reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,16 +96,20 @@ fn device_plugin_findings(
         .iter()
         .map(|error| format!("ConfigMap {name} key {error}"))
         .collect();
-    if let Some(default) = default
-        && !data.contains_key(default)
+    // What a node without the label runs with, as its device plugin and feature discovery choose it; a default key
+    // that does not parse is already reported with the other keys.
+    let unlabelled = ConfigInputs {
+        map: name,
+        data: Some(&data),
+        label: None,
+        default,
+    };
+    if default.is_some()
+        && let Err(ChoiceError::MissingKey { key, keys, .. }) =
+            node_config(&unlabelled, CommandLine::default())
     {
-        let keys = data
-            .keys()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(", ");
         problems.push(format!(
-            "devicePlugin.config.default: ConfigMap {name} has no key {default:?} (keys: {keys}); add it or pick one of the keys"
+            "devicePlugin.config.default: ConfigMap {name} has no key {key:?} (keys: {keys}); add it or pick one of the keys"
         ));
     }
     let warnings = parsed
@@ -129,16 +131,16 @@ fn mig_findings(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> 
     };
     let Some(config_map) = config_map else {
         return problem(format!(
-            "migManager.config.name: ConfigMap {namespace}/{name} does not exist; the chart creates default-mig-parted-config, or create yours with a {MIG_CONFIG_KEY} key"
+            "migManager.config.name: ConfigMap {namespace}/{name} does not exist; the chart creates default-mig-parted-config, or create yours with a {CONFIG_KEY} key"
         ));
     };
     match config_map
         .data
         .as_ref()
-        .and_then(|data| data.get(MIG_CONFIG_KEY))
+        .and_then(|data| data.get(CONFIG_KEY))
     {
         None => problem(format!(
-            "ConfigMap {name} has no {MIG_CONFIG_KEY} key holding the mig-parted config"
+            "ConfigMap {name} has no {CONFIG_KEY} key holding the mig-parted config"
         )),
         // One warning per invalid named config, naming it and its entry: nodes that select it fail with the same
         // reason, the file's other configs still apply, so the MIG manager itself is not held up.
@@ -150,13 +152,13 @@ fn mig_findings(name: &str, namespace: &str, config_map: Option<&ConfigMap>) -> 
                 .iter()
                 .map(|(config, error)| {
                     format!(
-                        "ConfigMap {name} key {MIG_CONFIG_KEY}: MIG config {config} cannot be applied (nodes that select \
+                        "ConfigMap {name} key {CONFIG_KEY}: MIG config {config} cannot be applied (nodes that select \
                          it fail; the other configs apply): {error}"
                     )
                 })
                     .collect(),
             },
-            Err(error) => problem(format!("ConfigMap {name} key {MIG_CONFIG_KEY}: {error}")),
+            Err(error) => problem(format!("ConfigMap {name} key {CONFIG_KEY}: {error}")),
         },
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crd::GPUNode;
 use crd::cluster_policy::{ClusterPolicyStatus, ComponentStatus, PolicyState};
+use crd::gpu_node::MigState;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -318,12 +319,12 @@ fn mig_problems(gpu_nodes: &[GPUNode]) -> Vec<String> {
         node.status
             .as_ref()
             .and_then(|s| s.mig.as_ref())
-            .and_then(|m| m.state.clone())
+            .and_then(|m| m.state)
     };
-    let names_in = |state: &str| -> Vec<String> {
+    let names_in = |state: MigState| -> Vec<String> {
         gpu_nodes
             .iter()
-            .filter(|node| state_of(node).as_deref() == Some(state))
+            .filter(|node| state_of(node) == Some(state))
             .map(|node| {
                 let error = node
                     .status
@@ -339,7 +340,7 @@ fn mig_problems(gpu_nodes: &[GPUNode]) -> Vec<String> {
             .collect()
     };
     let mut problems = Vec::new();
-    for state in ["pending", "rebooting", "failed"] {
+    for state in [MigState::Pending, MigState::Rebooting, MigState::Failed] {
         let names = names_in(state);
         if !names.is_empty() {
             problems.push(format!(
@@ -623,7 +624,7 @@ mod tests {
             spec: GpuNodeSpec {},
             status: Some(GpuNodeStatus {
                 mig: Some(MigStatus {
-                    state: Some("failed".into()),
+                    state: Some(MigState::Failed),
                     ..MigStatus::default()
                 }),
                 last_error: Some(NodeError {

@@ -3,6 +3,7 @@
 //! DaemonSet only names the ConfigMap and the default key.
 
 use crd::ClusterPolicySpec;
+use crd::paths::{CDI_DIR, DEVICE_PLUGINS_DIR, MPS_ROOT};
 
 use super::RenderedObject;
 use super::common::{
@@ -10,27 +11,16 @@ use super::common::{
 };
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
-/// MPS root when `devicePlugin.mps` is unset (the section's own default when it is set).
-const DEFAULT_MPS_ROOT: &str = "/run/nvidia/mps";
-/// Where the kubelet serves device-plugin registration. The kubelet fixes this path whatever its `--root-dir`
-/// (`pluginapi.KubeletSocket` in its device manager), so `hostPaths.kubeletRootDir` does not move it.
-const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
-/// Where CDI specifications are written for the container runtime to read.
-const CDI_DIR: &str = "/var/run/cdi";
-
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
     let spec = &policy.spec;
     let mps_root = spec
         .device_plugin
         .mps
         .as_ref()
-        .map_or(DEFAULT_MPS_ROOT, |mps| mps.root.as_str());
+        // The section's own default when it is set.
+        .map_or(MPS_ROOT, |mps| mps.root.as_str());
     let mut command = vec!["gpu-device-plugin".to_owned(), "run".into()];
-    // Unset, as NVIDIA's operator leaves MIG_STRATEGY unset: the plugin takes the config file's
-    // `flags.migStrategy`, else none.
-    if let Some(strategy) = policy.mig_strategy {
-        command.extend(["--mig-strategy".into(), strategy.as_str().into()]);
-    }
+    command.extend(mig_strategy_flag(policy));
     command.extend(["--mps-root".into(), mps_root.into()]);
     command.extend(config_flags(spec, "--config-map"));
     if spec.cdi.enabled.unwrap_or(true) {
@@ -47,6 +37,17 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());
     ds.await_validation(Awaits::DriverAndToolkit);
     vec![ds.build().into()]
+}
+
+/// `--mig-strategy <mig.strategy>` for the device plugin and for feature discovery alike, so that both apply the
+/// same precedence to the same input (`crd::config::device_plugin::node_config`). Nothing when `mig.strategy` is
+/// unset, as NVIDIA's operator leaves `MIG_STRATEGY` unset then: both take the config file's `flags.migStrategy`,
+/// else none.
+pub(super) fn mig_strategy_flag(policy: &ValidatedPolicy) -> Vec<String> {
+    policy
+        .mig_strategy
+        .map(|strategy| vec!["--mig-strategy".to_owned(), strategy.as_str().to_owned()])
+        .unwrap_or_default()
 }
 
 /// `<map_flag> <devicePlugin.config.name>` and `--default-config <devicePlugin.config.default>`, for the device

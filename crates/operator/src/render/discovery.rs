@@ -5,20 +5,12 @@ use super::RenderedObject;
 use super::common::{
     Awaits, NODE_AGENT, OperandDaemonSet, container, namespace_env, node_name_env,
 };
-use super::device_plugin::config_flags;
-use crate::model::{ClusterFacts, Component, MigStrategy, ValidatedPolicy};
+use super::device_plugin::{config_flags, mig_strategy_flag};
+use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
-    let mut command: Vec<String> = [
-        NODE_AGENT,
-        "discovery",
-        "--mig-strategy",
-        // Unset: none, NVIDIA's feature discovery default; the device-plugin config's `flags.migStrategy` still
-        // wins, as it does for the device plugin.
-        policy.mig_strategy.unwrap_or(MigStrategy::None).as_str(),
-    ]
-    .map(String::from)
-    .into();
+    let mut command: Vec<String> = [NODE_AGENT, "discovery"].map(String::from).into();
+    command.extend(mig_strategy_flag(policy));
     command.extend(config_flags(&policy.spec, "--device-plugin-config-map"));
 
     let mut ds = OperandDaemonSet::new(policy, facts, Component::GpuFeatureDiscovery);

@@ -5,6 +5,24 @@ use std::fmt;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+/// What separates a device's UUID from the replica number in a shared device's ID, `<uuid>::<n>`, as NVIDIA's
+/// plugin writes it (the kubelet and the pod-resources API show these IDs).
+const REPLICA_SEPARATOR: &str = "::";
+
+/// The device ID of replica `replica` of the GPU or MIG device `uuid`: `<uuid>::<replica>`.
+#[must_use]
+pub fn replica_id(uuid: &str, replica: u32) -> String {
+    format!("{uuid}{REPLICA_SEPARATOR}{replica}")
+}
+
+/// The GPU or MIG device UUID a device ID names, without a replica suffix (`GPU-abc::3` → `GPU-abc`).
+#[must_use]
+pub fn device_uuid(device_id: &str) -> &str {
+    device_id
+        .split_once(REPLICA_SEPARATOR)
+        .map_or(device_id, |(uuid, _)| uuid)
+}
+
 /// Which devices of a resource are shared: `all`, a count, or a list.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum ReplicatedDevices {

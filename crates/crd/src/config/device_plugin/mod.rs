@@ -27,6 +27,7 @@
 mod config_map;
 mod devices;
 mod duration;
+mod node_config;
 mod resource_name;
 mod validate;
 
@@ -36,8 +37,9 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use config_map::{ParsedConfigMap, parse_config_map};
-pub use devices::{DeviceRef, ReplicatedDevices};
+pub use devices::{DeviceRef, ReplicatedDevices, device_uuid, replica_id};
 pub use duration::GoDuration;
+pub use node_config::{ChoiceError, CommandLine, ConfigInputs, NodeConfig, node_config};
 pub use resource_name::{ResourceName, ResourceNameError, mig_resource_name};
 
 use serde_json::Value;
@@ -219,6 +221,40 @@ pub enum MigStrategy {
     Single,
     /// One resource per profile, `nvidia.com/mig-<profile>`.
     Mixed,
+}
+
+impl MigStrategy {
+    /// The value as the file, the command line and the ClusterPolicy (`mig.strategy`) write it.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Single => "single",
+            Self::Mixed => "mixed",
+        }
+    }
+}
+
+impl std::fmt::Display for MigStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A MIG strategy that is none of NVIDIA's three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected none, single or mixed, got {0:?}")]
+pub struct MigStrategyError(pub String);
+
+impl std::str::FromStr for MigStrategy {
+    type Err = MigStrategyError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::None, Self::Single, Self::Mixed]
+            .into_iter()
+            .find(|strategy| strategy.as_str() == text)
+            .ok_or_else(|| MigStrategyError(text.to_owned()))
+    }
 }
 
 /// How allocated devices reach the container.

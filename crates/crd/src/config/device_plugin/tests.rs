@@ -544,3 +544,27 @@ fn config_maps_list_the_ignored_keys_per_config() {
         )])
     );
 }
+
+#[test]
+fn replica_ids_are_the_uuid_and_a_number() {
+    let id = replica_id("GPU-abc", 3);
+    assert_eq!(id, "GPU-abc::3");
+    assert_eq!(device_uuid(&id), "GPU-abc");
+    assert_eq!(device_uuid("MIG-def::10"), "MIG-def");
+    assert_eq!(device_uuid("GPU-abc"), "GPU-abc");
+}
+
+#[test]
+fn mig_strategies_parse_as_written() {
+    for strategy in [MigStrategy::None, MigStrategy::Single, MigStrategy::Mixed] {
+        assert_eq!(strategy.as_str().parse::<MigStrategy>(), Ok(strategy));
+        assert_eq!(
+            serde_json::to_value(strategy).unwrap(),
+            serde_json::Value::from(strategy.as_str())
+        );
+    }
+    assert_eq!(
+        "both".parse::<MigStrategy>().unwrap_err().to_string(),
+        "expected none, single or mixed, got \"both\""
+    );
+}

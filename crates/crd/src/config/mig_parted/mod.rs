@@ -35,6 +35,9 @@ use super::decode::{VersionField, decode};
 use super::error::ConfigError;
 use crate::mig::MigProfileName;
 
+/// The key of the MIG manager's ConfigMap that holds the mig-parted file, as in NVIDIA's operator.
+pub const CONFIG_KEY: &str = "config.yaml";
+
 /// A whole mig-parted config file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -16,13 +16,17 @@ use tempfile::TempDir;
 
 use super::fake_api::{FakeApi, Sent};
 use super::{MigManager, Parts, ReconcileError, Settings};
-use crate::backend::Gpus;
-use crate::gpunode::{GpuNodeWriter, MIG_MANAGER};
-use crate::inventory::{self, tests::simulated};
-use crate::kube_io::{NodeApi, NodeEvents, Watched};
 use crate::mig::clients::{PROGRESS_ANNOTATION, Progress};
 use crate::mig::drain::NodePods;
-use crate::mig::{CONFIG_KEY, nvidia_config_with};
+use crd::config::mig_parted::CONFIG_KEY;
+use crd::gpu_node::field_manager::MIG_MANAGER;
+use node_runtime::backend::Gpus;
+use node_runtime::gpunode::GpuNodeWriter;
+use node_runtime::inventory;
+use node_runtime::kube_io::{NodeApi, NodeEvents, Watched};
+use node_runtime::testing::simulated;
+
+use crate::mig::nvidia_config_with;
 use crate::test_support::config_map;
 
 const NODE: &str = "node-1";

@@ -45,8 +45,6 @@ pub const APP_LABEL: &str = "app";
 /// DaemonSet's selector, which is immutable, is the same rule for every operand.
 pub const DAEMONSET_LABEL: &str = "nvidia.com/gpu-operator.daemonset";
 
-/// Host folder where the validator writes one ready file per validated part (driver-ready, toolkit-ready, ...).
-pub(super) const VALIDATIONS_DIR: &str = "/run/nvidia/validations";
 /// The validator's and node agents' binary.
 pub(super) const NODE_AGENT: &str = "gpu-node-agent";
 

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crd::cluster_policy::{ConfigMapRef, EnvVar as SpecEnvVar};
+use crd::paths::VALIDATIONS_DIR;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HostPathVolumeSource, ObjectFieldSelector,
     SecurityContext, Volume, VolumeMount,
 };
 
-use super::VALIDATIONS_DIR;
 use crate::model::{ClusterFacts, ValidatedPolicy};
 
 /// A container whose command is the first word of `command_line` and whose args are the rest.

@@ -106,36 +106,9 @@ pub fn read(backend: &dyn GpuBackend) -> gpu::Result<Vec<GpuView>> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use std::sync::Arc;
-
-    use gpu::Simulator;
-
+mod tests {
     use super::*;
-
-    /// A simulated node in a temporary folder, with MIG on and `devices` created on every GPU.
-    pub(crate) fn simulated(
-        spec: &str,
-        devices: &[(&str, u32)],
-    ) -> (tempfile::TempDir, Arc<Simulator>) {
-        let dir = tempfile::tempdir().unwrap();
-        let simulator = Arc::new(
-            Simulator::open(
-                dir.path().join("gpus.json"),
-                "node-1",
-                &spec.parse().unwrap(),
-            )
-            .unwrap(),
-        );
-        if !devices.is_empty() {
-            let desired: BTreeMap<MigProfileName, u32> = devices
-                .iter()
-                .map(|(name, count)| (name.parse().unwrap(), *count))
-                .collect();
-            simulator.create_on_every_gpu(&desired).unwrap();
-        }
-        (dir, simulator)
-    }
+    use crate::testing::simulated;
 
     #[test]
     fn geometry_counts_devices_by_profile() {

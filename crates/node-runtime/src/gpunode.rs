@@ -1,7 +1,8 @@
 //! The node's GPUNode: created by whichever role starts first, owned by the Node (so it is garbage-collected with
-//! it), and its status written by server-side apply with one field manager per role. Each role sends every field
-//! it owns each time; a field it stops sending (a cleared `lastError`) is removed, and fields the other role owns
-//! are left alone. A status equal to the last one written is not written again.
+//! it), and its status written by server-side apply with one field manager per role
+//! ([`crd::gpu_node::field_manager`]). Each role sends every field it owns each time; a field it stops sending (a
+//! cleared `lastError`) is removed, and fields the other roles own are left alone. A status equal to the last one
+//! written is not written again.
 
 use crd::gpu_node::{GPUNode, GpuNodeSpec, GpuNodeStatus};
 use k8s_openapi::api::core::v1::Node;
@@ -14,11 +15,6 @@ use tracing::debug;
 
 use crate::inventory::{self, GpuView};
 use crate::kube_io::KubeError;
-
-/// Field manager of the MIG manager role.
-pub const MIG_MANAGER: &str = "gpu-node-agent-mig";
-/// Field manager of the feature discovery role.
-pub const DISCOVERY: &str = "gpu-node-agent-discovery";
 
 /// Writes one role's part of the node's GPUNode status.
 #[derive(Debug, Clone)]
@@ -177,7 +173,7 @@ pub fn node_error(component: &str, message: impl Into<String>) -> crd::gpu_node:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::tests::simulated;
+    use crate::testing::simulated;
 
     #[test]
     fn owner_is_the_node() {
@@ -222,3 +218,7 @@ mod tests {
         assert_eq!(status.gpus.len(), 8);
     }
 }
+
+#[cfg(test)]
+#[path = "gpunode_tests.rs"]
+mod api_tests;

@@ -1,0 +1,27 @@
+//! What every node-side binary shares: `gpu-node-agent` and `gpu-device-plugin` (and a DRA driver, when it comes)
+//! depend on this crate and never on each other.
+//!
+//! - [`backend`]: which GPUs a process works on, NVML or the simulator (`--simulate`, `--sim-state`).
+//! - [`inventory`]: one reading of the node's GPUs, and the GPUNode fields derived from it (pure).
+//! - [`kube_io`]: the own Node (read, watch, merge-patch its labels and annotations), one ConfigMap, Events on the
+//!   Node; [`node_patch`] is the label/annotation change as one merge patch (pure).
+//! - [`gpunode`]: the node's GPUNode, each binary writing its own fields by server-side apply.
+//! - [`start`]: what every role does first (client, own Node, GPUs).
+//! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
+//! - [`process`]: logging (text or JSON), the stop signals and the exit status.
+//! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).
+//! - `testing` (feature `testing`): a simulated node for the binaries' unit tests.
+
+pub mod backend;
+pub mod gpunode;
+pub mod grpc;
+pub mod inventory;
+pub mod kube_io;
+pub mod node_patch;
+pub mod process;
+pub mod run_loop;
+pub mod start;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use run_loop::Backoff;
