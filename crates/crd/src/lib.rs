@@ -1,6 +1,7 @@
 //! API types of the GPU operator: the `ClusterPolicy` and `GPUNode` custom resources, the device-plugin and MIG
 //! configuration file formats, the MIG profile catalog, and the names of the labels, annotations, host paths, field
-//! managers and enums the parts agree on; plus the pure decisions that several parts must make alike (which
+//! managers and enums the parts agree on, and the one shape of a Node label and annotation change (`node_patch`,
+//! written by the operator and the node agents alike); plus the pure decisions that several parts must make alike (which
 //! device-plugin config and MIG strategy a node runs with: `config::device_plugin::node_config`). No client, no
 //! I/O: every other crate depends on this one.
 
@@ -10,6 +11,7 @@ pub mod crds;
 pub mod gpu_node;
 pub mod labels;
 pub mod mig;
+pub mod node_patch;
 pub mod paths;
 
 pub use cluster_policy::{ClusterPolicy, ClusterPolicySpec, ClusterPolicyStatus};

@@ -14,7 +14,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::node_patch::MetadataPatch;
+use crd::node_patch::MetadataPatch;
 
 /// A Kubernetes call that failed, with what was being done.
 #[derive(Debug, thiserror::Error)]

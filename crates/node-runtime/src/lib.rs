@@ -3,8 +3,8 @@
 //!
 //! - [`backend`]: which GPUs a process works on, NVML or the simulator (`--simulate`, `--sim-state`).
 //! - [`inventory`]: one reading of the node's GPUs, and the GPUNode fields derived from it (pure).
-//! - [`kube_io`]: the own Node (read, watch, merge-patch its labels and annotations), one ConfigMap, Events on the
-//!   Node; [`node_patch`] is the label/annotation change as one merge patch (pure).
+//! - [`kube_io`]: the own Node (read, watch, merge-patch its labels and annotations with `crd::node_patch`), one
+//!   ConfigMap, Events on the Node.
 //! - [`gpunode`]: the node's GPUNode, each binary writing its own fields by server-side apply.
 //! - [`start`]: what every role does first (client, own Node, GPUs).
 //! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
@@ -17,7 +17,6 @@ pub mod gpunode;
 pub mod grpc;
 pub mod inventory;
 pub mod kube_io;
-pub mod node_patch;
 pub mod process;
 pub mod run_loop;
 pub mod start;

@@ -18,9 +18,9 @@ use crd::config::device_plugin::{
 };
 use crd::labels::{NVIDIA_PREFIX, written_by_feature_discovery};
 use crd::mig::{ComputeCapability, MigProfileName};
+use crd::node_patch::MetadataPatch;
 use gpu::{CudaVersion, MigDevice};
 use node_runtime::inventory::GpuView;
-use node_runtime::node_patch::MetadataPatch;
 
 /// The label with the time of the last labelling pass, in Unix seconds.
 pub const TIMESTAMP: &str = "nvidia.com/gfd.timestamp";

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crd::gpu_node::{GpuMigGeometry, MigState};
 use crd::labels::{MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE, deploy_label};
-use node_runtime::node_patch::MetadataPatch;
+use crd::node_patch::MetadataPatch;
 use serde::{Deserialize, Serialize};
 
 /// Node annotation holding the [`Progress`] of a change underway; absent when none is.

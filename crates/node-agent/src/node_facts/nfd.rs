@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use node_runtime::node_patch::MetadataPatch;
+use crd::node_patch::MetadataPatch;
 
 use super::host::{HostFacts, NVIDIA_VENDOR};
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crd::ClusterPolicy;
 use crd::cluster_policy::{ClusterPolicyStatus, PolicyState};
+use crd::node_patch::MetadataPatch;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -53,13 +54,20 @@ pub(super) async fn patch_labels(
     if changes.is_empty() {
         return Ok(());
     }
-    let patch = json!({"metadata": {"labels": changes}});
-    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| ReconcileError::Label {
-            node: node.into(),
-            source,
-        })?;
+    let patch = MetadataPatch {
+        labels: changes.clone(),
+        ..MetadataPatch::default()
+    };
+    api.patch(
+        node,
+        &PatchParams::default(),
+        &Patch::Merge(&patch.to_json()),
+    )
+    .await
+    .map_err(|source| ReconcileError::Label {
+        node: node.into(),
+        source,
+    })?;
     info!(%node, ?changes, "node labels updated");
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! A change to a Node's labels and annotations, as one JSON merge patch. The MIG manager relies on one patch being
+//! A change to a Node's labels and annotations, as one JSON merge patch: the operator's label plans and the node
+//! agents' changes are sent in this one shape. The MIG manager relies on one patch being
 //! atomic: pausing the GPU clients and recording their previous values happen together or not at all, so a crash
 //! can never leave a paused label without the record of what to restore.
 
