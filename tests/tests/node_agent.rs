@@ -45,7 +45,9 @@ fn set_mig_config(node: &str, config: &str) -> Instant {
 /// config, so that the state of an earlier change does not count); returns the time it took from `since`.
 fn wait_for_state(node: &str, config: &str, state: &str, since: Instant) -> Duration {
     eventually(WAIT, || {
-        let mig = gpunode(node)["status"]["mig"].clone();
+        // The agent creates its GPUNode once it has read the GPUs: until then, not there yet.
+        let read = run("kubectl", &["get", "gpunode", node, "-o", "json"]);
+        let mig = serde_json::from_str::<Value>(&read.stdout).unwrap_or_default()["status"]["mig"].clone();
         let done = node_labels(node)[STATE_LABEL] == state
             && mig["config"] == config
             && mig["state"] == state;
