@@ -221,7 +221,27 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     mig_relabel_goes_pending_then_success(&node);
 
     step("every pod of the operator and its operands: Running, ready, never restarted, built here");
-    let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE]);
+    // The operands the MIG change paused are coming back: wait until every pod runs, ready.
+    let pods = e2e::eventually(Duration::from_secs(120), || {
+        let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE]);
+        let settled = pods["items"].as_array().is_some_and(|items| {
+            // The operator and one pod of each operand.
+            items.len() == OPERANDS.len() + 1
+                && items.iter().all(|pod| {
+                    pod["status"]["phase"] == "Running"
+                        && realnode::containers_of(pod)
+                            .iter()
+                            .all(|container| container.ready)
+                })
+        });
+        Ok(settled.then_some(pods))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "not every pod runs, ready: {error:#}\n{}",
+            e2e::kubectl(&["get", "pods", "-n", e2e::NAMESPACE, "-o", "wide"])
+        )
+    });
     let images = ["gpu-operator", "gpu-node-agent", "gpu-device-plugin"]
         .map(|name| realnode::image(name).digest_reference());
     for pod in pods["items"].as_array().expect("a pod list") {
