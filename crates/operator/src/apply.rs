@@ -47,6 +47,9 @@ pub enum ApplyError {
     NoOwner,
 }
 
+/// Rendered objects by kind and name.
+type ObjectSet = BTreeSet<(&'static str, String)>;
+
 /// What one apply pass did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ApplySummary {
@@ -65,6 +68,10 @@ pub struct Applier {
     daemonsets: Store<DaemonSet>,
     services: Store<Service>,
     last_applied: Mutex<HashMap<(&'static str, String), u64>>,
+    /// The owner uid and object set of the last prune that completed. Reconciles that render the same set (every
+    /// DaemonSet status change during a rollout) skip the three LIST requests a prune costs: what this operator
+    /// owns changes only through it, and the first prune after a start always lists.
+    last_pruned: Mutex<Option<(String, ObjectSet)>>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -88,6 +95,7 @@ impl Applier {
             daemonsets,
             services,
             last_applied: Mutex::default(),
+            last_pruned: Mutex::default(),
         }
     }
 
@@ -187,11 +195,21 @@ impl Applier {
         owner: &ClusterPolicy,
         objects: &[RenderedObject],
     ) -> Result<usize, ApplyError> {
-        let wanted: BTreeSet<(&str, String)> =
-            objects.iter().map(|o| (o.kind(), o.name())).collect();
+        let wanted: ObjectSet = objects.iter().map(|o| (o.kind(), o.name())).collect();
+        let pruned = (owner.uid().unwrap_or_default(), wanted);
+        if self
+            .last_pruned
+            .lock()
+            .is_ok_and(|last| last.as_ref() == Some(&pruned))
+        {
+            return Ok(0);
+        }
         let removal = self
-            .delete_owned(owner, &wanted, &DeleteParams::background())
+            .delete_owned(owner, &pruned.1, &DeleteParams::background())
             .await?;
+        if let Ok(mut last) = self.last_pruned.lock() {
+            *last = Some(pruned);
+        }
         Ok(removal.deleted)
     }
 
@@ -199,6 +217,9 @@ impl Applier {
     /// have stopped; returns how many are still there. The policy's cleanup waits for none, so that no operand
     /// writes a label or a GPUNode after the cleanup removed it.
     pub async fn remove_all(&self, owner: &ClusterPolicy) -> Result<usize, ApplyError> {
+        if let Ok(mut last) = self.last_pruned.lock() {
+            *last = None;
+        }
         let removal = self
             .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground())
             .await?;

@@ -14,10 +14,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crd::gpu_node::GpuNodeStatus;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Service};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
@@ -150,6 +151,7 @@ pub async fn run(
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
+    .modify(keep_what_nodes_tell)
     .reflect(node_writer)
     .applied_objects()
     .predicate_filter(node_relevance, Default::default());
@@ -159,6 +161,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(keep_what_gpu_nodes_tell)
     .reflect(gpu_node_writer)
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
@@ -169,6 +172,7 @@ pub async fn run(
         owned(),
     )
     .default_backoff()
+    .modify(forget_bookkeeping)
     .reflect(daemonset_writer)
     .applied_objects();
     let (services, service_writer) = reflector::store();
@@ -185,6 +189,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(forget_bookkeeping)
     .reflect(config_map_writer)
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
@@ -241,6 +246,35 @@ pub async fn run(
         // Failures are logged once, with their retry delay, by `error_policy`.
         .for_each(|_| async {})
         .await;
+}
+
+/// What reconciles read of a Node: its metadata (labels) and `status.nodeInfo` (the container runtime). The rest
+/// (pulled images, conditions, capacity, addresses, spec) is dropped before it is cached: with managed fields, most
+/// of a Node's size, times every node of the cluster.
+fn keep_what_nodes_tell(node: &mut Node) {
+    forget_bookkeeping(node);
+    node.spec = None;
+    node.status = node.status.take().map(|status| NodeStatus {
+        node_info: status.node_info,
+        ..NodeStatus::default()
+    });
+}
+
+/// What reconciles read of a GPUNode: its MIG state and last error (status conditions); the per-GPU inventory is
+/// dropped before it is cached.
+fn keep_what_gpu_nodes_tell(gpu_node: &mut GPUNode) {
+    forget_bookkeeping(gpu_node);
+    gpu_node.status = gpu_node.status.take().map(|status| GpuNodeStatus {
+        mig: status.mig,
+        last_error: status.last_error,
+        ..GpuNodeStatus::default()
+    });
+}
+
+/// Drops what the watch caches hold but no reconcile reads: the managed fields (server-side apply's bookkeeping,
+/// about half of a Node's size), so that the caches of a 1000-node cluster stay small.
+fn forget_bookkeeping<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// The ClusterPolicy that owns an operand object. Not `owns_stream`: it keys the owner with the child's

@@ -238,15 +238,26 @@ async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
 async fn an_unchanged_operand_is_not_written_again() {
     let (fixture, plugin) = applied_once().await;
 
-    fixture.api.then(prune_finds_nothing());
     let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
 
     assert_eq!((summary.applied, summary.unchanged), (0, 1));
     let sent = fixture.api.finish();
     assert!(
-        sent.iter().all(|request| request.line.starts_with("GET ")),
-        "reads only: {sent:?}"
+        sent.is_empty(),
+        "the same objects again: no write, and no prune lists: {sent:?}"
     );
+}
+
+#[tokio::test]
+async fn a_changed_set_of_operands_is_pruned_again() {
+    let (fixture, _) = applied_once().await;
+
+    fixture.api.then(prune_finds_nothing());
+    let summary = fixture.apply(&[]).await.unwrap();
+
+    assert_eq!(summary.pruned, 0);
+    let sent = fixture.api.finish();
+    assert_eq!(sent.len(), 3, "one list per prunable kind: {sent:?}");
 }
 
 #[tokio::test]
@@ -256,7 +267,8 @@ async fn a_changed_operand_is_applied_again() {
     let mut changed = plugin_daemonset();
     let pod = changed.spec.template.spec.as_mut().unwrap();
     pod.containers[0].image = Some("registry.test/device-plugin:2".into());
-    fixture.api.then(plugin_applied());
+    // The same set of objects: applied again, not pruned again.
+    fixture.api.then(vec![apply_plugin(Answer::Echo)]);
     let summary = fixture
         .apply(&[RenderedObject::from(changed)])
         .await
@@ -482,13 +494,9 @@ async fn a_reconcile_applies_every_operand_then_writes_status_once() {
     // The policy carries its status now: nothing to write.
     let mut again = policy();
     again.status = Some(status);
-    fixture.api.then(prune_finds_nothing());
     reconcile_policy(&again, &fixture.context).await.unwrap();
     let sent = fixture.api.finish();
-    assert!(
-        sent.iter().all(|request| request.line.starts_with("GET ")),
-        "reads only: {sent:?}"
-    );
+    assert!(sent.is_empty(), "no request at all: {sent:?}");
 }
 
 /// The deleted policy's device plugin DaemonSet as a metadata list answers it: labelled as the operator's, owned

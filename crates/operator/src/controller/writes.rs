@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crd::ClusterPolicy;
 use crd::cluster_policy::{ClusterPolicyStatus, PolicyState};
 use crd::node_patch::MetadataPatch;
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -19,7 +20,12 @@ use crate::crd_install::FIELD_MANAGER;
 use crate::model::{ContainerRuntime, ValidatedPolicy};
 use crate::plan::labels::{LabelChanges, plan_node};
 
-/// Applies the label plan to every node that needs a change; returns every node's labels after it.
+/// How many node label patches are in flight at once: one at a time, 1000 nodes took 10 s before the first
+/// DaemonSet was applied; the API server takes these small patches in parallel.
+const LABEL_PATCHES_IN_FLIGHT: usize = 32;
+
+/// Applies the label plan to every node that needs a change; returns every node's labels after it, in the order
+/// of `nodes`.
 pub(super) async fn label_nodes(
     policy: &ValidatedPolicy,
     nodes: &[Arc<Node>],
@@ -27,23 +33,42 @@ pub(super) async fn label_nodes(
     context: &Context,
 ) -> Result<Vec<BTreeMap<String, String>>, ReconcileError> {
     let api = Api::<Node>::all(context.client.clone());
-    let mut labelled = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let mut labels = node.labels().clone();
-        let runtime = node
-            .status
-            .as_ref()
-            .and_then(|s| s.node_info.as_ref())
-            .and_then(|i| {
-                ContainerRuntime::detect(&i.container_runtime_version, &i.kubelet_version)
-            })
-            .unwrap_or(default_runtime);
-        let changes = plan_node(policy, &labels, runtime);
-        patch_labels(&api, &node.name_any(), &changes).await?;
-        apply_changes(&mut labels, changes);
-        labelled.push(labels);
-    }
-    Ok(labelled)
+    let planned: Vec<(String, BTreeMap<String, String>, LabelChanges)> = nodes
+        .iter()
+        .map(|node| {
+            let labels = node.labels().clone();
+            let runtime = node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .and_then(|i| {
+                    ContainerRuntime::detect(&i.container_runtime_version, &i.kubelet_version)
+                })
+                .unwrap_or(default_runtime);
+            let changes = plan_node(policy, &labels, runtime);
+            (node.name_any(), labels, changes)
+        })
+        .collect();
+    // Futures that own what they send, so that the controller's reconcile future stays `Send`.
+    let patches: Vec<_> = planned
+        .iter()
+        .filter(|(_, _, changes)| !changes.is_empty())
+        .map(|(name, _, changes)| {
+            let (api, name, changes) = (api.clone(), name.clone(), changes.clone());
+            async move { patch_labels(&api, &name, &changes).await }
+        })
+        .collect();
+    futures::stream::iter(patches)
+        .buffer_unordered(LABEL_PATCHES_IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(planned
+        .into_iter()
+        .map(|(_, mut labels, changes)| {
+            apply_changes(&mut labels, changes);
+            labels
+        })
+        .collect())
 }
 
 pub(super) async fn patch_labels(
