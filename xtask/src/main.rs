@@ -1,5 +1,6 @@
 //! Developer and CI tasks. Run as `cargo xtask <task>`.
 
+mod apt;
 mod bench;
 mod cluster;
 mod command;

@@ -1,36 +1,48 @@
-//! `cargo xtask bench`: the operator's footprint and reaction times on the local cluster with N simulated GPU nodes
-//! (DESIGN.md, Performance), and the device plugin's Allocate latency. Writes `bench.md`, `bench.json` and
-//! `bench.png` to the output directory and prints the table.
-//!
-//! For each node count: a fresh cluster, N nodes in two OS pools, `helm upgrade --install --wait` of the chart, the
-//! operator (release build) started as a workload with the chart's ServiceAccount, then: time to ready, a
-//! `kubectl patch` of `dcgmExporter.version` to the DaemonSet and to ready again, RSS and CPU after 30 s at rest,
-//! and the operator's write requests over 60 s at rest from the API server's audit log.
+//! `cargo xtask bench`: our operator and NVIDIA's, one after the other on the same local cluster with N simulated
+//! GPU nodes, measured alike (DESIGN.md, Performance): time to ready, patch propagation, RSS and CPU, and API
+//! requests by verb and resource from the audit log; plus the device plugin's Allocate latency. Writes
+//! `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
 
+mod audit;
+mod contender;
+mod observe;
 mod plot;
+mod proc_stats;
 mod report;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::cluster::{self, AddNodes, Workload};
+use crate::cluster::{self, AddNodes, ClusterInfo, Connection};
 use crate::command;
-use crate::install::{self, NAMESPACE};
-use report::{Allocate, Results, Row};
+use contender::{Contender, Operator};
+use observe::{Observer, Snapshot};
+use report::{Allocate, Environment, Reconciles, Results, Row};
 
-const POLL: Duration = Duration::from_millis(100);
-const TIMEOUT: Duration = Duration::from_secs(300);
+/// How long one wait may take; the 1000-node rollouts take minutes on two cores.
+const TIMEOUT: Duration = Duration::from_secs(900);
+/// The patch: the container toolkit's version, an operand both operators run NVIDIA's image for (ours runs its own
+/// images in place of NVIDIA's device plugin, exporter, GFD, MIG manager and validator, whose versions it ignores).
 const PATCHED_VERSION: &str = "bench-2";
+const PATCHED_DAEMONSET: &str = "nvidia-container-toolkit-daemonset";
+/// Time for a started operator to sync its caches and take the leader lease before the ClusterPolicy exists.
+const SETTLE: Duration = Duration::from_secs(5);
+const REST_BEFORE_RSS: Duration = Duration::from_secs(30);
+const REST_WINDOW: Duration = Duration::from_secs(60);
 
 /// `cargo xtask bench` arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Node counts to measure, comma-separated; each gets a fresh cluster.
-    #[arg(long, default_value = "10,100")]
+    #[arg(long, default_value = "10,100,1000")]
     nodes: String,
-    /// Where bench.md, bench.json and bench.png go (default: `bench` in the cargo target directory).
+    /// Measure our operator only (NVIDIA's is not built).
+    #[arg(long)]
+    ours_only: bool,
+    /// Where bench.md, bench.json and the charts go (default: docs/bench).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Allocate calls for the device plugin's latency.
@@ -39,18 +51,15 @@ pub struct Args {
 }
 
 fn say(message: impl AsRef<str>) {
-    eprintln!("bench: {}", message.as_ref());
+    cluster::progress::say(format!("bench: {}", message.as_ref()));
 }
 
 pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     let counts = report::parse_node_counts(&args.nodes)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| command::target_dir(root).join("bench"));
+    let out = args.out.clone().unwrap_or_else(|| root.join("docs/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
-    say("building the operator and the Allocate latency example (release)");
+    say("building our operator and the Allocate latency example (release)");
     command::release_build(
         root,
         &[
@@ -65,7 +74,18 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         ]
         .map(String::from),
     )?;
-    let operator = command::target_dir(root).join("release/gpu-operator");
+    let mut contenders = vec![Contender::ours(
+        root,
+        command::target_dir(root).join("release/gpu-operator"),
+    )];
+    if !args.ours_only {
+        say(format!(
+            "building NVIDIA's gpu-operator {} ({}) from its Go module",
+            cluster::NVIDIA_GPU_OPERATOR_RELEASE,
+            cluster::NVIDIA_GPU_OPERATOR
+        ));
+        contenders.push(Contender::nvidia(cluster::nvidia_gpu_operator()?));
+    }
 
     say(format!("Allocate latency, {} calls", args.calls));
     let allocate = allocate_latency(root, args.calls)?;
@@ -75,44 +95,106 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     ));
 
     let mut results = Results {
+        environment: environment(root, args.ours_only)?,
         rows: Vec::new(),
         allocate: Some(allocate),
     };
     let mut outcome = Ok(());
-    for nodes in counts {
-        match measure(root, &operator, nodes) {
-            Ok(row) => {
-                say(format!("{nodes} nodes: {row:?}"));
-                results.rows.push(row);
-                write_outputs(&out, &results)?;
-            }
+    'counts: for nodes in counts {
+        let info = match fresh_cluster(nodes) {
+            Ok(info) => info,
             Err(error) => {
-                outcome = Err(error.context(format!("the run with {nodes} nodes failed")));
+                outcome = Err(error.context(format!("preparing {nodes} nodes failed")));
                 break;
+            }
+        };
+        // The ClusterPolicy both operators get: NVIDIA's chart's when NVIDIA's runs, else ours.
+        let env = cluster::env_vars(&info);
+        let policy = info.state_dir.join("bench-clusterpolicy.yaml");
+        let rendered = contenders
+            .last()
+            .context("no operator to measure")
+            .and_then(|last| last.render_policy(&env))
+            .and_then(|yaml| Ok(std::fs::write(&policy, yaml)?));
+        if let Err(error) = rendered {
+            outcome = Err(error.context("rendering the ClusterPolicy failed"));
+            break;
+        }
+        for contender in &contenders {
+            let label = format!("{} nodes, {}", nodes, contender.operator.label());
+            match measure(root, &info, contender, &policy, nodes) {
+                Ok(row) => {
+                    say(format!(
+                        "{label}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, {} requests/min at rest",
+                        row.ready_s,
+                        row.patch_to_ready_s,
+                        row.steady_rss_mib,
+                        row.at_rest.total()
+                    ));
+                    results.rows.push(row);
+                    write_outputs(&out, &results)?;
+                }
+                Err(error) => {
+                    outcome = Err(error.context(format!("the run with {label} failed")));
+                    break 'counts;
+                }
             }
         }
     }
     say("stopping the cluster");
     cluster::down()?;
     write_outputs(&out, &results)?;
-    print!("{}", report::render_table(&results));
-    println!(
-        "\nwritten: {}, {}, {}",
-        out.join("bench.md").display(),
-        out.join("bench.json").display(),
-        out.join("bench.png").display()
-    );
+    print!("{}", report::render(&results));
+    println!("\nwritten to {}", out.display());
     outcome
 }
 
+fn environment(root: &Path, ours_only: bool) -> anyhow::Result<Environment> {
+    let date = command::output(&[], "date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])?;
+    let commit = command::output(
+        &[],
+        "git",
+        &[
+            "-C",
+            &root.display().to_string(),
+            "rev-parse",
+            "--short=12",
+            "HEAD",
+        ],
+    )?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("cannot read /proc/meminfo")?;
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .context("no MemTotal in /proc/meminfo")?;
+    Ok(Environment {
+        date: date.trim().to_owned(),
+        commit: commit.trim().to_owned(),
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
+        memory_gib: memory_kib / 1024.0 / 1024.0,
+        kubernetes: cluster::KUBERNETES.to_owned(),
+        nvidia: if ours_only {
+            "NVIDIA's operator not run (--ours-only)".to_owned()
+        } else {
+            format!(
+                "NVIDIA gpu-operator {} = Go module version {}",
+                cluster::NVIDIA_GPU_OPERATOR_RELEASE,
+                cluster::NVIDIA_GPU_OPERATOR
+            )
+        },
+    })
+}
+
 fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
-    std::fs::write(out.join("bench.md"), report::render_table(results))?;
+    std::fs::write(out.join("bench.md"), report::render(results))?;
     std::fs::write(
         out.join("bench.json"),
-        serde_json::to_string_pretty(results)?,
+        serde_json::to_string_pretty(results)? + "\n",
     )?;
     if !results.rows.is_empty() {
-        plot::draw(&results.rows, &out.join("bench.png"))?;
+        plot::draw_all(&results.rows, out)?;
     }
     Ok(())
 }
@@ -141,12 +223,11 @@ fn allocate_latency(root: &Path, calls: u32) -> anyhow::Result<Allocate> {
     serde_json::from_str(line).with_context(|| format!("cannot parse {line:?}"))
 }
 
-/// One node count, on a fresh cluster.
-fn measure(root: &Path, operator: &Path, nodes: u32) -> anyhow::Result<Row> {
+/// A fresh cluster with `nodes` kwok nodes in two OS pools.
+fn fresh_cluster(nodes: u32) -> anyhow::Result<ClusterInfo> {
     say(format!("{nodes} nodes: a fresh cluster"));
     cluster::down()?;
     let info = cluster::ensure_up()?;
-    let env = cluster::env_vars(&info);
     let ubuntu = nodes / 2;
     let pools = [
         AddNodes {
@@ -169,24 +250,78 @@ fn measure(root: &Path, operator: &Path, nodes: u32) -> anyhow::Result<Row> {
         ));
         cluster::add_nodes(pool)?;
     }
-    say("helm upgrade --install --wait");
-    install::install_chart(root, &env, "300s")?;
+    Ok(info)
+}
 
-    say("starting the operator");
-    let started = Instant::now();
+/// One operator on the prepared cluster, removed again at the end.
+fn measure(
+    root: &Path,
+    info: &ClusterInfo,
+    contender: &Contender,
+    policy: &Path,
+    nodes: u32,
+) -> anyhow::Result<Row> {
+    let operator = contender.operator;
+    let env = cluster::env_vars(info);
+    say(format!("{}: helm install of its chart", operator.label()));
+    contender.install(root, &env)?;
     let identity = format!("bench-{nodes}-{}", std::process::id());
-    let Workload { pid, log } = install::start_operator(&info, operator, &identity)?;
-    wait_for(&env, "the ClusterPolicy to be ready", &log, |policy| {
-        policy.state == "ready"
-    })?;
-    let ready_s = started.elapsed().as_secs_f64();
-    say(format!("ready after {ready_s:.2} s"));
-
+    let metrics_addr = free_local_address()?;
+    let workload = contender.start(info, &identity, metrics_addr)?;
     say(format!(
-        "patching dcgmExporter.version to {PATCHED_VERSION}"
+        "{} started (pid {}, log {})",
+        operator.label(),
+        workload.pid,
+        workload.log.display()
     ));
-    let patched_at = Instant::now();
-    let generation: i64 = command::output(
+    std::thread::sleep(SETTLE);
+    let connection = Connection::open(&info.kubeconfig)?;
+    let observer = Observer::new(&connection);
+    let audit_log = info.state_dir.join("logs/audit.log");
+
+    say("creating the ClusterPolicy");
+    let created = Instant::now();
+    command::run(
+        root,
+        &env,
+        "kubectl",
+        &["create", "-f", &policy.display().to_string()],
+    )?;
+    let mut first_seen = std::collections::BTreeMap::new();
+    let (mut labelled, mut available) = (None, None);
+    let ready = observer
+        .until(
+            created,
+            TIMEOUT,
+            "the ClusterPolicy to be ready with every operand rolled out",
+            |snapshot, at| {
+                for name in snapshot.daemonsets.keys() {
+                    first_seen.entry(name.clone()).or_insert(at);
+                }
+                if snapshot.labelled(nodes) {
+                    labelled.get_or_insert(at);
+                }
+                if snapshot.available(nodes) {
+                    available.get_or_insert(at);
+                }
+            },
+            |snapshot| snapshot.settled(nodes),
+        )
+        .with_context(|| format!("the operator's log: {}", workload.log.display()))?;
+    let daemonsets: Vec<String> = first_seen.keys().cloned().collect();
+    let daemonsets_at = first_seen.values().max().copied().unwrap_or_default();
+    say(format!(
+        "{} DaemonSets after {:.2} s, ready after {:.2} s",
+        daemonsets.len(),
+        daemonsets_at.as_secs_f64(),
+        ready.as_secs_f64()
+    ));
+
+    say(format!("patching toolkit.version to {PATCHED_VERSION}"));
+    let rollout_start = audit_offset(&audit_log)?;
+    let patched = Instant::now();
+    command::run(
+        root,
         &env,
         "kubectl",
         &[
@@ -195,143 +330,96 @@ fn measure(root: &Path, operator: &Path, nodes: u32) -> anyhow::Result<Row> {
             "--type",
             "merge",
             "-p",
-            &format!(r#"{{"spec":{{"dcgmExporter":{{"version":"{PATCHED_VERSION}"}}}}}}"#),
-            "-o",
-            "jsonpath={.metadata.generation}",
+            &format!(r#"{{"spec":{{"toolkit":{{"version":"{PATCHED_VERSION}"}}}}}}"#),
         ],
-    )?
-    .trim()
-    .parse()
-    .context("kubectl patch printed no generation")?;
-    let suffix = format!(":{PATCHED_VERSION}");
-    poll(&log, "the dcgm-exporter DaemonSet's new image", || {
-        let image = command::output(
-            &env,
-            "kubectl",
-            &[
-                "get",
-                "daemonset",
-                "nvidia-dcgm-exporter",
-                "-n",
-                NAMESPACE,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-        )
-        .unwrap_or_default();
-        image.trim().ends_with(&suffix)
-    })?;
-    let patch_to_daemonset_s = patched_at.elapsed().as_secs_f64();
-    wait_for(
-        &env,
-        "the ClusterPolicy to be ready again",
-        &log,
-        |policy| policy.state == "ready" && policy.observed_generation >= generation,
     )?;
-    let patch_to_ready_s = patched_at.elapsed().as_secs_f64();
+    let suffix = format!(":{PATCHED_VERSION}");
+    let patched_image = |snapshot: &Snapshot| snapshot.runs_image(PATCHED_DAEMONSET, &suffix);
+    let to_daemonset = observer.until(
+        patched,
+        TIMEOUT,
+        "the container toolkit DaemonSet's new image",
+        |_, _| {},
+        patched_image,
+    )?;
+    let to_ready = observer.until(
+        patched,
+        TIMEOUT,
+        "ready again with the new image rolled out",
+        |_, _| {},
+        |snapshot| patched_image(snapshot) && snapshot.settled(nodes),
+    )?;
+    let rollout = audit::count(
+        &audit_window(&audit_log, rollout_start)?,
+        audit::OPERATOR_USER,
+    );
     say(format!(
-        "DaemonSet after {patch_to_daemonset_s:.2} s, ready after {patch_to_ready_s:.2} s"
+        "DaemonSet after {:.2} s, ready after {:.2} s",
+        to_daemonset.as_secs_f64(),
+        to_ready.as_secs_f64()
     ));
 
-    say("30 s at rest");
-    std::thread::sleep(Duration::from_secs(30));
-    let rss_mib = read_rss_kib(pid)? as f64 / 1024.0;
-    let ticks = clock_ticks_per_second();
-    let cpu_before = read_cpu_ticks(pid)?;
-    let cpu_s = cpu_before as f64 / ticks;
     say(format!(
-        "RSS {rss_mib:.1} MiB, CPU {cpu_s:.2} s; counting writes over 60 s at rest"
+        "{} s at rest, then {} s of counting requests",
+        REST_BEFORE_RSS.as_secs(),
+        REST_WINDOW.as_secs()
     ));
-    let audit_log = info.state_dir.join("logs/audit.log");
-    let offset = std::fs::metadata(&audit_log)
-        .with_context(|| format!("cannot read {}", audit_log.display()))?
-        .len();
-    std::thread::sleep(Duration::from_secs(60));
-    let cpu_rest_s = (read_cpu_ticks(pid)? - cpu_before) as f64 / ticks;
-    let bytes = std::fs::read(&audit_log)?;
-    let window = String::from_utf8_lossy(bytes.get(offset as usize..).unwrap_or_default());
-    // A line cut at the offset is skipped as not JSON.
-    let writes = report::count_writes(&window, report::OPERATOR_USER);
+    std::thread::sleep(REST_BEFORE_RSS);
+    let steady = proc_stats::read(workload.pid)?;
+    let rest_start = audit_offset(&audit_log)?;
+    std::thread::sleep(REST_WINDOW);
+    let end = proc_stats::read(workload.pid)?;
+    let reconciles = reconciles(operator, metrics_addr)?;
+    let at_rest = audit::count(&audit_window(&audit_log, rest_start)?, audit::OPERATOR_USER);
+
+    say(format!("removing {}", operator.label()));
+    contender.remove(root, info)?;
     Ok(Row {
+        operator,
         nodes,
-        ready_s,
-        patch_to_daemonset_s,
-        patch_to_ready_s,
-        rss_mib,
-        cpu_s,
-        cpu_rest_s,
-        writes_at_rest: writes.other,
-        lease_writes_at_rest: writes.leases,
+        daemonsets_s: daemonsets_at.as_secs_f64(),
+        labelled_s: labelled.unwrap_or(ready).as_secs_f64(),
+        available_s: available.unwrap_or(ready).as_secs_f64(),
+        ready_s: ready.as_secs_f64(),
+        patch_to_daemonset_s: to_daemonset.as_secs_f64(),
+        patch_to_ready_s: to_ready.as_secs_f64(),
+        peak_rss_mib: end.peak_rss_mib,
+        steady_rss_mib: steady.rss_mib,
+        cpu_s: end.cpu_s,
+        cpu_rest_s: end.cpu_s - steady.cpu_s,
+        at_rest,
+        rollout,
+        reconciles,
+        daemonsets,
     })
 }
 
-fn read_rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .context("the operator is not running")?;
-    report::vm_rss_kib(&status).context("no VmRSS in /proc/<pid>/status")
+/// A loopback address with a port nothing listens on now.
+fn free_local_address() -> anyhow::Result<SocketAddr> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free local port")?;
+    Ok(listener.local_addr()?)
 }
 
-fn read_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .context("the operator is not running")?;
-    report::cpu_ticks(&stat).context("cannot parse /proc/<pid>/stat")
+/// The operator's reconcile count and time so far, from its Prometheus metrics.
+fn reconciles(operator: Operator, metrics_addr: SocketAddr) -> anyhow::Result<Reconciles> {
+    let url = format!("http://{metrics_addr}/metrics");
+    let text = ureq::get(&url)
+        .call()
+        .and_then(|response| response.into_body().read_to_string())
+        .with_context(|| format!("cannot read {url}"))?;
+    report::reconciles(&text, operator.reconcile_histogram())
+        .with_context(|| format!("{url} has no {}", operator.reconcile_histogram()))
 }
 
-/// CLK_TCK from `getconf`; 100 (Linux's value everywhere in practice) when that fails.
-fn clock_ticks_per_second() -> f64 {
-    command::output(&[], "getconf", &["CLK_TCK"])
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(100.0)
+fn audit_offset(log: &Path) -> anyhow::Result<u64> {
+    Ok(std::fs::metadata(log)
+        .with_context(|| format!("cannot read {}", log.display()))?
+        .len())
 }
 
-/// The ClusterPolicy's fields the benchmark waits on.
-#[derive(Debug, Default)]
-struct PolicyStatus {
-    state: String,
-    observed_generation: i64,
-}
-
-fn policy_status(env: &[(String, String)]) -> PolicyStatus {
-    let text = command::output(
-        env,
-        "kubectl",
-        &[
-            "get",
-            "clusterpolicy",
-            "cluster-policy",
-            "-o",
-            "jsonpath={.status.state} {.status.observedGeneration}",
-        ],
-    )
-    .unwrap_or_default();
-    let mut words = text.split_whitespace();
-    PolicyStatus {
-        state: words.next().unwrap_or_default().to_owned(),
-        observed_generation: words.next().and_then(|g| g.parse().ok()).unwrap_or(0),
-    }
-}
-
-fn wait_for(
-    env: &[(String, String)],
-    what: &str,
-    log: &Path,
-    condition: impl Fn(&PolicyStatus) -> bool,
-) -> anyhow::Result<()> {
-    poll(log, what, || condition(&policy_status(env)))
-}
-
-/// Polls `done` every 100 ms, up to 300 s.
-fn poll(log: &Path, what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let started = Instant::now();
-    while started.elapsed() < TIMEOUT {
-        if done() {
-            return Ok(());
-        }
-        std::thread::sleep(POLL);
-    }
-    anyhow::bail!(
-        "timed out after {TIMEOUT:?} waiting for {what}; the operator's log: {}",
-        log.display()
-    )
+/// The audit log from `offset` to its current end (a line cut at the offset is skipped by the counting).
+fn audit_window(log: &Path, offset: u64) -> anyhow::Result<String> {
+    let bytes = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
+    Ok(String::from_utf8_lossy(bytes.get(offset as usize..).unwrap_or_default()).into_owned())
 }

@@ -1,30 +1,88 @@
-//! The pure parts of `cargo xtask bench`: reading `/proc`, counting the audit log, and the table.
+//! The benchmark's results and their Markdown report (pure).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-/// The operator's ServiceAccount, as the API server's audit log names it.
-pub const OPERATOR_USER: &str = "system:serviceaccount:gpu-operator:gpu-operator";
+use super::audit::Requests;
+use super::contender::Operator;
 
-/// What one run with N simulated GPU nodes measured.
+/// What one operator measured with N simulated GPU nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
+    pub operator: Operator,
     pub nodes: u32,
-    /// From starting the operator to `status.state == ready`.
+    /// From creating the ClusterPolicy to the last operand DaemonSet existing.
+    pub daemonsets_s: f64,
+    /// From creating the ClusterPolicy to the device plugin's DaemonSet wanting a pod on every node (the operator
+    /// has labelled them).
+    pub labelled_s: f64,
+    /// From creating the ClusterPolicy to every operand pod available (scheduled, started by kwok, Ready).
+    pub available_s: f64,
+    /// From creating the ClusterPolicy to settled: `status.state == ready`, every operand DaemonSet rolled out, the
+    /// device plugin on every node.
     pub ready_s: f64,
-    /// From `kubectl patch` to the dcgm-exporter DaemonSet carrying the new image.
+    /// From `kubectl patch` of `toolkit.version` to the container toolkit DaemonSet carrying the new image.
     pub patch_to_daemonset_s: f64,
-    /// From `kubectl patch` to the policy being ready at the patched generation.
+    /// From the patch to settled again with the new image rolled out.
     pub patch_to_ready_s: f64,
+    /// VmHWM at the end of the run.
+    pub peak_rss_mib: f64,
     /// VmRSS after 30 s at rest.
-    pub rss_mib: f64,
-    /// utime + stime since start, read after 30 s at rest.
+    pub steady_rss_mib: f64,
+    /// utime + stime from start to the end of the run.
     pub cpu_s: f64,
-    /// utime + stime during the 60 s audit window at rest.
+    /// utime + stime during the 60 s at rest.
     pub cpu_rest_s: f64,
-    /// Write requests other than to Leases during 60 s at rest.
-    pub writes_at_rest: u64,
-    /// Writes to Leases (leader election renewals) during 60 s at rest.
-    pub lease_writes_at_rest: u64,
+    /// Requests during the 60 s at rest.
+    pub at_rest: Requests,
+    /// Requests from the patch to settled again.
+    pub rollout: Requests,
+    /// Reconciles from start to the end of the run, from the operator's own metrics.
+    pub reconciles: Reconciles,
+    /// The operand DaemonSets it created.
+    pub daemonsets: Vec<String>,
+}
+
+impl Row {
+    /// Requests per minute during the rollout.
+    pub fn rollout_per_minute(&self) -> f64 {
+        self.rollout.total() as f64 * 60.0 / self.patch_to_ready_s.max(1e-3)
+    }
+}
+
+/// How often an operator reconciled and how long it spent doing so: the `_count` and `_sum` of its reconcile
+/// duration histogram, summed over its controllers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reconciles {
+    pub count: u64,
+    pub seconds: f64,
+}
+
+/// The totals of the histogram `name` in a Prometheus text exposition; `None` when it is not there.
+pub fn reconciles(metrics: &str, name: &str) -> Option<Reconciles> {
+    let (sum, count) = (format!("{name}_sum"), format!("{name}_count"));
+    let mut found = false;
+    let mut totals = Reconciles::default();
+    for line in metrics.lines().filter(|line| !line.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let metric = series.split('{').next().unwrap_or(series);
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        if metric == sum {
+            totals.seconds += value;
+        } else if metric == count {
+            totals.count += value as u64;
+        } else {
+            continue;
+        }
+        found = true;
+    }
+    found.then_some(totals)
 }
 
 /// Allocate latency of the device plugin, as the `allocate_latency` example prints it.
@@ -35,191 +93,388 @@ pub struct Allocate {
     pub p99_us: u64,
 }
 
+/// Where and with what the run happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// UTC, RFC 3339.
+    pub date: String,
+    pub commit: String,
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub kubernetes: String,
+    pub nvidia: String,
+}
+
 /// Everything `bench.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Results {
+    pub environment: Environment,
     pub rows: Vec<Row>,
     pub allocate: Option<Allocate>,
 }
 
-/// Write requests by one user in an audit log excerpt: (Leases, everything else).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Writes {
-    pub leases: u64,
-    pub other: u64,
-}
-
-/// Counts the completed requests of `user` in audit log lines (JSON, one event a line). Lines that are not JSON
-/// (a partly written last line) and events of other stages than `ResponseComplete` are skipped.
-pub fn count_writes(log: &str, user: &str) -> Writes {
-    let mut writes = Writes::default();
-    for line in log.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if event["user"]["username"] != user {
-            continue;
-        }
-        if event
-            .get("stage")
-            .is_some_and(|stage| stage != "ResponseComplete")
-        {
-            continue;
-        }
-        if event["objectRef"]["resource"] == "leases" {
-            writes.leases += 1;
-        } else {
-            writes.other += 1;
-        }
+impl Results {
+    fn row(&self, operator: Operator, nodes: u32) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|row| row.operator == operator && row.nodes == nodes)
     }
-    writes
+
+    fn node_counts(&self) -> BTreeSet<u32> {
+        self.rows.iter().map(|row| row.nodes).collect()
+    }
 }
 
-/// VmRSS in KiB from `/proc/<pid>/status`.
-pub fn vm_rss_kib(status: &str) -> Option<u64> {
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// utime + stime in clock ticks from `/proc/<pid>/stat`.
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    // Fields after the command name (which is in parentheses and may contain spaces): state is field 3, utime 14,
-    // stime 15; after ") " the state is index 0, so utime is index 11 and stime index 12.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// The Markdown table, one row per node count, with a note on what the audit log can and cannot tell.
-pub fn render_table(results: &Results) -> String {
-    let mut text = String::from(
-        "| nodes | ready s | patch→DaemonSet s | patch→ready s | RSS MiB | CPU s | CPU s/60 s at rest | writes/60 s at rest | lease renewals/60 s |\n\
-         |------:|--------:|------------------:|--------------:|--------:|------:|-------------------:|--------------------:|--------------------:|\n",
+/// The whole report: environment, one line per operator and node count, the ratios and goals, and the requests by
+/// kind.
+pub fn render(results: &Results) -> String {
+    let env = &results.environment;
+    let mut text = format!(
+        "# gpu-operator-rs and NVIDIA's gpu-operator on one local cluster\n\n\
+         Run {} at commit `{}` on {} cores and {:.0} GiB; Kubernetes {} (kube-apiserver, etcd, controller manager, \
+         scheduler), kwok nodes; {}. Produced by `cargo xtask bench`.\n\n",
+        env.date, env.commit, env.cores, env.memory_gib, env.kubernetes, env.nvidia
+    );
+    text.push_str(
+        "| nodes | operator | ready s | patch→DaemonSet s | patch→ready s | peak RSS MiB | steady RSS MiB | CPU s | \
+         CPU s/min at rest | requests/min at rest | writes/min at rest | lease writes/min | requests/min in rollout |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for row in &results.rows {
-        text.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {} | {} |\n",
+        let _ = writeln!(
+            text,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {:.0} |",
             row.nodes,
+            row.operator.label(),
             row.ready_s,
             row.patch_to_daemonset_s,
             row.patch_to_ready_s,
-            row.rss_mib,
+            row.peak_rss_mib,
+            row.steady_rss_mib,
             row.cpu_s,
             row.cpu_rest_s,
-            row.writes_at_rest,
-            row.lease_writes_at_rest,
-        ));
+            row.at_rest.total(),
+            row.at_rest.writes(),
+            row.at_rest.lease_writes(),
+            row.rollout_per_minute(),
+        );
     }
+    render_goals(results, &mut text);
+    render_timeline(results, &mut text);
+    render_requests(results, &mut text);
     text.push_str(
-        "\nready: operator start to ClusterPolicy `status.state == ready`; patch: `dcgmExporter.version` to the \
-         dcgm-exporter DaemonSet's image, and to ready at the new generation (polled every 100 ms). RSS and CPU \
-         (utime+stime since start) after 30 s at rest. Writes: the operator ServiceAccount's write requests in the \
-         API server's audit log over 60 s at rest, Leases (leader election) apart. The audit log records writes \
-         only, so total API requests per minute (reads and watches included) are not measured.\n",
+        "\n## How it is measured\n\n\
+         For each node count: a fresh cluster with N kwok nodes in two OS pools (half Ubuntu 22.04 with 4 A100-40GB, \
+         half RHEL 9.4 with 8 H100-80GB). Then each operator in turn: `helm install` of its own chart (driver and \
+         NFD off, as for nodes whose image carries the driver), the chart's ClusterPolicy deleted, the operator started \
+         as a local process with its chart's ServiceAccount token and leader election, as its Deployment would run it \
+         (kwok runs no containers); after 5 s one ClusterPolicy, the same for both (NVIDIA's chart's, rendered with \
+         the same values), is created. **ready**: `status.state == ready`, every operand DaemonSet rolled out \
+         (observed generation, updated and available = desired) and the device plugin on all N nodes, polled every \
+         200 ms. **patch**: `kubectl patch` of `toolkit.version` (both operators run NVIDIA's toolkit image), to the DaemonSet's new image and to settled \
+         again with it rolled out. RSS from `/proc` (VmRSS 30 s after, VmHWM at the end), CPU = utime + stime. \
+         Requests: the API server's audit log (every request of the operator's ServiceAccount, watches counted when \
+         they start), over 60 s at rest and over the rollout (scaled to a minute). Between the operators the \
+         ClusterPolicy is deleted with the operator running, the chart uninstalled and the CRDs removed.\n",
     );
     if let Some(allocate) = &results.allocate {
-        text.push_str(&format!(
-            "\nDevice plugin Allocate latency (in process, unix socket, release build, {} calls): p50 {} µs, p99 {} µs\n",
+        let _ = writeln!(
+            text,
+            "\nDevice plugin Allocate latency (in process, unix socket, release build, {} calls): p50 {} µs, \
+             p99 {} µs.",
             allocate.calls, allocate.p50_us, allocate.p99_us
-        ));
+        );
     }
     text
 }
 
-/// Parses `--nodes 10,100`.
+/// NVIDIA's figure over ours, where both ran.
+fn ratio(nvidia: f64, ours: f64) -> f64 {
+    nvidia / ours.max(1e-3)
+}
+
+fn render_goals(results: &Results, text: &mut String) {
+    let pairs: Vec<(u32, &Row, &Row)> = results
+        .node_counts()
+        .into_iter()
+        .filter_map(|nodes| {
+            Some((
+                nodes,
+                results.row(Operator::Ours, nodes)?,
+                results.row(Operator::Nvidia, nodes)?,
+            ))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    text.push_str(
+        "\n## Ratios (NVIDIA's figure ÷ ours) and goals\n\n\
+         | nodes | ready | patch→DaemonSet | patch→ready | steady RSS | goals |\n|---:|---:|---:|---:|---:|---|\n",
+    );
+    let largest = pairs.iter().map(|(nodes, ..)| *nodes).max().unwrap_or(0);
+    for (nodes, ours, nvidia) in pairs {
+        let ready = ratio(nvidia.ready_s, ours.ready_s);
+        let to_daemonset = ratio(nvidia.patch_to_daemonset_s, ours.patch_to_daemonset_s);
+        let to_ready = ratio(nvidia.patch_to_ready_s, ours.patch_to_ready_s);
+        let rss = ratio(nvidia.steady_rss_mib, ours.steady_rss_mib);
+        let speed_goal = if nodes == largest && nodes >= 1000 {
+            5.0
+        } else {
+            1.0
+        };
+        let mut missed = Vec::new();
+        if ready < speed_goal {
+            missed.push(format!("ready ≥ {speed_goal}×"));
+        }
+        if to_daemonset.min(to_ready) < speed_goal {
+            missed.push(format!("patch ≥ {speed_goal}×"));
+        }
+        if rss < 5.0 {
+            missed.push("RSS ≤ ⅕".to_owned());
+        }
+        if ours.at_rest.writes() > 0 {
+            missed.push("0 writes at rest".to_owned());
+        }
+        let goals = if missed.is_empty() {
+            "all met".to_owned()
+        } else {
+            format!("missed: {}", missed.join(", "))
+        };
+        let _ = writeln!(
+            text,
+            "| {nodes} | {ready:.1}× | {to_daemonset:.1}× | {to_ready:.1}× | {rss:.1}× | {goals} |"
+        );
+    }
+}
+
+/// Where the time to ready goes: what the operator does (DaemonSets, node labels, noticing readiness) and what the
+/// cluster does (scheduling the pods, kwok starting them), with the operator's own reconcile count and time.
+fn render_timeline(results: &Results, text: &mut String) {
+    text.push_str(
+        "\n## Where the time to ready goes\n\n\
+         Seconds from the ClusterPolicy's creation. The operator's part: its DaemonSets exist, every node carries its \
+         labels, and it reports ready once the pods are; in between, the cluster's part: the DaemonSet controller, the \
+         scheduler and kwok make every operand pod available. Reconciles: count and total time from the operator's \
+         reconcile-duration histogram over the whole run (both rollouts and the rest).\n\n\
+         | nodes | operator | DaemonSets created | nodes labelled | pods available | ready | reconciles | seconds in \
+         reconciles |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for row in &results.rows {
+        let _ = writeln!(
+            text,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} |",
+            row.nodes,
+            row.operator.label(),
+            row.daemonsets_s,
+            row.labelled_s,
+            row.available_s,
+            row.ready_s,
+            row.reconciles.count,
+            row.reconciles.seconds,
+        );
+    }
+}
+
+/// Requests by verb and resource at the largest node count, both operators side by side, and the user agents.
+fn render_requests(results: &Results, text: &mut String) {
+    let Some(nodes) = results.node_counts().into_iter().max() else {
+        return;
+    };
+    let rows: Vec<&Row> = [Operator::Ours, Operator::Nvidia]
+        .into_iter()
+        .filter_map(|operator| results.row(operator, nodes))
+        .collect();
+    let kinds: BTreeSet<&String> = rows
+        .iter()
+        .flat_map(|row| row.at_rest.by_kind.keys().chain(row.rollout.by_kind.keys()))
+        .collect();
+    let _ = write!(
+        text,
+        "\n## Requests by verb and resource at {nodes} nodes (per minute)\n\n| request |"
+    );
+    for row in &rows {
+        let label = row.operator.label();
+        let _ = write!(text, " {label} at rest | {label} in rollout |");
+    }
+    text.push_str("\n|---|");
+    text.push_str(&"---:|---:|".repeat(rows.len()));
+    text.push('\n');
+    for kind in kinds {
+        let _ = write!(text, "| `{kind}` |");
+        for row in &rows {
+            let rest = row.at_rest.by_kind.get(kind).copied().unwrap_or(0);
+            let rollout = row.rollout.by_kind.get(kind).copied().unwrap_or(0) as f64 * 60.0
+                / row.patch_to_ready_s.max(1e-3);
+            let _ = write!(text, " {rest} | {rollout:.0} |");
+        }
+        text.push('\n');
+    }
+    text.push_str("\nUser agents:\n");
+    for row in &rows {
+        let agents: BTreeSet<&String> = row
+            .at_rest
+            .user_agents
+            .iter()
+            .chain(&row.rollout.user_agents)
+            .collect();
+        let agents: Vec<String> = agents
+            .into_iter()
+            .map(|agent| format!("`{agent}`"))
+            .collect();
+        let _ = writeln!(text, "- {}: {}", row.operator.label(), agents.join(", "));
+    }
+}
+
+/// Parses `--nodes 10,100,1000`.
 pub fn parse_node_counts(text: &str) -> anyhow::Result<Vec<u32>> {
-    let counts =
-        text.split(',')
-            .map(|part| {
-                let count: u32 = part.trim().parse().map_err(|_| {
-                    anyhow::anyhow!("--nodes takes counts like 10,100; got {part:?}")
-                })?;
-                anyhow::ensure!(
-                    count >= 2,
-                    "--nodes: each count must be at least 2 (two OS pools)"
-                );
-                Ok(count)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(counts)
+    text.split(',')
+        .map(|part| {
+            let count: u32 = part
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--nodes takes counts like 10,100; got {part:?}"))?;
+            anyhow::ensure!(
+                count >= 2,
+                "--nodes: each count must be at least 2 (two OS pools)"
+            );
+            Ok(count)
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
-    #[test]
-    fn counts_completed_writes_of_the_operator_with_leases_apart() {
-        let log = format!(
-            "{}\n{}\n{}\n{}\n{}\n{{\"truncated",
-            r#"{"stage":"ResponseComplete","verb":"update","user":{"username":"system:serviceaccount:gpu-operator:gpu-operator"},"objectRef":{"resource":"leases"}}"#,
-            r#"{"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:gpu-operator:gpu-operator"},"objectRef":{"resource":"nodes"}}"#,
-            r#"{"stage":"ResponseStarted","verb":"patch","user":{"username":"system:serviceaccount:gpu-operator:gpu-operator"},"objectRef":{"resource":"nodes"}}"#,
-            r#"{"stage":"ResponseComplete","verb":"update","user":{"username":"system:kube-scheduler"},"objectRef":{"resource":"leases"}}"#,
-            r#"{"verb":"patch","user":{"username":"system:serviceaccount:gpu-operator:gpu-operator"},"objectRef":{"resource":"clusterpolicies","subresource":"status"}}"#,
-        );
-        assert_eq!(
-            count_writes(&log, OPERATOR_USER),
-            Writes {
-                leases: 1,
-                other: 2
-            }
-        );
-        assert_eq!(count_writes("", OPERATOR_USER), Writes::default());
+    fn requests(pairs: &[(&str, u64)]) -> Requests {
+        Requests {
+            by_kind: pairs
+                .iter()
+                .map(|(kind, count)| ((*kind).to_owned(), *count))
+                .collect::<BTreeMap<_, _>>(),
+            user_agents: BTreeSet::from(["agent/1".to_owned()]),
+        }
     }
 
-    #[test]
-    fn reads_rss_and_cpu_from_proc() {
-        let status = "Name:\tgpu-operator\nVmPeak:\t  100 kB\nVmRSS:\t   24576 kB\nThreads:\t5\n";
-        assert_eq!(vm_rss_kib(status), Some(24576));
-        assert_eq!(vm_rss_kib("Name:\tx\n"), None);
-        let stat = "4242 (gpu operator) S 1 4242 4242 0 -1 4194560 1000 0 0 0 150 25 0 0 20 0 5 0";
-        assert_eq!(cpu_ticks(stat), Some(175));
-        assert_eq!(cpu_ticks("garbage"), None);
-    }
-
-    #[test]
-    fn renders_one_row_per_node_count_and_the_allocate_line() {
-        let row = |nodes, ready_s| Row {
+    fn row(operator: Operator, nodes: u32, ready_s: f64, rss: f64, writes: u64) -> Row {
+        Row {
+            operator,
             nodes,
+            daemonsets_s: 0.5,
+            labelled_s: 0.75,
+            available_s: ready_s - 0.25,
             ready_s,
-            patch_to_daemonset_s: 0.456,
-            patch_to_ready_s: 0.789,
-            rss_mib: 21.04,
+            patch_to_daemonset_s: ready_s / 10.0,
+            patch_to_ready_s: ready_s / 2.0,
+            peak_rss_mib: rss * 2.0,
+            steady_rss_mib: rss,
             cpu_s: 1.5,
             cpu_rest_s: 0.02,
-            writes_at_rest: 0,
-            lease_writes_at_rest: 12,
-        };
-        let table = render_table(&Results {
-            rows: vec![row(10, 1.234), row(100, 5.0)],
+            at_rest: requests(&[("update leases", 20), ("update configmaps", writes)]),
+            rollout: requests(&[("patch daemonsets", 3)]),
+            reconciles: Reconciles {
+                count: 10,
+                seconds: 0.5,
+            },
+            daemonsets: vec!["nvidia-device-plugin-daemonset".into()],
+        }
+    }
+
+    fn results(rows: Vec<Row>) -> Results {
+        Results {
+            environment: Environment {
+                date: "2026-11-23T20:00:00Z".into(),
+                commit: "abc1234".into(),
+                cores: 2,
+                memory_gib: 24.0,
+                kubernetes: "v1.37.1".into(),
+                nvidia: "NVIDIA gpu-operator v25.3.2".into(),
+            },
+            rows,
             allocate: Some(Allocate {
                 calls: 1000,
                 p50_us: 80,
                 p99_us: 150,
             }),
-        });
-        let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].starts_with("| nodes | ready s |"));
-        assert_eq!(
-            lines[2],
-            "| 10 | 1.23 | 0.46 | 0.79 | 21.0 | 1.50 | 0.02 | 0 | 12 |"
+        }
+    }
+
+    #[test]
+    fn renders_rows_ratios_goals_and_requests() {
+        let text = render(&results(vec![
+            row(Operator::Ours, 10, 2.0, 20.0, 0),
+            row(Operator::Nvidia, 10, 4.0, 120.0, 30),
+            row(Operator::Ours, 1000, 10.0, 30.0, 0),
+            row(Operator::Nvidia, 1000, 40.0, 100.0, 30),
+        ]));
+        assert!(text.contains("on 2 cores and 24 GiB; Kubernetes v1.37.1"));
+        assert!(text.contains(&format!(
+            "| 10 | {} | 2.00 | 0.20 | 1.00 | 40.0 | 20.0 | 1.50 | 0.02 | 20 | 0 | 20 | 180 |",
+            Operator::Ours.label()
+        )));
+        assert!(text.contains(&format!(
+            "| 1000 | {} | 0.50 | 0.75 | 39.75 | 40.00 | 10 | 0.50 |",
+            Operator::Nvidia.label()
+        )));
+        assert!(text.contains("| 10 | 2.0× | 2.0× | 2.0× | 6.0× | all met |"));
+        assert!(
+            text.contains(
+                "| 1000 | 4.0× | 4.0× | 4.0× | 3.3× | missed: ready ≥ 5×, patch ≥ 5×, RSS ≤ ⅕ |"
+            ),
+            "{text}"
         );
-        assert!(lines[3].starts_with("| 100 | 5.00 |"));
-        assert!(table.contains("total API requests per minute"));
-        assert!(table.contains("p50 80 µs, p99 150 µs"));
-        let without = render_table(&Results {
-            rows: vec![],
-            allocate: None,
-        });
-        assert!(!without.contains("Allocate"));
+        assert!(text.contains("## Requests by verb and resource at 1000 nodes"));
+        assert!(text.contains("| `update configmaps` | 0 | 0 | 30 | 0 |"));
+        assert!(text.contains("| `patch daemonsets` | 0 | 36 | 0 | 9 |"));
+        assert!(text.contains("p50 80 µs, p99 150 µs"));
+    }
+
+    #[test]
+    fn ours_alone_has_no_ratios() {
+        let text = render(&results(vec![row(Operator::Ours, 10, 2.0, 20.0, 1)]));
+        assert!(!text.contains("## Ratios"));
+        assert!(text.contains("## Requests by verb and resource at 10 nodes"));
+    }
+
+    #[test]
+    fn sums_the_reconcile_histogram_over_controllers() {
+        let ours = "# HELP gpu_operator_reconcile_duration_seconds Time to reconcile.\n\
+                    gpu_operator_reconcile_duration_seconds_sum 1.5\n\
+                    gpu_operator_reconcile_duration_seconds_count 12\n\
+                    gpu_operator_reconcile_duration_seconds_bucket{le=\"0.005\"} 3\n# EOF\n";
+        assert_eq!(
+            reconciles(ours, "gpu_operator_reconcile_duration_seconds"),
+            Some(Reconciles {
+                count: 12,
+                seconds: 1.5
+            })
+        );
+        let nvidia = "controller_runtime_reconcile_time_seconds_sum{controller=\"clusterpolicy-controller\"} 20.25\n\
+                      controller_runtime_reconcile_time_seconds_count{controller=\"clusterpolicy-controller\"} 40\n\
+                      controller_runtime_reconcile_time_seconds_sum{controller=\"upgrade-controller\"} 0.75\n\
+                      controller_runtime_reconcile_time_seconds_count{controller=\"upgrade-controller\"} 3\n";
+        assert_eq!(
+            reconciles(nvidia, "controller_runtime_reconcile_time_seconds"),
+            Some(Reconciles {
+                count: 43,
+                seconds: 21.0
+            })
+        );
+        assert_eq!(
+            reconciles(ours, "controller_runtime_reconcile_time_seconds"),
+            None
+        );
     }
 
     #[test]
     fn parses_node_counts() {
-        assert_eq!(parse_node_counts("10,100").unwrap(), vec![10, 100]);
+        assert_eq!(
+            parse_node_counts("10,100,1000").unwrap(),
+            vec![10, 100, 1000]
+        );
         assert_eq!(parse_node_counts(" 50 ").unwrap(), vec![50]);
         assert!(parse_node_counts("10,x").is_err());
         assert!(parse_node_counts("1").is_err());

@@ -223,14 +223,25 @@ pub fn apiserver_args(files: &Files, ports: Ports, host_address: Option<Ipv4Addr
     args
 }
 
-/// Audit policy: write requests at Metadata level (verb, user, object), nothing else.
+/// Audit policy: every request of the ServiceAccounts in the operator's namespace (the operator's reads and watches
+/// are what `cargo xtask bench` counts), and everyone's writes, at Metadata level (verb, user, user agent, object).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
   - level: Metadata
+    userGroups: [\"system:serviceaccounts:gpu-operator\"]
+  - level: Metadata
     verbs: [create, update, patch, delete, deletecollection]
   - level: None
+";
+
+/// kwok's own settings. Its default of 4 pod stages at a time makes 1000 nodes' DaemonSet pods wait minutes to
+/// turn Ready (kwok, not the operators, would be measured); the node stages and leases keep up at 4.
+const KWOK_CONFIGURATION: &str = "apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 32
 ";
 
 /// What kube-controller-manager and kube-scheduler share: their identity's kubeconfig for everything, loopback
@@ -258,12 +269,20 @@ pub fn controller_manager_args(files: &Files) -> Vec<String> {
         // Its default is under /usr/libexec, which it would create.
         path_arg("flex-volume-plugin-dir", &files.file("flexvolume")),
         format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+        // At 1000 kwok nodes one operand DaemonSet is 1000 pods: at the default 20 requests/s its controller alone
+        // would take a minute per DaemonSet, and every operator would measure the controller manager.
+        "--kube-api-qps=400".into(),
+        "--kube-api-burst=800".into(),
+        "--concurrent-daemonset-syncs=8".into(),
     ]);
     args
 }
 
 pub fn scheduler_args(files: &Files) -> Vec<String> {
-    component_args(&files.kubeconfig(certs::SCHEDULER))
+    let mut args = component_args(&files.kubeconfig(certs::SCHEDULER));
+    // Binding thousands of DaemonSet pods: the default 50 requests/s would be the bottleneck (see above).
+    args.extend(["--kube-api-qps=400".into(), "--kube-api-burst=800".into()]);
+    args
 }
 
 pub fn kwok_args(files: &Files, ports: Ports) -> Vec<String> {
@@ -351,20 +370,31 @@ pub fn start_workload(
     args: &[String],
     env: &[(String, String)],
 ) -> anyhow::Result<Record> {
-    let mut state = State::load(state_dir)?
-        .context("the cluster is not up; run `cargo xtask cluster up` first")?;
-    let (previous, others): (Vec<Record>, Vec<Record>) =
-        state.workloads.into_iter().partition(|w| w.name == name);
-    process::stop_all(&previous, STOP_GRACE)?;
+    let mut state = stop_workload_in(state_dir, name)?;
     let log = Files {
         dir: state_dir.to_path_buf(),
     }
     .log(name);
     let (_child, record) = process::spawn(name, binary, args, env, &log)?;
-    state.workloads = others;
     state.workloads.push(record.clone());
     state.save(state_dir)?;
     Ok(record)
+}
+
+/// Stops the workload `name` (SIGTERM, then SIGKILL after [`STOP_GRACE`]) if it runs.
+pub fn stop_workload(state_dir: &Path, name: &str) -> anyhow::Result<()> {
+    stop_workload_in(state_dir, name)?.save(state_dir)
+}
+
+/// Stops the workload `name` and returns the state without it (not saved yet).
+fn stop_workload_in(state_dir: &Path, name: &str) -> anyhow::Result<State> {
+    let mut state = State::load(state_dir)?
+        .context("the cluster is not up; run `cargo xtask cluster up` first")?;
+    let (previous, others): (Vec<Record>, Vec<Record>) =
+        state.workloads.into_iter().partition(|w| w.name == name);
+    process::stop_all(&previous, STOP_GRACE)?;
+    state.workloads = others;
+    Ok(state)
 }
 
 fn remove(dir: &Path) -> anyhow::Result<()> {
@@ -447,7 +477,9 @@ fn write_files(files: &Files, state: &State, toolset: &Toolset) -> anyhow::Resul
             std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    public("kwok.yaml", &yaml_stream(&stages))?;
+    let mut documents = vec![KWOK_CONFIGURATION.to_owned()];
+    documents.extend(stages);
+    public("kwok.yaml", &yaml_stream(&documents))?;
     public("audit-policy.yaml", AUDIT_POLICY)?;
     state.save(&files.dir)
 }

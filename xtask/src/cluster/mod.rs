@@ -16,7 +16,7 @@ mod kubeconfig;
 mod nodes;
 pub(crate) mod paths;
 mod process;
-mod progress;
+pub mod progress;
 mod realnode;
 mod toolchain;
 mod tools;
@@ -29,8 +29,11 @@ use std::process::Command as Process;
 
 use anyhow::Context as _;
 
+pub use api::Connection;
 pub use nodes::AddNodes;
 pub use realnode::AddRealNode;
+pub use tools::copy_tree;
+pub use versions::{KUBERNETES, NVIDIA_GPU_OPERATOR, NVIDIA_GPU_OPERATOR_RELEASE};
 
 /// `cargo xtask cluster <command>`.
 #[derive(Debug, clap::Subcommand)]
@@ -185,6 +188,19 @@ pub fn start_workload(
         pid: record.pid,
         log: record.log,
     })
+}
+
+/// Stops the workload `name` if it runs.
+pub fn stop_workload(info: &ClusterInfo, name: &str) -> anyhow::Result<()> {
+    controlplane::stop_workload(&info.state_dir, name)
+}
+
+/// NVIDIA's gpu-operator, built once into the cache from its Go module (`cargo xtask bench` compares with it).
+/// Returns its directory: the static binary `nvidia-gpu-operator`, the manifests it reads (`assets`, `manifests`) and its
+/// Helm chart `gpu-operator`.
+pub fn nvidia_gpu_operator() -> anyhow::Result<PathBuf> {
+    let layout = paths::Layout::from_env()?;
+    tools::ensure_tool(&layout, &versions::nvidia_gpu_operator())
 }
 
 /// A process started on top of the cluster.

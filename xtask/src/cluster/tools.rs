@@ -28,7 +28,7 @@ impl Toolset {
 fn is_built(dir: &Path, tool: &GoTool) -> bool {
     expected_files(tool)
         .iter()
-        .all(|name| dir.join(name).is_file())
+        .all(|name| dir.join(name).exists())
 }
 
 fn expected_files(tool: &GoTool) -> Vec<String> {
@@ -137,6 +137,11 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
         &module_dir.join("tools.go"),
         &gomod::render_tools_go(tool.packages),
     )?;
+    if !tool.pinned_sums.is_empty() {
+        progress::step(&format!("go mod download ({label})"), |_| {
+            pin_sums(go, tool, &module_dir)
+        })?;
+    }
 
     progress::step(&format!("go mod tidy ({label})"), |step| {
         step.run(
@@ -164,6 +169,9 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
         if let Some(ldflags) = tool.ldflags() {
             command.arg("-ldflags").arg(ldflags);
         }
+        if tool.static_binary {
+            command.env("CGO_ENABLED", "0");
+        }
         step.run(command.args(tool.packages), &log)
     })?;
 
@@ -182,9 +190,7 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
         );
         let source = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
         for file in tool.module_files {
-            let from = source.join(file);
-            std::fs::copy(&from, partial.join(file_name(file)))
-                .with_context(|| format!("cannot copy {}", from.display()))?;
+            copy_tree(&source.join(file), &partial.join(file_name(file)))?;
         }
     }
     anyhow::ensure!(
@@ -196,6 +202,57 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
     );
     std::fs::rename(&partial, &target)
         .with_context(|| format!("cannot move the build to {}", target.display()))
+}
+
+/// Writes the pinned go.sum lines, downloads the module (checked against them), and adds the module's own go.sum,
+/// so that `go mod tidy` finds every dependency's hash without asking the checksum database.
+fn pin_sums(go: &Go, tool: &GoTool, module_dir: &Path) -> anyhow::Result<()> {
+    write(
+        &module_dir.join("go.sum"),
+        &(tool.pinned_sums.join("\n") + "\n"),
+    )?;
+    let output = go
+        .command()
+        .args(["mod", "download", "-json"])
+        .arg(format!("{}@{}", tool.module, tool.version))
+        .current_dir(module_dir)
+        .output()
+        .context("go mod download")?;
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).with_context(|| {
+        format!(
+            "go mod download printed no JSON: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    if let Some(error) = answer["Error"].as_str() {
+        anyhow::bail!("go mod download {}@{}: {error}", tool.module, tool.version);
+    }
+    let dir = answer["Dir"]
+        .as_str()
+        .context("go mod download named no directory")?;
+    let dependencies = std::fs::read_to_string(Path::new(dir).join("go.sum"))
+        .with_context(|| format!("cannot read the go.sum of {}", tool.module))?;
+    let mut sums = tool.pinned_sums.join("\n") + "\n";
+    sums.push_str(&dependencies);
+    write(&module_dir.join("go.sum"), &sums)
+}
+
+/// Copies a file, or a directory with everything in it; the copies are writable (module cache files are not), so
+/// that a rebuild can remove them.
+pub fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if from.is_dir() {
+        create_dir(to)?;
+        for entry in
+            std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?
+        {
+            let entry = entry?;
+            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        return Ok(());
+    }
+    std::fs::copy(from, to).with_context(|| format!("cannot copy {}", from.display()))?;
+    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .with_context(|| format!("cannot make {} writable", to.display()))
 }
 
 pub(super) fn create_dir(path: &Path) -> anyhow::Result<()> {

@@ -14,6 +14,20 @@ pub const ETCD: &str = "v3.6.12";
 pub const KWOK: &str = "v0.8.0";
 /// `helm.sh/helm/v4`.
 pub const HELM: &str = "v4.3.1";
+/// NVIDIA's gpu-operator, which `cargo xtask bench` measures ours against: release v25.3.2, commit 616690d88d86 of
+/// 2025-07-24. Its module path lacks the major version (`/v25`), so its release tags are not module versions; Go
+/// names the commit by a pseudo-version on the last v1 tag among its ancestors (v1.8.2). v25.3.2 is the newest
+/// release whose every dependency the module proxy serves here (v25.10.1 needs a k8s-operator-libs commit it
+/// refuses; v26.x too).
+pub const NVIDIA_GPU_OPERATOR: &str = "v1.8.3-0.20250724212111-616690d88d86";
+/// The release tag of [`NVIDIA_GPU_OPERATOR`], for reports.
+pub const NVIDIA_GPU_OPERATOR_RELEASE: &str = "v25.3.2";
+/// go.sum lines of [`NVIDIA_GPU_OPERATOR`]: the checksum database does not know this pseudo-version, so the hashes
+/// are pinned here (taken from the first download) and the module's own go.sum vouches for its dependencies.
+const NVIDIA_GPU_OPERATOR_SUMS: &[&str] = &[
+    "github.com/NVIDIA/gpu-operator v1.8.3-0.20250724212111-616690d88d86 h1:KcEKuIVSUY5XJZTzLjbpD3DRPcQTLwkX1DyzuCZHYKU=",
+    "github.com/NVIDIA/gpu-operator v1.8.3-0.20250724212111-616690d88d86/go.mod h1:EkmCOAWVMphjgnRpbqXhpArJQrOJjbKsoHcrklnisfU=",
+];
 
 /// The oldest Go toolchain that builds all of the above (`go` directive of their go.mod files).
 pub const GO_MINIMUM: GoVersion = GoVersion {
@@ -93,8 +107,14 @@ pub struct GoTool {
     /// Whether the module's go.mod replaces the `k8s.io/*` staging modules with local paths, which a consumer must
     /// replace with their published versions.
     pub kubernetes_staging: bool,
-    /// Files copied from the module's source tree into the tool's directory (e.g. kwok's default stages).
+    /// Files or directories copied from the module's source tree into the tool's directory (e.g. kwok's default
+    /// stages), by their last path element.
     pub module_files: &'static [&'static str],
+    /// go.sum lines for a module version the checksum database does not know; when set, the module's own go.sum is
+    /// trusted for its dependencies.
+    pub pinned_sums: &'static [&'static str],
+    /// Built without cgo (`CGO_ENABLED=0`), as a static binary that runs in an empty root.
+    pub static_binary: bool,
 }
 
 impl GoTool {
@@ -183,6 +203,8 @@ fn kubernetes_module() -> GoTool {
         version_ldflags: ldflags,
         kubernetes_staging: true,
         module_files: &[],
+        pinned_sums: &[],
+        static_binary: false,
     }
 }
 
@@ -197,6 +219,8 @@ pub fn etcd() -> GoTool {
         version_ldflags: Vec::new(),
         kubernetes_staging: false,
         module_files: &[],
+        pinned_sums: &[],
+        static_binary: false,
     }
 }
 
@@ -214,6 +238,8 @@ pub fn kwok() -> GoTool {
         )],
         kubernetes_staging: false,
         module_files: KWOK_STAGE_FILES,
+        pinned_sums: &[],
+        static_binary: false,
     }
 }
 
@@ -228,6 +254,28 @@ pub fn helm() -> GoTool {
         version_ldflags: vec![format!("helm.sh/helm/v4/internal/version.version={HELM}")],
         kubernetes_staging: false,
         module_files: &[],
+        pinned_sums: &[],
+        static_binary: false,
+    }
+}
+
+/// NVIDIA's operator, with what it reads at run time: its manifests (`assets`, `manifests`) and its Helm chart
+/// (`gpu-operator`, with the CRDs). Static, as NVIDIA builds it, so that it runs in a root of its own where its
+/// hard-coded paths (`/opt/gpu-operator`, `/host-etc`) exist.
+pub fn nvidia_gpu_operator() -> GoTool {
+    GoTool {
+        name: "nvidia-gpu-operator",
+        module: "github.com/NVIDIA/gpu-operator",
+        version: NVIDIA_GPU_OPERATOR,
+        packages: &["github.com/NVIDIA/gpu-operator/cmd/gpu-operator"],
+        // Not `gpu-operator`: that is the name of its chart's directory, copied next to it.
+        binaries: &["nvidia-gpu-operator"],
+        output: Output::Single("nvidia-gpu-operator"),
+        version_ldflags: Vec::new(),
+        kubernetes_staging: false,
+        module_files: &["assets", "manifests", "deployments/gpu-operator"],
+        pinned_sums: NVIDIA_GPU_OPERATOR_SUMS,
+        static_binary: true,
     }
 }
 

@@ -168,7 +168,7 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         })?
         .reference
         .clone();
-    ensure_packages()?;
+    crate::apt::ensure(&PACKAGES)?;
     let kube_proxy = tools::ensure_tool(layout, &versions::kube_proxy())?.join("kube-proxy");
 
     tear_down(&state_dir, &state)?;
@@ -599,40 +599,6 @@ fn unescape_octal(field: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// Installs the packages that are missing (`apt-get update` first, since a fresh machine has no package lists).
-fn ensure_packages() -> anyhow::Result<()> {
-    let missing: Vec<&str> = PACKAGES
-        .iter()
-        .filter(|(_, file)| !Path::new(file).exists())
-        .map(|(package, _)| *package)
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    progress::step(&format!("apt-get install {}", missing.join(" ")), |_| {
-        let apt = |args: &[&str]| -> anyhow::Result<()> {
-            let output = Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .output()
-                .context(
-                    "cannot run apt-get: the real node needs Debian's (or Ubuntu's) packages",
-                )?;
-            anyhow::ensure!(
-                output.status.success(),
-                "apt-get {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            Ok(())
-        };
-        apt(&["update", "-q"])?;
-        let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
-        install.extend(&missing);
-        apt(&install)
-    })
 }
 
 fn read_images(dir: &Path) -> anyhow::Result<Vec<BuiltImage>> {

@@ -1,0 +1,126 @@
+//! Counting an operator's API requests in the API server's audit log (JSON, one event a line, Metadata level; the
+//! cluster's audit policy records every request of the operator's namespace's ServiceAccounts).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// The operators' ServiceAccount (both charts name it so), as the audit log names it.
+pub const OPERATOR_USER: &str = "system:serviceaccount:gpu-operator:gpu-operator";
+
+const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+
+/// One user's requests in a window of the audit log.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Requests {
+    /// By `<verb> <resource>[/<subresource>]`.
+    pub by_kind: BTreeMap<String, u64>,
+    /// The user agents the requests came with (how the two operators' clients name themselves).
+    pub user_agents: BTreeSet<String>,
+}
+
+impl Requests {
+    pub fn total(&self) -> u64 {
+        self.by_kind.values().sum()
+    }
+
+    /// Writes other than to Leases (leader election renewals are counted apart).
+    pub fn writes(&self) -> u64 {
+        self.sum(|verb, resource| WRITE_VERBS.contains(&verb) && resource != "leases")
+    }
+
+    /// Writes to Leases: leader election.
+    pub fn lease_writes(&self) -> u64 {
+        self.sum(|verb, resource| WRITE_VERBS.contains(&verb) && resource == "leases")
+    }
+
+    fn sum(&self, select: impl Fn(&str, &str) -> bool) -> u64 {
+        self.by_kind
+            .iter()
+            .filter(|(kind, _)| {
+                let (verb, resource) = kind.split_once(' ').unwrap_or((kind, ""));
+                let resource = resource.split('/').next().unwrap_or_default();
+                select(verb, resource)
+            })
+            .map(|(_, count)| count)
+            .sum()
+    }
+}
+
+/// The requests of `user` in audit log lines. A request is counted once: at `ResponseComplete`, except watches,
+/// which are counted when they start (`ResponseStarted`), since a watch completes only when it is closed. Lines
+/// that are not JSON (a line cut at the window's edge) are skipped.
+pub fn count(log: &str, user: &str) -> Requests {
+    let mut requests = Requests::default();
+    for line in log.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if event["user"]["username"] != user {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let counted_stage = if verb == "watch" {
+            "ResponseStarted"
+        } else {
+            "ResponseComplete"
+        };
+        if event["stage"] != counted_stage {
+            continue;
+        }
+        let resource = event["objectRef"]["resource"]
+            .as_str()
+            .unwrap_or("(non-resource)");
+        let kind = match event["objectRef"]["subresource"].as_str() {
+            Some(subresource) => format!("{verb} {resource}/{subresource}"),
+            None => format!("{verb} {resource}"),
+        };
+        *requests.by_kind.entry(kind).or_insert(0) += 1;
+        if let Some(agent) = event["userAgent"].as_str() {
+            requests.user_agents.insert(agent.to_owned());
+        }
+    }
+    requests
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(stage: &str, verb: &str, user: &str, resource: &str) -> String {
+        format!(
+            r#"{{"stage":"{stage}","verb":"{verb}","user":{{"username":"{user}"}},"userAgent":"agent/1","objectRef":{{"resource":"{resource}"}}}}"#
+        )
+    }
+
+    #[test]
+    fn counts_each_request_of_the_user_once() {
+        let log = [
+            event("ResponseComplete", "update", OPERATOR_USER, "leases"),
+            event("ResponseComplete", "patch", OPERATOR_USER, "nodes"),
+            event("ResponseStarted", "watch", OPERATOR_USER, "nodes"),
+            event("ResponseComplete", "watch", OPERATOR_USER, "nodes"),
+            event("ResponseComplete", "list", OPERATOR_USER, "nodes"),
+            event("ResponseComplete", "update", "system:kube-scheduler", "leases"),
+            r#"{"stage":"ResponseComplete","verb":"update","user":{"username":"system:serviceaccount:gpu-operator:gpu-operator"},"objectRef":{"resource":"clusterpolicies","subresource":"status"}}"#.to_owned(),
+            r#"{"truncated"#.to_owned(),
+        ]
+        .join("\n");
+        let requests = count(&log, OPERATOR_USER);
+        assert_eq!(
+            requests.by_kind,
+            BTreeMap::from([
+                ("list nodes".to_owned(), 1),
+                ("patch nodes".to_owned(), 1),
+                ("update clusterpolicies/status".to_owned(), 1),
+                ("update leases".to_owned(), 1),
+                ("watch nodes".to_owned(), 1),
+            ])
+        );
+        assert_eq!(requests.total(), 5);
+        assert_eq!(requests.writes(), 2);
+        assert_eq!(requests.lease_writes(), 1);
+        assert_eq!(requests.user_agents, BTreeSet::from(["agent/1".to_owned()]));
+        assert_eq!(count("", OPERATOR_USER), Requests::default());
+    }
+}

@@ -1,0 +1,256 @@
+//! The two operators the benchmark runs, one after the other, on the same cluster: installing each one's chart,
+//! starting its binary as the chart's ServiceAccount would run it (kwok runs no containers), and removing it again
+//! so that the next one starts from the same state.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::cluster::{self, ClusterInfo, Workload};
+use crate::command;
+use crate::install::{self, NAMESPACE};
+
+/// The chart values both runs use: drivers pre-installed on the nodes (NVIDIA's guide for clusters whose images
+/// carry the driver) and no node-feature-discovery (the kwok nodes carry its labels already).
+const VALUES: &[&str] = &["driver.enabled=false", "nfd.enabled=false"];
+
+/// The CRDs either chart installs; removed between the runs, since both define `clusterpolicies.nvidia.com`.
+const CRDS: &[&str] = &[
+    "clusterpolicies.nvidia.com",
+    "nvidiadrivers.nvidia.com",
+    "gpunodes.nvidia.com",
+];
+
+/// Which operator a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Operator {
+    Ours,
+    Nvidia,
+}
+
+impl Operator {
+    /// How tables and legends name it.
+    pub fn label(self) -> String {
+        match self {
+            Self::Ours => format!("gpu-operator-rs {}", env!("CARGO_PKG_VERSION")),
+            Self::Nvidia => format!(
+                "NVIDIA gpu-operator {}",
+                cluster::NVIDIA_GPU_OPERATOR_RELEASE
+            ),
+        }
+    }
+
+    /// The histogram of its reconcile durations: ours, and controller-runtime's (every controller of NVIDIA's).
+    pub fn reconcile_histogram(self) -> &'static str {
+        match self {
+            Self::Ours => "gpu_operator_reconcile_duration_seconds",
+            Self::Nvidia => "controller_runtime_reconcile_time_seconds",
+        }
+    }
+
+    fn workload(self) -> &'static str {
+        match self {
+            Self::Ours => "gpu-operator",
+            Self::Nvidia => "nvidia-gpu-operator",
+        }
+    }
+}
+
+/// One operator with what it runs from.
+#[derive(Debug, Clone)]
+pub struct Contender {
+    pub operator: Operator,
+    /// Its Helm chart.
+    chart: PathBuf,
+    /// Ours: the release binary. NVIDIA's: the directory of its build (binary, `assets`, `manifests`).
+    build: PathBuf,
+}
+
+impl Contender {
+    pub fn ours(root: &Path, binary: PathBuf) -> Self {
+        Self {
+            operator: Operator::Ours,
+            chart: root.join("charts/gpu-operator"),
+            build: binary,
+        }
+    }
+
+    /// NVIDIA's operator, built by `cluster::nvidia_gpu_operator` into `dir`.
+    pub fn nvidia(dir: PathBuf) -> Self {
+        Self {
+            operator: Operator::Nvidia,
+            chart: dir.join("gpu-operator"),
+            build: dir,
+        }
+    }
+
+    /// The ClusterPolicy this operator's chart renders with [`VALUES`], as YAML: what the benchmark creates.
+    pub fn render_policy(&self, env: &[(String, String)]) -> anyhow::Result<String> {
+        let chart = self.chart.display().to_string();
+        let mut args = vec![
+            "template",
+            "gpu-operator",
+            &chart,
+            "-n",
+            NAMESPACE,
+            "--show-only",
+            "templates/clusterpolicy.yaml",
+        ];
+        for value in VALUES {
+            args.extend(["--set", value]);
+        }
+        command::output(env, "helm", &args)
+    }
+
+    /// `helm upgrade --install --wait` of the chart, then the chart's own ClusterPolicy is deleted (no operator
+    /// runs yet, so nothing holds it) so that the run can time its creation.
+    pub fn install(&self, root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
+        let chart = self.chart.display().to_string();
+        let mut args = vec![
+            "upgrade",
+            "--install",
+            "--wait",
+            "--timeout",
+            "300s",
+            "gpu-operator",
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+            &chart,
+        ];
+        for value in VALUES {
+            args.extend(["--set", value]);
+        }
+        command::run(root, env, "helm", &args)?;
+        command::run(
+            root,
+            env,
+            "kubectl",
+            &[
+                "delete",
+                "clusterpolicy",
+                "--all",
+                "--wait",
+                "--timeout=60s",
+            ],
+        )
+    }
+
+    /// Starts the operator as its chart's ServiceAccount, with leader election as its chart runs it, serving its
+    /// Prometheus metrics at `metrics_addr`.
+    pub fn start(
+        &self,
+        info: &ClusterInfo,
+        identity: &str,
+        metrics_addr: SocketAddr,
+    ) -> anyhow::Result<Workload> {
+        match self.operator {
+            Operator::Ours => install::start_operator(info, &self.build, identity, metrics_addr),
+            Operator::Nvidia => {
+                let root = nvidia_root(info, &self.build)?;
+                cluster::start_workload(
+                    info,
+                    self.operator.workload(),
+                    Path::new("/usr/sbin/chroot"),
+                    &[
+                        root.display().to_string(),
+                        "/bin/gpu-operator".into(),
+                        "--leader-elect".into(),
+                        format!("--metrics-bind-address={metrics_addr}"),
+                        "--health-probe-bind-address=0".into(),
+                    ],
+                    &[
+                        ("KUBECONFIG".into(), "/kubeconfig".into()),
+                        ("OPERATOR_NAMESPACE".into(), NAMESPACE.into()),
+                    ],
+                )
+            }
+        }
+    }
+
+    /// Deletes the ClusterPolicy while the operator runs (so that it does its own cleanup), waits for the operand
+    /// pods to go, stops the operator, and uninstalls the chart with its CRDs: the cluster is as before `install`.
+    pub fn remove(&self, root: &Path, info: &ClusterInfo) -> anyhow::Result<()> {
+        let env = cluster::env_vars(info);
+        command::run(
+            root,
+            &env,
+            "kubectl",
+            &[
+                "delete",
+                "clusterpolicy",
+                "--all",
+                "--wait",
+                "--timeout=600s",
+            ],
+        )?;
+        // NVIDIA's operand DaemonSets go by garbage collection (owner references), ours by the operator: either
+        // way, wait for their pods.
+        command::run(
+            root,
+            &env,
+            "kubectl",
+            &[
+                "delete",
+                "daemonset",
+                "--all",
+                "-n",
+                NAMESPACE,
+                "--cascade=foreground",
+                "--wait",
+                "--timeout=600s",
+            ],
+        )?;
+        cluster::stop_workload(info, self.operator.workload())?;
+        command::run(
+            root,
+            &env,
+            "helm",
+            &[
+                "uninstall",
+                "gpu-operator",
+                "-n",
+                NAMESPACE,
+                "--no-hooks",
+                "--wait",
+                "--timeout",
+                "300s",
+            ],
+        )?;
+        let mut delete_crds = vec!["delete", "crd", "--ignore-not-found", "--wait"];
+        delete_crds.extend(CRDS);
+        command::run(root, &env, "kubectl", &delete_crds)
+    }
+}
+
+/// The root NVIDIA's operator runs in (`chroot`): its hard-coded paths exist there without touching the host's
+/// `/`. `/opt/gpu-operator` holds its manifests as its image does, `/host-etc/os-release` is the host's, and the
+/// ServiceAccount's namespace file tells its leader election where the Lease goes, as in a pod.
+fn nvidia_root(info: &ClusterInfo, build: &Path) -> anyhow::Result<PathBuf> {
+    let root = info.state_dir.join("nvidia-gpu-operator-root");
+    if root.exists() {
+        std::fs::remove_dir_all(&root)
+            .with_context(|| format!("cannot remove {}", root.display()))?;
+    }
+    let opt = root.join("opt/gpu-operator");
+    cluster::copy_tree(&build.join("assets"), &opt)?;
+    cluster::copy_tree(&build.join("manifests"), &opt.join("manifests"))?;
+    let account = root.join("var/run/secrets/kubernetes.io/serviceaccount");
+    for dir in [root.join("bin"), root.join("host-etc"), account.clone()] {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::copy(
+        build.join("nvidia-gpu-operator"),
+        root.join("bin/gpu-operator"),
+    )
+    .context("cannot copy NVIDIA's gpu-operator into its root")?;
+    std::fs::copy("/etc/os-release", root.join("host-etc/os-release"))
+        .context("cannot copy /etc/os-release")?;
+    std::fs::write(account.join("namespace"), NAMESPACE)?;
+    let kubeconfig = cluster::service_account_kubeconfig(info, NAMESPACE, "gpu-operator")?;
+    std::fs::copy(&kubeconfig, root.join("kubeconfig"))
+        .context("cannot copy the ServiceAccount's kubeconfig")?;
+    Ok(root)
+}
