@@ -174,7 +174,8 @@ pub async fn run(
     .default_backoff()
     .modify(forget_bookkeeping)
     .reflect(daemonset_writer)
-    .applied_objects();
+    .applied_objects()
+    .predicate_filter(rollout_progress, Default::default());
     let (services, service_writer) = reflector::store();
     let service_events = watcher(
         Api::<Service>::namespaced(client.clone(), &namespace),
@@ -311,6 +312,31 @@ fn node_relevance(node: &Node) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// Progress steps a DaemonSet rollout reports in: at 1000 nodes its status changes thousands of times, and a
+/// reconcile for each kept a core busy and slowed the very rollout it reported on.
+const ROLLOUT_STEPS: i32 = 20;
+
+/// What of a DaemonSet a reconcile reacts to: its spec (generation), whether the controller has seen it, how many
+/// nodes it wants, whether it is rolled out, and its progress in [`ROLLOUT_STEPS`] steps.
+fn rollout_progress(daemonset: &DaemonSet) -> Option<u64> {
+    let status = daemonset.status.clone().unwrap_or_default();
+    let desired = status.desired_number_scheduled;
+    let updated = status.updated_number_scheduled.unwrap_or(0);
+    let available = status.number_available.unwrap_or(0);
+    let step = |count: i32| count * ROLLOUT_STEPS / desired.max(1);
+    let mut hasher = DefaultHasher::new();
+    (
+        daemonset.metadata.generation,
+        status.observed_generation,
+        desired,
+        updated == desired && available == desired,
+        step(updated),
+        step(available),
+    )
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 async fn reconcile(
     policy: Arc<ClusterPolicy>,
     context: Arc<Context>,
@@ -434,5 +460,80 @@ mod tests {
             .into(),
         );
         assert_ne!(node_relevance(&node), before);
+    }
+
+    #[test]
+    fn a_rollout_wakes_the_controller_in_steps_and_when_it_completes() {
+        use k8s_openapi::api::apps::v1::DaemonSetStatus;
+        let daemonset = |generation, observed, updated, available| DaemonSet {
+            metadata: ObjectMeta {
+                generation: Some(generation),
+                ..ObjectMeta::default()
+            },
+            status: Some(DaemonSetStatus {
+                desired_number_scheduled: 1000,
+                observed_generation: Some(observed),
+                updated_number_scheduled: Some(updated),
+                number_available: Some(available),
+                ..DaemonSetStatus::default()
+            }),
+            ..DaemonSet::default()
+        };
+        let key = |ds: DaemonSet| rollout_progress(&ds);
+        assert_eq!(
+            key(daemonset(2, 2, 1000, 500)),
+            key(daemonset(2, 2, 1000, 549)),
+            "within one 5 % step"
+        );
+        assert_ne!(
+            key(daemonset(2, 2, 1000, 549)),
+            key(daemonset(2, 2, 1000, 550))
+        );
+        assert_ne!(
+            key(daemonset(2, 2, 1000, 999)),
+            key(daemonset(2, 2, 1000, 1000)),
+            "rolled out"
+        );
+        assert_ne!(key(daemonset(2, 1, 0, 0)), key(daemonset(2, 2, 0, 0)));
+        assert_ne!(key(daemonset(3, 2, 0, 0)), key(daemonset(2, 2, 0, 0)));
+    }
+
+    #[test]
+    fn cached_nodes_keep_labels_and_node_info_only() {
+        use k8s_openapi::api::core::v1::{ContainerImage, NodeSystemInfo};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut node = Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                labels: Some([("nvidia.com/gpu.present".to_owned(), "true".to_owned())].into()),
+                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec::default()),
+            status: Some(NodeStatus {
+                images: Some(vec![ContainerImage::default()]),
+                node_info: Some(NodeSystemInfo {
+                    container_runtime_version: "containerd://2.1.4".into(),
+                    ..NodeSystemInfo::default()
+                }),
+                ..NodeStatus::default()
+            }),
+        };
+        let relevance = node_relevance(&node);
+        keep_what_nodes_tell(&mut node);
+        assert_eq!(node.metadata.managed_fields, None);
+        assert_eq!(node.spec, None);
+        let status = node.status.as_ref().unwrap();
+        assert_eq!(status.images, None);
+        assert_eq!(
+            status.node_info.as_ref().unwrap().container_runtime_version,
+            "containerd://2.1.4"
+        );
+        assert_eq!(node.labels().len(), 1);
+        assert_eq!(
+            node_relevance(&node),
+            relevance,
+            "what the controller reacts to is kept"
+        );
     }
 }
