@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-use crate::cluster::Connection;
+use crate::cluster::{self, Connection};
 use crate::install::NAMESPACE;
 
 const POLL: Duration = Duration::from_millis(200);
+/// How often a long wait says where it stands.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
 
 /// The DaemonSet every GPU node runs under either operator; its desired count tells that the node labels are in.
 const DEVICE_PLUGIN: &str = "nvidia-device-plugin-daemonset";
@@ -64,6 +66,19 @@ impl Snapshot {
                 .daemonsets
                 .values()
                 .all(|rollout| rollout.available == rollout.desired)
+    }
+
+    /// One line for progress output: the policy's state and the operand pods available and up to date.
+    pub fn progress(&self) -> String {
+        let sum = |count: fn(&Rollout) -> i32| self.daemonsets.values().map(count).sum::<i32>();
+        format!(
+            "state {:?}, {} DaemonSets, {} of {} pods available, {} updated",
+            self.state,
+            self.daemonsets.len(),
+            sum(|rollout| rollout.available),
+            sum(|rollout| rollout.desired),
+            sum(|rollout| rollout.updated),
+        )
     }
 
     /// Whether a DaemonSet runs an image ending in `suffix` (a patched version tag).
@@ -135,6 +150,7 @@ impl<'a> Observer<'a> {
         done: impl Fn(&Snapshot) -> bool,
     ) -> anyhow::Result<Duration> {
         let mut last = Snapshot::default();
+        let mut reported = Duration::ZERO;
         while since.elapsed() < timeout {
             // A failed poll (the API server busy past the probe timeout) is retried, not fatal.
             if let Ok(snapshot) = self.snapshot() {
@@ -142,6 +158,14 @@ impl<'a> Observer<'a> {
                 seen(&snapshot, at);
                 if done(&snapshot) {
                     return Ok(at);
+                }
+                if at >= reported + PROGRESS_EVERY {
+                    reported = at;
+                    cluster::progress::say(format!(
+                        "  {:>4.0} s waiting for {what}: {}",
+                        at.as_secs_f64(),
+                        snapshot.progress()
+                    ));
                 }
                 last = snapshot;
             }
@@ -213,6 +237,10 @@ mod tests {
             )]),
         };
         assert!(snapshot.runs_image("nvidia-container-toolkit-daemonset", ":v0.17.1"));
+        assert_eq!(
+            snapshot.progress(),
+            "state \"\", 1 DaemonSets, 1 of 1 pods available, 1 updated"
+        );
         assert!(!snapshot.runs_image("nvidia-container-toolkit-daemonset", ":bench-2"));
         assert!(!snapshot.runs_image("nvidia-device-plugin-daemonset", ":v0.17.1"));
     }

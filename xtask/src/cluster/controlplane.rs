@@ -237,11 +237,15 @@ rules:
 ";
 
 /// kwok's own settings. Its default of 4 pod stages at a time makes 1000 nodes' DaemonSet pods wait minutes to
-/// turn Ready (kwok, not the operators, would be measured); the node stages and leases keep up at 4.
+/// turn Ready (kwok, not the operators, would be measured); the node stages and leases keep up at their default of
+/// 4, which a configuration file must still name (it leaves unnamed ones at 0).
 const KWOK_CONFIGURATION: &str = "apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   podPlayStageParallelism: 32
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
 ";
 
 /// What kube-controller-manager and kube-scheduler share: their identity's kubeconfig for everything, loopback
