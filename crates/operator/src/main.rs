@@ -79,7 +79,9 @@ enum CrdAction {
     Apply,
 }
 
-#[tokio::main]
+// One thread: the operator reconciles one ClusterPolicy at a time and otherwise waits on the API server, and a
+// single thread keeps one malloc arena, where worker threads each kept one (a third of its memory on 1000 nodes).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);

@@ -195,12 +195,24 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
 
-    let client_for_policies = client.clone();
-    let controller = Controller::new(
+    let (policies, policy_writer) = reflector::store();
+    let policy_events = watcher(
         Api::<ClusterPolicy>::all(client.clone()),
         watcher::Config::default().any_semantic(),
-    );
-    let policies = controller.store();
+    )
+    .default_backoff()
+    .reflect(policy_writer)
+    .applied_objects()
+    .predicate_filter(spec_and_lifecycle, Default::default());
+    // A policy created, changed or deleted can change which one is active: every policy looks again.
+    let any_policy_events = watcher(
+        Api::<ClusterPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .predicate_filter(spec_and_lifecycle, Default::default());
+    let controller = Controller::for_stream(policy_events, policies.clone());
     let (synced, caches_synced) = watch::channel(false);
     let context = Arc::new(Context {
         applier: Applier::new(
@@ -236,12 +248,7 @@ pub async fn run(
         .watches_stream(node_events, every_policy(policies.clone()))
         .watches_stream(gpu_node_events, every_policy(policies.clone()))
         .watches_stream(config_map_events, every_policy(policies.clone()))
-        // A policy created, changed or deleted can change which one is active: every policy looks again.
-        .watches(
-            Api::<ClusterPolicy>::all(client_for_policies),
-            watcher::Config::default(),
-            every_policy(policies),
-        )
+        .watches_stream(any_policy_events, every_policy(policies))
         .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         // Failures are logged once, with their retry delay, by `error_policy`.
@@ -308,6 +315,21 @@ fn node_relevance(node: &Node) -> Option<u64> {
     node.labels().hash(&mut hasher);
     let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
     info.map(|i| (&i.container_runtime_version, &i.kubelet_version))
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What of a ClusterPolicy a reconcile reacts to: its spec (generation), its deletion and its finalizers (the
+/// finalizer helper waits for the event of the one it adds). Not its status: each status write would wake the
+/// controller again, and during a rollout every such reconcile found new counts to write, a loop that kept a core
+/// busy until the rollout ended.
+fn spec_and_lifecycle(policy: &ClusterPolicy) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    (
+        policy.metadata.generation,
+        policy.metadata.deletion_timestamp.is_some(),
+        policy.finalizers(),
+    )
         .hash(&mut hasher);
     Some(hasher.finish())
 }
@@ -535,5 +557,28 @@ mod tests {
             relevance,
             "what the controller reacts to is kept"
         );
+    }
+
+    #[test]
+    fn a_status_write_does_not_wake_the_controller_but_spec_deletion_and_finalizers_do() {
+        let mut policy = ClusterPolicy::new("cluster-policy", crd::ClusterPolicySpec::default());
+        policy.metadata.generation = Some(1);
+        let before = spec_and_lifecycle(&policy);
+        policy.status = Some(crd::cluster_policy::ClusterPolicyStatus::default());
+        policy.metadata.resource_version = Some("42".into());
+        assert_eq!(spec_and_lifecycle(&policy), before, "status only");
+
+        let mut changed = policy.clone();
+        changed.metadata.generation = Some(2);
+        assert_ne!(spec_and_lifecycle(&changed), before);
+        let mut finalized = policy.clone();
+        finalized.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert_ne!(spec_and_lifecycle(&finalized), before);
+        let mut deleted = policy;
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_ne!(spec_and_lifecycle(&deleted), before);
     }
 }

@@ -61,10 +61,12 @@ pub(super) async fn reconcile_policy(
         Err(error) => return report_invalid(policy, &previous, &error, context, &now).await,
     };
     let cluster = observe(&validated, context);
+    let objects = render(&validated, &cluster.facts);
+    // The DaemonSets first: they select nodes by the labels below, so their pods follow each label as it lands,
+    // and on a large cluster they need not wait for every node to be labelled.
+    let summary = apply_operands(policy, &previous, &objects, context, &now).await?;
     let labelled =
         label_nodes(&validated, &cluster.nodes, cluster.default_runtime, context).await?;
-    let objects = render(&validated, &cluster.facts);
-    let summary = apply_operands(policy, &previous, &objects, context, &now).await?;
     let built = Built {
         policy: &validated,
         facts: &cluster.facts,
