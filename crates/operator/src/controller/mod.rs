@@ -339,21 +339,22 @@ fn spec_and_lifecycle(policy: &ClusterPolicy) -> Option<u64> {
 const ROLLOUT_STEPS: i32 = 20;
 
 /// What of a DaemonSet a reconcile reacts to: its spec (generation), whether the controller has seen it, how many
-/// nodes it wants, whether it is rolled out, and its progress in [`ROLLOUT_STEPS`] steps.
+/// nodes it wants, whether it is rolled out, and its ready pods in [`ROLLOUT_STEPS`] steps.
 fn rollout_progress(daemonset: &DaemonSet) -> Option<u64> {
     let status = daemonset.status.clone().unwrap_or_default();
     let desired = status.desired_number_scheduled;
     let updated = status.updated_number_scheduled.unwrap_or(0);
     let available = status.number_available.unwrap_or(0);
-    let step = |count: i32| count * ROLLOUT_STEPS / desired.max(1);
+    // Ready pods (available and updated) only grow during a rollout; available alone dips by one and recovers with
+    // every pod a rolling update replaces, and would wake the controller each time.
+    let ready_step = available.min(updated) * ROLLOUT_STEPS / desired.max(1);
     let mut hasher = DefaultHasher::new();
     (
         daemonset.metadata.generation,
         status.observed_generation,
         desired,
         updated == desired && available == desired,
-        step(updated),
-        step(available),
+        ready_step,
     )
         .hash(&mut hasher);
     Some(hasher.finish())
