@@ -80,7 +80,7 @@ enum CrdAction {
 }
 
 // One thread: the operator reconciles one ClusterPolicy at a time and otherwise waits on the API server, and a
-// single thread keeps one malloc arena, where worker threads each kept one (a third of its memory on 1000 nodes).
+// single thread keeps a single malloc arena (worker threads each get one, holding freed memory of their own).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
