@@ -207,10 +207,8 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
 /// Writes the pinned go.sum lines, downloads the module (checked against them), and adds the module's own go.sum,
 /// so that `go mod tidy` finds every dependency's hash without asking the checksum database.
 fn pin_sums(go: &Go, tool: &GoTool, module_dir: &Path) -> anyhow::Result<()> {
-    write(
-        &module_dir.join("go.sum"),
-        &(tool.pinned_sums.join("\n") + "\n"),
-    )?;
+    let pinned = tool.pinned_sums.join("\n") + "\n";
+    write(&module_dir.join("go.sum"), &pinned)?;
     let output = go
         .command()
         .args(["mod", "download", "-json"])
@@ -232,9 +230,7 @@ fn pin_sums(go: &Go, tool: &GoTool, module_dir: &Path) -> anyhow::Result<()> {
         .context("go mod download named no directory")?;
     let dependencies = std::fs::read_to_string(Path::new(dir).join("go.sum"))
         .with_context(|| format!("cannot read the go.sum of {}", tool.module))?;
-    let mut sums = tool.pinned_sums.join("\n") + "\n";
-    sums.push_str(&dependencies);
-    write(&module_dir.join("go.sum"), &sums)
+    write(&module_dir.join("go.sum"), &(pinned + &dependencies))
 }
 
 /// Copies a file, or a directory with everything in it; the copies are writable (module cache files are not), so

@@ -164,7 +164,7 @@ pub async fn run(
     .modify(keep_what_gpu_nodes_tell)
     .reflect(gpu_node_writer)
     .applied_objects()
-    .predicate_filter(predicates::resource_version, Default::default());
+    .predicate_filter(kept_gpu_node_status, Default::default());
     let owned = || watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let (daemonsets, daemonset_writer) = reflector::store();
     let daemonset_events = watcher(
@@ -277,6 +277,16 @@ fn keep_what_gpu_nodes_tell(gpu_node: &mut GPUNode) {
         last_error: status.last_error,
         ..GpuNodeStatus::default()
     });
+}
+
+/// What of a GPUNode wakes the controller: the status it keeps ([`keep_what_gpu_nodes_tell`]). An agent's write of
+/// anything else (health, the GPU inventory) cannot change what a reconcile computes.
+fn kept_gpu_node_status(gpu_node: &GPUNode) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(&gpu_node.status)
+        .ok()?
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Drops what the watch caches hold but no reconcile reads: the managed fields (server-side apply's bookkeeping,
@@ -581,5 +591,32 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
         assert_ne!(spec_and_lifecycle(&deleted), before);
+    }
+
+    #[test]
+    fn only_the_kept_gpu_node_status_wakes_the_controller() {
+        use crd::gpu_node::{GpuNodeSpec, NodeError};
+        let mut gpu_node = GPUNode::new("n", GpuNodeSpec {});
+        gpu_node.status = Some(GpuNodeStatus {
+            gpu_count: 4,
+            ..GpuNodeStatus::default()
+        });
+        keep_what_gpu_nodes_tell(&mut gpu_node);
+        let before = kept_gpu_node_status(&gpu_node);
+
+        let mut inventory = gpu_node.clone();
+        inventory.status = Some(GpuNodeStatus {
+            gpu_count: 8,
+            ..GpuNodeStatus::default()
+        });
+        keep_what_gpu_nodes_tell(&mut inventory);
+        assert_eq!(kept_gpu_node_status(&inventory), before, "inventory only");
+
+        let mut failed = gpu_node;
+        failed.status.as_mut().unwrap().last_error = Some(NodeError {
+            message: "MIG config all-1g.5gb is invalid".into(),
+            ..NodeError::default()
+        });
+        assert_ne!(kept_gpu_node_status(&failed), before);
     }
 }
