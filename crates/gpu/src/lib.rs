@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod compute;
 pub mod error;
+pub mod host_process;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod planner;
@@ -21,6 +22,7 @@ pub mod types;
 
 pub use backend::{GPU_INSTANCE_PROFILE_INDEX_COUNT, GpuBackend, apply_plan, current_geometry};
 pub use error::{GpuError, Result};
+pub use host_process::HostProcess;
 pub use planner::{ExistingInstance, MigPlan, PlanError, plan};
 pub use simulator::{SimulatedCounters, SimulatedGpus, Simulator};
 pub use types::{

@@ -48,6 +48,9 @@ pub enum Command {
     Exporter(ExporterArgs),
     /// The node's readiness as the operator sees it (validations, GPUNode status) as Prometheus metrics.
     StatusExporter(StatusExporterArgs),
+    /// The GPU memory watchdog: accounts each GPU process to its pod, and signals the processes of a pod that
+    /// stays over its memory budget on a shared GPU (time-slicing and MPS replicas, DRA shares).
+    Watchdog(WatchdogArgs),
     /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
     /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
@@ -230,6 +233,40 @@ pub struct ExporterArgs {
     pub node_name: String,
 }
 
+/// `gpu-node-agent watchdog`.
+#[derive(Debug, Args)]
+pub struct WatchdogArgs {
+    /// This node and the operator's namespace.
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Where to serve `/metrics` and `/healthz`: `:PORT` or `ADDRESS:PORT`.
+    #[arg(long, value_parser = listen_address, default_value = ":9402")]
+    pub listen: SocketAddr,
+    /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which pod holds which GPU replica.
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
+    pub kubelet_root: PathBuf,
+    /// The host's procfs, where each GPU process's cgroup names its pod (the watchdog runs in the host's PID
+    /// namespace, so the pids the driver reports are valid here).
+    #[arg(long, default_value = "/proc")]
+    pub proc_root: PathBuf,
+    /// Seconds between passes over the GPUs' processes.
+    #[arg(long = "interval-seconds", value_parser = seconds, default_value = "5")]
+    pub interval: Duration,
+    /// Seconds a pod may stay over its budget on a GPU before its largest process there gets SIGTERM.
+    #[arg(long = "grace-period-seconds", value_parser = seconds, default_value = "30")]
+    pub grace_period: Duration,
+    /// Seconds between SIGTERM and SIGKILL, for a process that does not end.
+    #[arg(long = "kill-grace-period-seconds", value_parser = seconds, default_value = "10")]
+    pub kill_grace_period: Duration,
+    /// Where a time-sliced (or MPS) GPU's budgets come from: `replica-share` (its memory divided by its replicas)
+    /// or `none` (only DRA claims and the `nvidia.com/gpu-memory-limit` annotation set budgets).
+    #[arg(long, value_enum, default_value = "replica-share")]
+    pub default_budget: crate::watchdog::budget::DefaultBudget,
+    /// Report (events, logs, metrics with `dry_run="true"`), never signal.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 /// `gpu-node-agent validate`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -328,6 +365,22 @@ pub enum SimulatorAction {
         /// The compute instance it runs in, on a GPU with MIG on.
         #[arg(long, requires = "gpu_instance")]
         compute_instance: Option<u32>,
+        /// `--pid` is a real process on this host: it uses the GPU until it exits, as a real GPU user would (the
+        /// watchdog and the exporter map it to its pod through its cgroup).
+        #[arg(long)]
+        host_process: bool,
+    },
+    /// Change the GPU memory a running simulated process uses, as a program allocates or frees memory.
+    SetProcessMemory {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// Its process id.
+        #[arg(long)]
+        pid: u32,
+        /// GPU memory it uses now, in MiB.
+        #[arg(long)]
+        memory_mib: u64,
     },
     /// Queue a critical XID error on one GPU, as the driver reports one: the device plugin marks the GPU's devices
     /// Unhealthy and the exporter shows it (13, 31, 43, 45, 68 and 109 are application XIDs, ignored by default).
@@ -526,7 +579,8 @@ mod tests {
                 pid: 42,
                 memory_mib: 2048,
                 gpu_instance: None,
-                compute_instance: None
+                compute_instance: None,
+                host_process: false,
             }
         ));
         let half: Vec<&str> = line

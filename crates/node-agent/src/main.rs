@@ -2,7 +2,9 @@
 
 use clap::Parser;
 use node_agent::cli::{Cli, Command};
-use node_agent::{discovery, exporter, mig, node_facts, simulator_tool, status_exporter, validate};
+use node_agent::{
+    discovery, exporter, mig, node_facts, simulator_tool, status_exporter, validate, watchdog,
+};
 use node_runtime::process::{self, exit_code};
 
 #[tokio::main]
@@ -17,6 +19,7 @@ async fn main() -> std::process::ExitCode {
             Command::Validate(args) => validate::run(args, &cli.gpus).await,
             Command::Exporter(args) => exporter::run(args, &cli.gpus).await,
             Command::StatusExporter(args) => status_exporter::run(args).await,
+            Command::Watchdog(args) => watchdog::run(args, &cli.gpus).await,
             Command::Simulator(args) => simulator_tool::run(&args, &cli.gpus).await,
         }
     };

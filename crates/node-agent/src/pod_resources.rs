@@ -26,8 +26,8 @@ mod api {
     tonic::include_proto!("v1");
 }
 
-use api::ListPodResourcesRequest;
 use api::pod_resources_lister_client::PodResourcesListerClient;
+use api::{AllocatableResourcesRequest, ListPodResourcesRequest};
 
 /// The socket, under the kubelet's root directory.
 pub const SOCKET: &str = "pod-resources/kubelet.sock";
@@ -90,7 +90,7 @@ pub enum PodResourcesError {
         source: tonic::transport::Error,
     },
     /// The kubelet refused or failed the call.
-    #[error("the kubelet's pod-resources List call failed: {0}")]
+    #[error("the kubelet's pod-resources call failed: {0}")]
     List(#[source] tonic::Status),
 }
 
@@ -117,17 +117,8 @@ pub fn socket(kubelet_root: &Path) -> PathBuf {
 /// [`PodResourcesError::SocketMissing`] when the socket does not exist; the other variants when the kubelet does
 /// not answer or fails the call.
 pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesError> {
-    let socket = socket(kubelet_root);
-    if matches!(tokio::fs::try_exists(&socket).await, Ok(false)) {
-        return Err(PodResourcesError::SocketMissing { socket });
-    }
-    let endpoint = grpc::endpoint()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT);
-    let channel = grpc::connect_with(endpoint, &socket)
-        .await
-        .map_err(|source| PodResourcesError::Connect { socket, source })?;
-    let answer = PodResourcesListerClient::new(channel)
+    let answer = connect(kubelet_root)
+        .await?
         .list(ListPodResourcesRequest {})
         .await
         .map_err(PodResourcesError::List)?
@@ -156,6 +147,46 @@ pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesEr
                 .collect(),
         })
         .collect())
+}
+
+/// Every device the node advertises, by resource name (`nvidia.com/gpu` → `GPU-...::0`, `GPU-...::1`, ...):
+/// how many replicas of each GPU the device plugin offers.
+///
+/// # Errors
+/// As [`list`].
+pub async fn allocatable(
+    kubelet_root: &Path,
+) -> Result<BTreeMap<String, BTreeSet<String>>, PodResourcesError> {
+    let answer = connect(kubelet_root)
+        .await?
+        .get_allocatable_resources(AllocatableResourcesRequest {})
+        .await
+        .map_err(PodResourcesError::List)?
+        .into_inner();
+    let mut devices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for held in answer.devices {
+        devices
+            .entry(held.resource_name)
+            .or_default()
+            .extend(held.device_ids);
+    }
+    Ok(devices)
+}
+
+async fn connect(
+    kubelet_root: &Path,
+) -> Result<PodResourcesListerClient<tonic::transport::Channel>, PodResourcesError> {
+    let socket = socket(kubelet_root);
+    if matches!(tokio::fs::try_exists(&socket).await, Ok(false)) {
+        return Err(PodResourcesError::SocketMissing { socket });
+    }
+    let endpoint = grpc::endpoint()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(CALL_TIMEOUT);
+    let channel = grpc::connect_with(endpoint, &socket)
+        .await
+        .map_err(|source| PodResourcesError::Connect { socket, source })?;
+    Ok(PodResourcesListerClient::new(channel))
 }
 
 #[cfg(test)]
@@ -190,6 +221,23 @@ pub(crate) mod tests {
             _: Request<fake::ListPodResourcesRequest>,
         ) -> Result<Response<fake::ListPodResourcesResponse>, Status> {
             Ok(Response::new(self.0.clone()))
+        }
+
+        async fn get_allocatable_resources(
+            &self,
+            _: Request<fake::AllocatableResourcesRequest>,
+        ) -> Result<Response<fake::AllocatableResourcesResponse>, Status> {
+            // Every device some container holds, and nothing else: enough for the tests that ask.
+            let devices = self
+                .0
+                .pod_resources
+                .iter()
+                .flat_map(|pod| &pod.containers)
+                .flat_map(|container| container.devices.clone())
+                .collect();
+            Ok(Response::new(fake::AllocatableResourcesResponse {
+                devices,
+            }))
         }
     }
 

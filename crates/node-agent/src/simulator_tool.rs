@@ -1,7 +1,8 @@
 //! `gpu-node-agent simulator`: for end-to-end tests, injects faults into a simulated node from outside the agent
 //! (a slow MIG change that a test can kill the agent in the middle of, GPUs that cannot be reset, processes using
-//! GPU memory, which the exporter's metrics show, XID errors, which the device plugin and the exporter see) and lists its MIG devices (to show that a change keeps the
-//! devices of the GPUs it does not touch).
+//! GPU memory, simulated or real host processes whose memory figure the test changes, which the exporter and the
+//! watchdog see, XID errors, which the device plugin and the exporter see) and lists its MIG devices (to show that
+//! a change keeps the devices of the GPUs it does not touch).
 
 use std::time::Duration;
 
@@ -43,15 +44,25 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
             memory_mib,
             gpu_instance,
             compute_instance,
-        } => simulator.start_process(
-            gpu,
-            GpuProcess {
+            host_process,
+        } => {
+            let process = GpuProcess {
                 pid,
                 used_memory_mib: Some(memory_mib),
                 gpu_instance_id: gpu_instance,
                 compute_instance_id: compute_instance,
-            },
-        )?,
+            };
+            if host_process {
+                simulator.start_host_process(gpu, process)?;
+            } else {
+                simulator.start_process(gpu, process)?;
+            }
+        }
+        SimulatorAction::SetProcessMemory {
+            gpu,
+            pid,
+            memory_mib,
+        } => simulator.set_process_memory(gpu, pid, memory_mib)?,
         SimulatorAction::StopProcess { gpu, pid } => simulator.stop_process(gpu, pid)?,
         SimulatorAction::Xid { gpu, xid } => simulator.inject_xid(gpu, xid)?,
         SimulatorAction::Devices => {

@@ -2,6 +2,8 @@
 //! operations. They live in the state file, so the agent, device plugin and exporter of the node all see a fault
 //! that the test injected from its own process.
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -10,6 +12,7 @@ use super::Simulator;
 use super::state::{GpuState, KEPT_EVENTS, StoredEvent};
 use super::telemetry::SimulatedCounters;
 use crate::error::{GpuError, Result};
+use crate::host_process::HostProcess;
 use crate::types::{GpuProcess, HealthEvent};
 
 /// The faults of one GPU.
@@ -17,6 +20,10 @@ use crate::types::{GpuProcess, HealthEvent};
 pub(crate) struct Faults {
     /// Processes that hold the GPU (and memory on it).
     pub processes: Vec<GpuProcess>,
+    /// Those of `processes` that stand for real host processes, by pid, with the start time of the process: when
+    /// it exits, it stops using the GPU, as the driver frees a process's memory when it exits.
+    #[serde(default)]
+    pub host_processes: BTreeMap<u32, u64>,
     /// How a reset fails, if it should.
     pub reset_failure: Option<ResetFailure>,
     /// Added to every operation on the GPU, in milliseconds.
@@ -30,6 +37,21 @@ impl Faults {
     /// The injected delay.
     pub fn delay(&self) -> Duration {
         Duration::from_millis(self.delay_ms)
+    }
+
+    /// Ends the simulated processes whose host process has exited (or whose pid another process has taken).
+    pub fn end_exited_host_processes(&mut self) {
+        let proc_root = Path::new("/proc");
+        let exited: Vec<u32> = self
+            .host_processes
+            .iter()
+            .filter(|&(&pid, &start_time)| !HostProcess { pid, start_time }.is_running(proc_root))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in exited {
+            self.host_processes.remove(&pid);
+            self.processes.retain(|process| process.pid != pid);
+        }
     }
 }
 
@@ -110,6 +132,24 @@ impl Simulator {
     /// `InvalidArgument` when the process's place does not match the MIG mode, or the pid is already running there;
     /// `NotFound` for an unknown GPU or MIG device.
     pub fn start_process(&self, gpu: u32, process: GpuProcess) -> Result<()> {
+        self.add_process(gpu, process, None)
+    }
+
+    /// Reports a real host process as a user of a GPU (or MIG device), as the driver would list it: it runs there
+    /// until it exits (or [`Simulator::stop_process`]), with the memory figure a test sets and changes
+    /// ([`Simulator::set_process_memory`]). This is how the watchdog and the exporter's per-pod accounting run on
+    /// real processes in real pods without a GPU.
+    ///
+    /// # Errors
+    /// `NotFound` when no process `process.pid` runs on this host; otherwise as [`Simulator::start_process`].
+    pub fn start_host_process(&self, gpu: u32, process: GpuProcess) -> Result<()> {
+        let host = HostProcess::find(Path::new("/proc"), process.pid).ok_or_else(|| {
+            GpuError::NotFound(format!("host process {} (no such pid)", process.pid))
+        })?;
+        self.add_process(gpu, process, Some(host))
+    }
+
+    fn add_process(&self, gpu: u32, process: GpuProcess, host: Option<HostProcess>) -> Result<()> {
         self.file.update(|state| {
             let now = super::now_ms();
             let state_gpu = state.gpu_mut(gpu)?;
@@ -126,7 +166,31 @@ impl Simulator {
                 )));
             }
             state_gpu.settle_energy(now);
+            if let Some(host) = host {
+                state_gpu
+                    .faults
+                    .host_processes
+                    .insert(host.pid, host.start_time);
+            }
             state_gpu.faults.processes.push(process);
+            Ok(())
+        })
+    }
+
+    /// Changes the GPU memory a running simulated process uses, as a real program allocates and frees.
+    ///
+    /// # Errors
+    /// `NotFound` when no such process runs on the GPU.
+    pub fn set_process_memory(&self, gpu: u32, pid: u32, memory_mib: u64) -> Result<()> {
+        self.file.update(|state| {
+            let state_gpu = state.gpu_mut(gpu)?;
+            let process = state_gpu
+                .faults
+                .processes
+                .iter_mut()
+                .find(|process| process.pid == pid)
+                .ok_or_else(|| GpuError::NotFound(format!("process {pid} on GPU {gpu}")))?;
+            process.used_memory_mib = Some(memory_mib);
             Ok(())
         })
     }
@@ -152,6 +216,7 @@ impl Simulator {
                 .faults
                 .processes
                 .retain(|process| process.pid != pid);
+            state_gpu.faults.host_processes.remove(&pid);
             Ok(())
         })
     }

@@ -186,9 +186,15 @@ impl StateFile {
 
     fn load(&self) -> Result<Option<NodeState>> {
         match fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|error| self.error("parse", &error)),
+            Ok(bytes) => {
+                let mut state: NodeState =
+                    serde_json::from_slice(&bytes).map_err(|error| self.error("parse", &error))?;
+                // Every reader sees a host process's exit at once; the file forgets it at the next write.
+                for gpu in &mut state.gpus {
+                    gpu.faults.end_exited_host_processes();
+                }
+                Ok(Some(state))
+            }
             Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
             Err(error) => Err(self.error("read", &error)),
         }

@@ -414,3 +414,37 @@ fn concurrent_handles_do_not_lose_updates() {
     }
     assert_eq!(open(&dir, "a100-40gb:1").gpu_instances(0).unwrap().len(), 7);
 }
+
+#[test]
+fn a_host_process_uses_the_gpu_until_it_exits_with_the_memory_a_test_sets() {
+    let dir = TempDir::new().unwrap();
+    let sim = open(&dir, "a100-40gb:1");
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    sim.start_host_process(0, process(pid, 1000)).unwrap();
+    sim.set_process_memory(0, pid, 3000).unwrap();
+    assert_eq!(sim.processes(0).unwrap(), vec![process(pid, 3000)]);
+    assert_eq!(sim.telemetry(0).unwrap().memory_used_mib, Some(3000));
+    // Another handle (another process of the node) sees the same.
+    assert_eq!(open(&dir, "a100-40gb:1").processes(0).unwrap().len(), 1);
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        sim.processes(0).unwrap(),
+        Vec::new(),
+        "exited, memory freed"
+    );
+    assert!(matches!(
+        sim.set_process_memory(0, pid, 1),
+        Err(GpuError::NotFound(_))
+    ));
+    // A pid no process holds cannot stand for a host process.
+    assert!(matches!(
+        sim.start_host_process(0, process(1 << 23, 1)),
+        Err(GpuError::NotFound(_))
+    ));
+}

@@ -23,6 +23,12 @@ pub fn device_uuid(device_id: &str) -> &str {
         .map_or(device_id, |(uuid, _)| uuid)
 }
 
+/// Whether a device ID names a replica of a shared device (`GPU-abc::3`), not the device itself.
+#[must_use]
+pub fn is_replica(device_id: &str) -> bool {
+    device_id.contains(REPLICA_SEPARATOR)
+}
+
 /// Which devices of a resource are shared: `all`, a count, or a list.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum ReplicatedDevices {

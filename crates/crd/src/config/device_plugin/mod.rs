@@ -37,7 +37,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use config_map::{ParsedConfigMap, parse_config_map};
-pub use devices::{DeviceRef, ReplicatedDevices, device_uuid, replica_id};
+pub use devices::{DeviceRef, ReplicatedDevices, device_uuid, is_replica, replica_id};
 pub use duration::GoDuration;
 pub use node_config::{ChoiceError, CommandLine, ConfigInputs, NodeConfig, node_config};
 pub use resource_name::{ResourceName, ResourceNameError, mig_resource_name};
