@@ -91,6 +91,11 @@ pub fn written_by_feature_discovery(key: &str) -> bool {
 /// started with `--simulate` read it; real nodes never carry it.
 pub const SIMULATED_GPUS_ANNOTATION: &str = "nvidia.com/gpu.simulator";
 
+/// Pod annotation (ours): the most GPU memory the pod may use on each shared GPU it holds, as a quantity (`8Gi`).
+/// It can only lower the budget the watchdog gives the pod (a replica's share, a DRA claim's memory), never raise
+/// it; on a GPU the pod holds whole, or a MIG device, it changes nothing.
+pub const GPU_MEMORY_LIMIT_ANNOTATION: &str = "nvidia.com/gpu-memory-limit";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,8 +109,3 @@ mod tests {
         assert!(MIG_CONFIG.starts_with(NVIDIA_PREFIX));
     }
 }
-
-/// Pod annotation (ours): the most GPU memory the pod may use on each shared GPU it holds, as a quantity (`8Gi`).
-/// It can only lower the budget the watchdog gives the pod (a replica's share, a DRA claim's memory), never raise
-/// it; on a GPU the pod holds whole, or a MIG device, it changes nothing.
-pub const GPU_MEMORY_LIMIT_ANNOTATION: &str = "nvidia.com/gpu-memory-limit";

@@ -225,6 +225,11 @@ pub struct ExporterArgs {
     /// then reads 0 again (DCGM holds it forever, so alerts never resolve); 0 holds it forever too.
     #[arg(long, value_parser = seconds, default_value = "300")]
     pub xid_clear_seconds: Duration,
+    /// The host's procfs (mounted in the container, e.g. `/host/proc`): with it, each GPU process is accounted to
+    /// its pod through its cgroup, for the per-pod memory series `gpu_pod_memory_used_bytes` (the node's pods are
+    /// watched from the API server to name them).
+    #[arg(long)]
+    pub proc_root: Option<PathBuf>,
     /// Seconds between readings of the GPUs and the kubelet; scrapes serve the latest reading.
     #[arg(long, value_parser = seconds, default_value = "5")]
     pub collect_interval: Duration,

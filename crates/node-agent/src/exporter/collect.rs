@@ -10,13 +10,27 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpu::{GpuBackend, GpuDetails, GpuError, HealthEvent, Telemetry};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
 use node_runtime::backend::Gpus;
 use tracing::{info, warn};
 
 use super::config::Selection;
-use super::families::{GpuReading, Holders, MetricFamily, NodeReading, families};
+use super::families::{
+    GpuReading, Holder, Holders, MetricFamily, NodeReading, ProcessMemory, families,
+};
 use super::xid::XidGauge;
+use crate::accounting::{self, Owner, pods};
 use crate::pod_resources::{self, PodResourcesError};
+
+/// Where the exporter accounts GPU processes to pods: the host's procfs, and the node's pods.
+#[derive(Debug, Clone)]
+pub struct ProcessAccounting {
+    /// The host's procfs as mounted in the exporter's container.
+    pub proc_root: PathBuf,
+    /// The node's pods, kept by a watch.
+    pub pods: Store<Pod>,
+}
 
 /// What one pass over the GPUs read.
 #[derive(Debug)]
@@ -104,6 +118,8 @@ pub struct Collector {
     problems: Problems,
     /// Whether the missing pod-resources socket was logged already (it is not expected to appear later).
     told_no_kubelet: bool,
+    /// Per-process accounting, when asked for.
+    accounting: Option<ProcessAccounting>,
 }
 
 impl Collector {
@@ -123,7 +139,15 @@ impl Collector {
             xids: XidGauge::new(xid_quiet_period),
             problems: Problems::default(),
             told_no_kubelet: false,
+            accounting: None,
         }
+    }
+
+    /// Also accounts each GPU process to its container, for the per-pod memory series.
+    #[must_use]
+    pub fn with_accounting(mut self, accounting: ProcessAccounting) -> Self {
+        self.accounting = Some(accounting);
+        self
     }
 
     /// Reads everything once and returns the families `selection` asks for. Everything is built afresh, so
@@ -152,6 +176,7 @@ impl Collector {
         }
         self.xids.record(&pass.events, Instant::now());
         let holders = self.holders(&mut problems).await;
+        let processes = self.processes(&mut problems).await;
         self.problems.update(problems);
         families(
             &NodeReading {
@@ -159,9 +184,48 @@ impl Collector {
                 gpus: &pass.gpus,
                 holders: &holders,
                 xids: &self.xids,
+                processes: &processes,
             },
             selection,
         )
+    }
+
+    /// Every GPU process with its container; none without accounting or when the processes cannot be read.
+    async fn processes(&self, problems: &mut BTreeSet<String>) -> Vec<ProcessMemory> {
+        let Some(setup) = &self.accounting else {
+            return Vec::new();
+        };
+        let proc_root = setup.proc_root.clone();
+        let read = self
+            .gpus
+            .run(move |gpus| accounting::read(gpus.backend(), &proc_root))
+            .await;
+        let accounting = match read {
+            Ok(accounting) => accounting,
+            Err(error) => {
+                problems.insert(format!("reading the GPUs' processes: {error}"));
+                return Vec::new();
+            }
+        };
+        let owners = accounting.owners(&pods::index(&setup.pods));
+        accounting
+            .processes
+            .iter()
+            .zip(owners)
+            .map(|(process, owner)| ProcessMemory {
+                gpu: process.gpu,
+                gpu_instance: process.mig_device.as_ref().map(|place| place.gpu_instance),
+                owner: match owner {
+                    Owner::Container(container) => Some(Holder {
+                        namespace: container.namespace,
+                        pod: container.pod,
+                        container: container.container,
+                    }),
+                    Owner::OutsidePods | Owner::UnknownPod(_) => None,
+                },
+                used_bytes: process.used_bytes.unwrap_or(0),
+            })
+            .collect()
     }
 
     /// Who holds which device; nobody when the kubelet cannot say (the series then have no pod labels).

@@ -15,6 +15,11 @@
 //! - label fields (`DCGM_FI_DRIVER_VERSION`, `DCGM_FI_DEV_SERIAL`, ...) as more labels on every series of the GPU,
 //!   as dcgm-exporter does.
 //!
+//! Where dcgm-exporter has nothing, two families of ours, when the exporter accounts processes to pods
+//! (`--proc-root`): `gpu_pod_memory_used_bytes`, the GPU memory each container's own processes use on each GPU
+//! and MIG GPU instance (the GPU's or instance's labels, then `pod`, `namespace`, `container`), which tells apart
+//! the pods sharing one GPU; and `gpu_unattributed_memory_used_bytes`, what processes of no pod of the node use.
+//!
 //! A reading the backend does not give (`None`, e.g. utilization with MIG on) is left out, never shown as 0.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -158,6 +163,19 @@ impl Holders {
     }
 }
 
+/// GPU memory one process uses, and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// The GPU's index.
+    pub gpu: u32,
+    /// The MIG GPU instance it runs in.
+    pub gpu_instance: Option<u32>,
+    /// Its container; `None` when it belongs to no pod of the node.
+    pub owner: Option<Holder>,
+    /// Bytes it uses.
+    pub used_bytes: u64,
+}
+
 /// Everything one collection read on the node.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeReading<'a> {
@@ -169,6 +187,8 @@ pub struct NodeReading<'a> {
     pub holders: &'a Holders,
     /// The XID gauge, already fed with this collection's events.
     pub xids: &'a XidGauge,
+    /// Every GPU process, accounted to its container; empty when the exporter does not account processes.
+    pub processes: &'a [ProcessMemory],
 }
 
 /// A sample value: counts and MiB stay integers, watts are fractional.
@@ -195,8 +215,8 @@ pub struct Series {
 /// One metric family: a field's series over the node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricFamily {
-    /// The field.
-    pub field: Field,
+    /// The DCGM field; `None` for our own per-pod families.
+    pub field: Option<Field>,
     /// The metric name, as the config wrote it (the DCGM name, or dcgm-exporter 1.x's).
     pub name: String,
     /// Gauge or counter.
@@ -344,9 +364,76 @@ fn label_value(field: Field, inventory: &GpuInventory, details: &GpuDetails) -> 
     .cloned()
 }
 
-/// The metric families of one collection, in the selection's order; fields without any value are left out.
+/// The metric families of one collection: the selection's DCGM fields in its order (fields without any value are
+/// left out), then the per-pod memory families.
 #[must_use]
 pub fn families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFamily> {
+    let mut families = dcgm_families(node, selection);
+    families.extend(process_families(node, selection));
+    families
+}
+
+/// The per-pod and unattributed memory families, summed per container (or not) and GPU or MIG GPU instance.
+fn process_families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFamily> {
+    let mut by_owner: BTreeMap<(u32, Option<u32>, Option<&Holder>), u64> = BTreeMap::new();
+    for process in node.processes {
+        *by_owner
+            .entry((process.gpu, process.gpu_instance, process.owner.as_ref()))
+            .or_default() += process.used_bytes;
+    }
+    let (mut pods, mut unattributed) = (Vec::new(), Vec::new());
+    for ((gpu_index, instance_id, owner), bytes) in by_owner {
+        let Some(gpu) = node
+            .gpus
+            .iter()
+            .find(|gpu| gpu.inventory.index == gpu_index)
+        else {
+            continue;
+        };
+        let instance = instance_id.and_then(|id| gpu.instances.iter().find(|i| i.id == id));
+        let mut labels = entity_labels(node, Entity { gpu, instance }, selection);
+        let value = Value::Integer(bytes);
+        match owner {
+            Some(holder) => {
+                labels.push(("pod", holder.pod.clone()));
+                labels.push(("namespace", holder.namespace.clone()));
+                labels.push(("container", holder.container.clone()));
+                pods.push(Series { labels, value });
+            }
+            None => unattributed.push(Series { labels, value }),
+        }
+    }
+    [
+        (
+            POD_MEMORY_USED,
+            "GPU memory used by the processes of one container of a pod on a GPU or MIG GPU instance (bytes)",
+            pods,
+        ),
+        (
+            UNATTRIBUTED_MEMORY_USED,
+            "GPU memory used by processes that belong to no pod of this node (bytes)",
+            unattributed,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, _, series)| !series.is_empty())
+    .map(|(name, help, series)| MetricFamily {
+        field: None,
+        name: name.to_owned(),
+        kind: Kind::Gauge,
+        help: help.to_owned(),
+        series,
+    })
+    .collect()
+}
+
+/// Our family of each container's GPU memory.
+pub const POD_MEMORY_USED: &str = "gpu_pod_memory_used_bytes";
+/// Our family of the GPU memory of processes in no pod.
+pub const UNATTRIBUTED_MEMORY_USED: &str = "gpu_unattributed_memory_used_bytes";
+
+/// The DCGM fields' families, in the selection's order.
+fn dcgm_families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFamily> {
     let entities: Vec<Entity<'_>> = node
         .gpus
         .iter()
@@ -403,7 +490,7 @@ pub fn families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFami
                 })
                 .collect();
             (!series.is_empty()).then(|| MetricFamily {
-                field: selected.field,
+                field: Some(selected.field),
                 name: selected.name.clone(),
                 kind: selected.kind,
                 help: selected.help.clone(),

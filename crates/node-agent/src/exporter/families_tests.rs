@@ -26,13 +26,14 @@ fn collect(
             gpus: &pass.gpus,
             holders,
             xids,
+            processes: &[],
         },
         selection,
     )
 }
 
 fn family(families: &[MetricFamily], field: Field) -> Option<&MetricFamily> {
-    families.iter().find(|family| family.field == field)
+    families.iter().find(|family| family.field == Some(field))
 }
 
 /// A label's value in a series.
@@ -141,7 +142,7 @@ fn whole_gpus_carry_dcgms_labels_and_their_readings() {
     assert_eq!(
         families
             .iter()
-            .map(|family| family.field)
+            .filter_map(|family| family.field)
             .collect::<Vec<_>>(),
         Field::DEFAULT
             .into_iter()
@@ -291,6 +292,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
             gpus: &[unknown],
             holders: &Holders::default(),
             xids: &xids,
+            processes: &[],
         },
         &Selection::default(),
     );
@@ -298,7 +300,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
     assert_eq!(
         families
             .iter()
-            .map(|family| family.field)
+            .filter_map(|family| family.field)
             .collect::<Vec<_>>(),
         [Field::XidErrors]
     );
@@ -488,7 +490,7 @@ fn the_selection_decides_fields_types_and_labels() {
             families[0].kind,
             families[0].help.as_str()
         ),
-        (Field::PowerUsage, Kind::Counter, "watts")
+        (Some(Field::PowerUsage), Kind::Counter, "watts")
     );
     assert!(
         families[0].series[0]

@@ -34,8 +34,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use self::collect::Collector;
+use self::collect::{Collector, ProcessAccounting};
 use self::config::{ConfigMapError, Selection, from_config_map};
+use crate::accounting::pods;
 use crate::cli::ExporterArgs;
 
 /// Runs the role until the process is stopped.
@@ -64,12 +65,23 @@ pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
         interval_seconds = args.collect_interval.as_secs(),
         "exporter serving /metrics"
     );
-    let collector = Collector::new(
+    let mut collector = Collector::new(
         gpus,
         &args.node_name,
         args.kubelet_root.clone(),
         args.xid_clear_seconds,
     );
+    if let Some(proc_root) = &args.proc_root {
+        let (pods, watch) = pods::watch_node_pods(kube_io::client().await?, &args.node_name);
+        tokio::spawn(watch);
+        pods.wait_until_ready()
+            .await
+            .context("watching this node's pods")?;
+        collector = collector.with_accounting(ProcessAccounting {
+            proc_root: proc_root.clone(),
+            pods,
+        });
+    }
     server::serve(listener, collector, selection, args.collect_interval)
         .await
         .context("serving /metrics")

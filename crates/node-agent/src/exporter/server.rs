@@ -117,6 +117,96 @@ mod tests {
         })
     }
 
+    /// A pod of the node as the API server has it, with one container.
+    fn pod(name: &str, uid: &str, container_id: &str) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": uid},
+            "status": {"containerStatuses": [{
+                "name": "main", "containerID": format!("containerd://{container_id}"),
+                "image": "x", "imageID": "", "ready": true, "restartCount": 0
+            }]}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn two_pods_sharing_a_gpu_each_show_their_own_memory() {
+        use kube::runtime::{reflector, watcher};
+
+        let (_dir, simulator) = simulated("a100-40gb:1", &[]);
+        let uuid = simulator.gpu(0).unwrap().uuid;
+        let proc_root = tempfile::tempdir().unwrap();
+        let (store, mut writer) = reflector::store();
+        // Two pods, each one process, and a host process in no pod.
+        for (pid, mib, owner) in [
+            (4242, 3000, Some(("notebook-a", 1))),
+            (4343, 5000, Some(("notebook-b", 2))),
+            (4444, 1000, None),
+        ] {
+            simulator
+                .start_process(
+                    0,
+                    GpuProcess {
+                        pid,
+                        used_memory_mib: Some(mib),
+                        gpu_instance_id: None,
+                        compute_instance_id: None,
+                    },
+                )
+                .unwrap();
+            let cgroup = match owner {
+                Some((name, index)) => {
+                    let uid = format!("00000000-0000-4000-8000-{index:012}");
+                    let container_id = format!("{index:064x}");
+                    writer.apply_watcher_event(&watcher::Event::Apply(pod(
+                        name,
+                        &uid,
+                        &container_id,
+                    )));
+                    format!("0::/kubepods/besteffort/pod{uid}/{container_id}\n")
+                }
+                None => "0::/system.slice/inference.service\n".to_owned(),
+            };
+            let folder = proc_root.path().join(pid.to_string());
+            std::fs::create_dir_all(&folder).unwrap();
+            std::fs::write(folder.join("cgroup"), cgroup).unwrap();
+        }
+        let kubelet = tempfile::tempdir().unwrap();
+        let mut collector = Collector::new(
+            Gpus::from_simulator(simulator.clone()),
+            "node-1",
+            kubelet.path().to_owned(),
+            Duration::from_secs(300),
+        )
+        .with_accounting(crate::exporter::collect::ProcessAccounting {
+            proc_root: proc_root.path().to_owned(),
+            pods: store,
+        });
+        let text = encode(Arc::new(collector.collect(&Selection::default()).await));
+        let mib: u64 = 1024 * 1024;
+        for (pod, mib_used) in [("notebook-a", 3000), ("notebook-b", 5000)] {
+            let line = sample(
+                &text,
+                "gpu_pod_memory_used_bytes",
+                &[&format!("pod=\"{pod}\"")],
+            )
+            .unwrap_or_else(|| panic!("no series for {pod}:\n{text}"));
+            assert!(line.contains(&format!("UUID=\"{uuid}\"")), "{line}");
+            assert!(
+                line.contains("namespace=\"ml\",container=\"main\""),
+                "{line}"
+            );
+            assert!(line.ends_with(&format!(" {}", mib_used * mib)), "{line}");
+        }
+        let unattributed = sample(&text, "gpu_unattributed_memory_used_bytes", &["gpu=\"0\""])
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            unattributed.ends_with(&format!(" {}", 1000 * mib)),
+            "{unattributed}"
+        );
+        assert!(!unattributed.contains("pod="), "{unattributed}");
+    }
+
     #[tokio::test]
     async fn scrapes_see_the_simulated_gpus_with_pod_labels() {
         let (_dir, simulator) = simulated("a100-40gb:2", &[]);
