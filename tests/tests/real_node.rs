@@ -218,6 +218,7 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
 
     workload_receives_one_shared_gpu(&node);
     exporters_answer_on_their_pod_ips(&node);
+    watchdog_stops_the_pod_over_its_share(&node);
     mig_relabel_goes_pending_then_success(&node);
 
     step("every pod of the operator and its operands: Running, ready, never restarted, built here");
@@ -411,6 +412,265 @@ fn exporters_answer_on_their_pod_ips(node: &str) {
             sample.join("\n  ")
         );
     }
+}
+
+/// Metrics fetched with curl from the pod IP of an operand.
+fn metrics_of(app: &str, port: u16) -> String {
+    let pod = scheduled_pod(app);
+    let ip = e2e::kubectl(&[
+        "get",
+        "pod",
+        "-n",
+        e2e::NAMESPACE,
+        &pod,
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    e2e::run(
+        "curl",
+        &[
+            "-sf",
+            "--max-time",
+            "5",
+            &format!("http://{ip}:{port}/metrics"),
+        ],
+    )
+    .stdout
+}
+
+/// The host pid of the workload process of pod `default/name` (not its sandbox's): found the test's own way, by
+/// the pod's UID in the processes' cgroups, apart from the agents' cgroup parser.
+fn host_pid_of(name: &str) -> u32 {
+    let uid = e2e::kubectl(&["get", "pod", name, "-o", "jsonpath={.metadata.uid}"]);
+    let forms = [uid.clone(), uid.replace('-', "_")];
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            forms.iter().any(|form| cgroup.contains(form.as_str())) && comm.trim() == "testapp"
+        })
+        .collect();
+    let [pid] = pids.as_slice() else {
+        panic!("one testapp process expected in pod {name} ({uid}), found {pids:?}");
+    };
+    *pid
+}
+
+/// The index and memory of the GPU a workload received (its `NVIDIA_VISIBLE_DEVICES`).
+fn gpu_of(node: &str, pod: &str) -> (u32, u64) {
+    let logs = realnode::logs_with(
+        "default",
+        pod,
+        "testapp: pid 1, waiting",
+        Duration::from_secs(30),
+    );
+    let uuid = logs
+        .lines()
+        .find_map(|line| line.strip_prefix("env NVIDIA_VISIBLE_DEVICES="))
+        .unwrap_or_else(|| panic!("{pod} received no GPU:\n{logs}"));
+    let gpunode = e2e::kubectl_json(&["get", "gpunode", node]);
+    let gpu = gpunode["status"]["gpus"]
+        .as_array()
+        .expect("GPUs in the GPUNode status")
+        .iter()
+        .find(|gpu| gpu["uuid"] == uuid)
+        .unwrap_or_else(|| panic!("{uuid} is none of the node's GPUs"));
+    (
+        u32::try_from(gpu["index"].as_u64().expect("an index")).expect("a small index"),
+        gpu["memoryMib"].as_u64().expect("the GPU's memory"),
+    )
+}
+
+/// The watchdog, switched on with `kubectl patch`: two pods on one time-sliced replica each, their real processes
+/// reported by the simulator as GPU users, one over its quarter of the GPU. The watchdog maps each process to its
+/// pod through its cgroup, terminates the one over its share after the grace period (a Warning Event on the pod,
+/// its container restarts), leaves the other alone; the exporter shows each pod's own memory.
+fn watchdog_stops_the_pod_over_its_share(node: &str) {
+    step("kubectl patch switches the watchdog on: its DaemonSet runs on the real node");
+    e2e::ok(
+        "kubectl",
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"watchdog":{"enabled":true,"intervalSeconds":1,"gracePeriodSeconds":3,"killGracePeriodSeconds":3}}}"#,
+        ],
+    );
+    let watchdog = scheduled_pod("nvidia-gpu-watchdog");
+    let containers = realnode::wait_running(e2e::NAMESPACE, &watchdog, Duration::from_secs(120));
+    print_and_check(&containers);
+
+    step(
+        "two workloads on time-sliced replicas; the simulator reports their real processes as GPU users",
+    );
+    let testapp = realnode::image("testapp");
+    for name in ["gpu-hog", "gpu-calm"] {
+        let mut pod: serde_json::Value =
+            serde_json::from_str(&realnode::pod(name, &testapp.reference, &[])).expect("a pod");
+        pod["spec"]["containers"][0]["resources"] =
+            serde_json::json!({"limits": {"nvidia.com/gpu.shared": 1}});
+        let applied = kubectl_apply(&pod.to_string(), &[]);
+        assert!(applied.success, "{}", applied.stderr);
+    }
+    let state = std::path::Path::new(SIMULATOR_DIR).join("state.json");
+    let mut reported = Vec::new();
+    for name in ["gpu-hog", "gpu-calm"] {
+        realnode::wait_running("default", name, Duration::from_secs(120));
+        let (gpu, memory_mib) = gpu_of(node, name);
+        let share = memory_mib / 4;
+        // The hog is over its quarter of the GPU; the calm one well under.
+        let used = if name == "gpu-hog" {
+            share + 2048
+        } else {
+            share / 2
+        };
+        let pid = host_pid_of(name);
+        e2e::agents::simulator_tool(
+            node,
+            &state,
+            &[
+                "start-process",
+                "--host-process",
+                "--gpu",
+                &gpu.to_string(),
+                "--pid",
+                &pid.to_string(),
+                "--memory-mib",
+                &used.to_string(),
+            ],
+        );
+        println!(
+            "{name}: host pid {pid} reported on GPU {gpu} using {used} MiB (its share: {share} MiB)"
+        );
+        reported.push((name, gpu, used));
+    }
+
+    step("the exporter shows each pod's own GPU memory, mapped through the processes' cgroups");
+    for (name, _, used) in &reported {
+        let series = format!(
+            r#"pod="{name}",namespace="default",container="main"}} {}"#,
+            used * 1024 * 1024
+        );
+        let metrics = e2e::eventually(Duration::from_secs(60), || {
+            let metrics = metrics_of("nvidia-dcgm-exporter", 9400);
+            Ok(metrics
+                .lines()
+                .any(|line| {
+                    line.starts_with("gpu_pod_memory_used_bytes{") && line.ends_with(&series)
+                })
+                .then_some(metrics))
+        })
+        .unwrap_or_else(|error| {
+            panic!(
+                "no gpu_pod_memory_used_bytes series ending {series}: {error:#}\n{}",
+                metrics_of("nvidia-dcgm-exporter", 9400)
+            )
+        });
+        let line = metrics
+            .lines()
+            .find(|line| line.starts_with("gpu_pod_memory_used_bytes{") && line.ends_with(&series))
+            .unwrap_or_default();
+        println!("exporter: {line}");
+    }
+
+    step(
+        "the pod over its share gets a Warning Event and its container is terminated; the other is left alone",
+    );
+    let event = e2e::eventually(Duration::from_secs(60), || {
+        let events = e2e::kubectl_json(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=gpu-hog,reason=GPUMemoryOverBudget",
+        ]);
+        Ok(events["items"][0]["message"].as_str().map(str::to_owned))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "no GPUMemoryOverBudget event on gpu-hog: {error:#}\nwatchdog log:\n{}",
+            e2e::kubectl(&["logs", "-n", e2e::NAMESPACE, &watchdog])
+        )
+    });
+    println!("event on gpu-hog: {event}");
+    assert!(
+        event.contains("(container main)") && event.ends_with("sent SIGTERM"),
+        "{event}"
+    );
+    let restarted = e2e::eventually(Duration::from_secs(60), || {
+        let pod = e2e::kubectl_json(&["get", "pod", "gpu-hog"]);
+        let status = &pod["status"]["containerStatuses"][0];
+        Ok((status["restartCount"].as_u64() >= Some(1)).then(|| status["lastState"].clone()))
+    })
+    .unwrap_or_else(|error| panic!("gpu-hog's container was never terminated: {error:#}"));
+    println!("gpu-hog's container ended: {restarted}");
+    let calm = e2e::kubectl_json(&["get", "pod", "gpu-calm"]);
+    assert_eq!(calm["status"]["containerStatuses"][0]["restartCount"], 0);
+    let calm_events = e2e::kubectl_json(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.name=gpu-calm,reason=GPUMemoryOverBudget",
+    ]);
+    assert_eq!(calm_events["items"], serde_json::json!([]));
+
+    step("the watchdog's metrics count the signal");
+    let kills = e2e::eventually(Duration::from_secs(30), || {
+        let metrics = metrics_of("nvidia-gpu-watchdog", 9402);
+        Ok(metrics
+            .lines()
+            .find(|line| {
+                line.starts_with("gpu_watchdog_kills_total{")
+                    && line.contains(r#"pod="gpu-hog""#)
+                    && line.contains(r#"signal="SIGTERM""#)
+            })
+            .map(str::to_owned))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "no kill counted: {error:#}\n{}",
+            metrics_of("nvidia-gpu-watchdog", 9402)
+        )
+    });
+    println!("watchdog: {kills}");
+    assert!(kills.ends_with(" 1"), "{kills}");
+
+    step("the workloads go; switched off, the watchdog's DaemonSet goes too");
+    realnode::delete_pod("default", "gpu-hog");
+    realnode::delete_pod("default", "gpu-calm");
+    e2e::ok(
+        "kubectl",
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"watchdog":{"enabled":false}}}"#,
+        ],
+    );
+    e2e::eventually(Duration::from_secs(60), || {
+        let pods = e2e::kubectl_json(&[
+            "get",
+            "pods",
+            "-n",
+            e2e::NAMESPACE,
+            "-l",
+            "app=nvidia-gpu-watchdog",
+        ]);
+        Ok(pods["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+            .then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("the watchdog's pod stayed: {error:#}"));
 }
 
 /// `nvidia.com/mig.config=all-1g.5gb` on the real node: the MIG manager in its container pauses the device
