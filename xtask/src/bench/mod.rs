@@ -9,6 +9,7 @@ mod observe;
 mod plot;
 mod proc_stats;
 mod report;
+mod watchdog;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,9 @@ pub struct Args {
     /// Allocate calls for the device plugin's latency.
     #[arg(long, default_value_t = 1000)]
     calls: u32,
+    /// Measure only the GPU memory watchdog (on a fresh cluster), keeping the other results of bench.json.
+    #[arg(long)]
+    watchdog_only: bool,
 }
 
 fn say(message: impl AsRef<str>) {
@@ -59,7 +63,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     let out = args.out.clone().unwrap_or_else(|| root.join("docs/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
-    say("building our operator and the Allocate latency example (release)");
+    say("building our operator, the node agent and the benchmarks' examples (release)");
     command::release_build(
         root,
         &[
@@ -71,9 +75,29 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             "device-plugin",
             "--example",
             "allocate_latency",
+            "--package",
+            "node-agent",
+            "--bin",
+            "gpu-node-agent",
+            "--example",
+            "watchdog_load",
         ]
         .map(String::from),
     )?;
+    if args.watchdog_only {
+        let earlier = std::fs::read(out.join("bench.json")).context(
+            "--watchdog-only keeps the other results of bench.json, which does not exist yet",
+        )?;
+        let mut results: Results = serde_json::from_slice(&earlier)?;
+        cluster::down()?;
+        let info = cluster::ensure_up()?;
+        let measured = watchdog::measure(root, &info, &environment(root, args.ours_only)?);
+        cluster::down()?;
+        results.watchdog = Some(measured?);
+        write_outputs(&out, &results)?;
+        print!("{}", report::render(&results));
+        return Ok(());
+    }
     let mut contenders = vec![Contender::ours(
         root,
         command::target_dir(root).join("release/gpu-operator"),
@@ -98,6 +122,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         environment: environment(root, args.ours_only)?,
         rows: Vec::new(),
         allocate: Some(allocate),
+        watchdog: None,
     };
     let mut outcome = Ok(());
     'counts: for nodes in counts {
@@ -139,6 +164,13 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
                     break 'counts;
                 }
             }
+        }
+    }
+    if outcome.is_ok() {
+        let info = cluster::ensure_up()?;
+        match watchdog::measure(root, &info, &results.environment) {
+            Ok(usage) => results.watchdog = Some(usage),
+            Err(error) => outcome = Err(error.context("measuring the watchdog failed")),
         }
     }
     say("stopping the cluster");

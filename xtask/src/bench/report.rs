@@ -111,6 +111,9 @@ pub struct Results {
     pub environment: Environment,
     pub rows: Vec<Row>,
     pub allocate: Option<Allocate>,
+    /// The GPU memory watchdog's CPU and RSS.
+    #[serde(default)]
+    pub watchdog: Option<super::watchdog::WatchdogUsage>,
 }
 
 impl Results {
@@ -183,6 +186,29 @@ pub fn render(results: &Results) -> String {
             "\nDevice plugin Allocate latency (in process, unix socket, release build, {} calls): p50 {} µs, \
              p99 {} µs.",
             allocate.calls, allocate.p50_us, allocate.p99_us
+        );
+    }
+    if let Some(watchdog) = &results.watchdog {
+        let _ = writeln!(
+            text,
+            "\n## GPU memory watchdog\n\n`gpu-node-agent watchdog` (release) for one node with {} simulated H100-80GB and \
+             {} pods on time-sliced replicas, a pass every {} s (its default), against the bench's API server and a \
+             stand-in kubelet pod-resources socket; the GPU processes are real processes in the pods' cgroups.\n\n\
+             | | GPU processes | CPU (% of one core) | RSS (MiB) |\n|---|---:|---:|---:|\n\
+             | at rest | {} | {:.2} | {:.1} |\n| loaded | {} | {:.2} | {:.1} |\n\nPeak RSS {:.1} MiB. Measured \
+             {} at commit {}.",
+            watchdog.gpus,
+            watchdog.pods,
+            watchdog.interval_seconds,
+            watchdog.at_rest.processes,
+            watchdog.at_rest.cpu_percent,
+            watchdog.at_rest.rss_mib,
+            watchdog.loaded.processes,
+            watchdog.loaded.cpu_percent,
+            watchdog.loaded.rss_mib,
+            watchdog.peak_rss_mib,
+            watchdog.date,
+            watchdog.commit,
         );
     }
     text
@@ -399,6 +425,7 @@ mod tests {
                 p50_us: 80,
                 p99_us: 150,
             }),
+            watchdog: None,
         }
     }
 
