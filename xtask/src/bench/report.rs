@@ -193,7 +193,7 @@ pub fn render(results: &Results) -> String {
             text,
             "\n## GPU memory watchdog\n\n`gpu-node-agent watchdog` (release) for one node with {} simulated H100-80GB and \
              {} pods on time-sliced replicas, a pass every {} s (its default), against the bench's API server and a \
-             stand-in kubelet pod-resources socket; the GPU processes are real processes in the pods' cgroups.\n\n\
+             stand-in kubelet pod-resources socket; the GPU processes are real `sleep` processes that a stand-in procfs puts in the pods' cgroups.\n\n\
              | | GPU processes | CPU (% of one core) | RSS (MiB) |\n|---|---:|---:|---:|\n\
              | at rest | {} | {:.2} | {:.1} |\n| loaded | {} | {:.2} | {:.1} |\n\nPeak RSS {:.1} MiB. Measured \
              {} at commit {}.",
