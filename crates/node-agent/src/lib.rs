@@ -31,6 +31,9 @@ pub mod status_exporter;
 pub mod validate;
 pub mod watchdog;
 
+#[cfg(test)]
+mod dashboard_tests;
+
 /// Builders the unit tests of several roles share.
 #[cfg(test)]
 pub(crate) mod test_support {

@@ -1,0 +1,352 @@
+//! The chart's Grafana dashboard asks only for metrics our exporters serve: every metric name in its queries (and
+//! its variables' queries) appears in a scrape of the exporter (a MIG node and a time-sliced node with pods) and
+//! of the watchdog (with a pod over its budget).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpu::{GpuBackend, GpuProcess, HostProcess};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{reflector, watcher};
+use node_runtime::backend::Gpus;
+use node_runtime::testing::simulated;
+use serde_json::{Value, json};
+
+use crate::accounting::pods::PodIndex;
+use crate::accounting::{AccountedGpu, Accounting, MIB, ProcessUse, cgroup};
+use crate::exporter::collect::{Collector, ProcessAccounting};
+use crate::exporter::config::Selection;
+use crate::exporter::families::encode;
+use crate::watchdog::budget::DefaultBudget;
+use crate::watchdog::decide::{Decider, Settings};
+use crate::watchdog::metrics::WatchdogMetrics;
+use crate::watchdog::{assess, judge};
+
+fn dashboard() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/gpu-operator/files/dashboards/gpu-operator.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// Every query of the dashboard: panels' (and rows' panels') `targets[].expr`, and the variables' `query`.
+fn queries(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(object) => {
+            for (key, inner) in object {
+                match (key.as_str(), inner) {
+                    ("expr", Value::String(expr)) => found.push(expr.clone()),
+                    ("query", Value::String(query)) if object.contains_key("type") => {
+                        found.push(query.clone());
+                    }
+                    _ => queries(inner, found),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| queries(item, found)),
+        _ => {}
+    }
+}
+
+/// The metric names a PromQL expression (or a Grafana `label_values(metric, label)` query) reads.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    const KEYWORDS: [&str; 12] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "inf",
+    ];
+    // Aggregations may take their grouping before their parentheses (`sum by (pod) (...)`).
+    const AGGREGATIONS: [&str; 14] = [
+        "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
+        "topk", "quantile", "limitk", "limit_ratio",
+    ];
+    // Label matchers, ranges, strings and Grafana variables name no metric.
+    let mut plain = String::new();
+    let mut closing: Vec<char> = Vec::new();
+    let mut chars = expr.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (closing.last().copied(), c) {
+            (Some('"'), '\\') | (Some('\''), '\\') => {
+                chars.next();
+            }
+            (Some(end), c) if c == end => {
+                closing.pop();
+            }
+            (Some('"' | '\'' | '}' | ']'), _) => {}
+            (_, '"' | '\'') => closing.push(c),
+            (_, '{') => closing.push('}'),
+            (_, '[') => closing.push(']'),
+            (_, '$') => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '{' | '}'))
+                {
+                    chars.next();
+                }
+            }
+            _ => plain.push(c),
+        }
+    }
+    let mut names = BTreeSet::new();
+    let bytes: Vec<char> = plain.chars().collect();
+    let mut at = 0;
+    let mut after_grouping = false;
+    while at < bytes.len() {
+        let c = bytes[at];
+        if c.is_ascii_digit() {
+            while at < bytes.len() && (bytes[at].is_alphanumeric() || bytes[at] == '.') {
+                at += 1;
+            }
+            continue;
+        }
+        if !(c.is_alphabetic() || c == '_' || c == ':') {
+            if c == '(' && after_grouping {
+                // `by (label, ...)`: labels, not metrics.
+                while at < bytes.len() && bytes[at] != ')' {
+                    at += 1;
+                }
+                after_grouping = false;
+            }
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && (bytes[at].is_alphanumeric() || matches!(bytes[at], '_' | ':')) {
+            at += 1;
+        }
+        let word: String = bytes[start..at].iter().collect();
+        let next = bytes[at..].iter().find(|c| !c.is_whitespace()).copied();
+        let lower = word.to_ascii_lowercase();
+        if KEYWORDS.contains(&lower.as_str()) {
+            after_grouping = matches!(
+                lower.as_str(),
+                "by" | "without" | "on" | "ignoring" | "group_left" | "group_right"
+            );
+        } else if next != Some('(') && !AGGREGATIONS.contains(&lower.as_str()) {
+            names.insert(word);
+        }
+    }
+    names
+}
+
+/// The metric names a dashboard query reads: Grafana's `label_values(metric, label)` names its metric first (and
+/// `label_values(label)` none); anything else is PromQL.
+fn names_in_query(query: &str) -> BTreeSet<String> {
+    match query
+        .trim()
+        .strip_prefix("label_values(")
+        .and_then(|arguments| arguments.strip_suffix(')'))
+    {
+        Some(arguments) => arguments
+            .rsplit_once(',')
+            .map(|(selector, _label)| metric_names(selector))
+            .unwrap_or_default(),
+        None => metric_names(query),
+    }
+}
+
+/// The metric names of a text exposition.
+fn served(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| line.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn pod(name: &str, uid: &str, container_id: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "status": {"containerStatuses": [{
+            "name": "main", "containerID": format!("containerd://{container_id}"),
+            "image": "x", "imageID": "", "ready": true, "restartCount": 0
+        }]}
+    }))
+    .unwrap()
+}
+
+/// A scrape of the exporter on a node of `spec` (with MIG `devices`), with a pod's process and a host process on
+/// GPU 0 (in its first MIG device when MIG is on).
+async fn exporter_scrape(spec: &str, devices: &[(&str, u32)]) -> String {
+    let (_dir, simulator) = simulated(spec, devices);
+    let mig = simulator.mig_devices(0).unwrap();
+    let place = mig
+        .first()
+        .map(|device| (device.gpu_instance_id, device.compute_instance_id));
+    let proc_root = tempfile::tempdir().unwrap();
+    let (store, mut writer) = reflector::store();
+    let uid = "00000000-0000-4000-8000-000000000001";
+    let container_id = format!("{:064x}", 1);
+    writer.apply_watcher_event(&watcher::Event::Apply(pod("trainer", uid, &container_id)));
+    for (pid, cgroup) in [
+        (
+            4242,
+            format!("0::/kubepods/besteffort/pod{uid}/{container_id}\n"),
+        ),
+        (4343, "0::/system.slice/host.service\n".to_owned()),
+    ] {
+        simulator
+            .start_process(
+                0,
+                GpuProcess {
+                    pid,
+                    used_memory_mib: Some(1000),
+                    gpu_instance_id: place.map(|(gi, _)| gi),
+                    compute_instance_id: place.map(|(_, ci)| ci),
+                },
+            )
+            .unwrap();
+        let folder = proc_root.path().join(pid.to_string());
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("cgroup"), cgroup).unwrap();
+    }
+    let kubelet = tempfile::tempdir().unwrap();
+    let mut collector = Collector::new(
+        Gpus::from_simulator(simulator.clone()),
+        "node-1",
+        kubelet.path().to_owned(),
+        Duration::from_secs(300),
+    )
+    .with_accounting(ProcessAccounting {
+        proc_root: proc_root.path().to_owned(),
+        pods: store,
+    });
+    encode(Arc::new(collector.collect(&Selection::default()).await))
+}
+
+/// A scrape of the watchdog after a pod stayed over its budget (a dry run: nothing is signalled).
+fn watchdog_scrape() -> String {
+    let uid = "00000000-0000-4000-8000-000000000002";
+    let container_id = format!("{:064x}", 2);
+    let pods = PodIndex::new([&pod("notebook", uid, &container_id)]);
+    let accounting = Accounting {
+        gpus: vec![AccountedGpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            model_name: "NVIDIA A100-SXM4-40GB".into(),
+            memory_bytes: 40_960 * MIB,
+            mig: false,
+        }],
+        processes: vec![
+            ProcessUse {
+                gpu: 0,
+                mig_device: None,
+                process: Some(HostProcess {
+                    pid: 1_000_001,
+                    start_time: 1,
+                }),
+                pid: 1_000_001,
+                used_bytes: Some(20_000 * MIB),
+                cgroup_owner: cgroup::owner(&format!(
+                    "0::/kubepods/besteffort/pod{uid}/{container_id}\n"
+                )),
+            },
+            ProcessUse {
+                gpu: 0,
+                mig_device: None,
+                process: None,
+                pid: 1_000_002,
+                used_bytes: Some(100 * MIB),
+                cgroup_owner: None,
+            },
+        ],
+    };
+    let held = assess::holdings(
+        &[crate::pod_resources::PodDevices {
+            pod: "ml/notebook".into(),
+            containers: vec![crate::pod_resources::ContainerDevices {
+                name: "main".into(),
+                devices: [("nvidia.com/gpu".to_owned(), ["GPU-0::1".to_owned()].into())].into(),
+            }],
+        }],
+        &[(
+            "nvidia.com/gpu".to_owned(),
+            (0..4).map(|replica| format!("GPU-0::{replica}")).collect(),
+        )]
+        .into(),
+        &[],
+    );
+    let metrics = WatchdogMetrics::new("node-1");
+    let mut decider = Decider::new(Settings {
+        grace: Duration::ZERO,
+        kill_grace: Duration::ZERO,
+        dry_run: true,
+    });
+    let (assessment, actions) = judge(
+        &mut decider,
+        &accounting,
+        &pods,
+        &held,
+        DefaultBudget::ReplicaShare,
+        Instant::now(),
+    );
+    assert_eq!(actions.len(), 1);
+    metrics.show(&accounting, &assessment);
+    metrics.count(&actions[0]);
+    metrics.encode()
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_queries_is_served() {
+    let mut served_names = served(&exporter_scrape("a100-40gb:1", &[("1g.5gb", 7)]).await);
+    served_names.extend(served(&exporter_scrape("h100-80gb:1", &[]).await));
+    served_names.extend(served(&watchdog_scrape()));
+
+    let mut found = Vec::new();
+    queries(&dashboard(), &mut found);
+    assert!(
+        found.len() >= 10,
+        "the dashboard has only {} queries",
+        found.len()
+    );
+    let asked: BTreeSet<String> = found
+        .iter()
+        .flat_map(|query| names_in_query(query))
+        .collect();
+    for ours in [
+        "gpu_pod_memory_used_bytes",
+        "gpu_watchdog_kills_total",
+        "gpu_watchdog_pod_budget_bytes",
+    ] {
+        assert!(
+            asked.contains(ours),
+            "the dashboard has no panel on {ours}: {asked:?}"
+        );
+    }
+    let missing: Vec<&String> = asked.difference(&served_names).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics no exporter serves: {missing:?}\nserved: {served_names:?}"
+    );
+}
+
+#[test]
+fn metric_names_are_told_from_functions_labels_and_variables() {
+    let names = metric_names(
+        r#"sum by (namespace, pod) (increase(gpu_watchdog_kills_total{hostname=~"$Hostname", signal="SIGTERM"}[$__rate_interval])) / on(gpu) group_left(modelName) max by (gpu) (DCGM_FI_DEV_FB_USED offset 5m) > 1e3"#,
+    );
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "gpu_watchdog_kills_total".to_owned(),
+            "DCGM_FI_DEV_FB_USED".to_owned()
+        ])
+    );
+    assert_eq!(
+        names_in_query(r#"label_values(DCGM_FI_DEV_GPU_TEMP{hostname="$Hostname"}, gpu)"#),
+        BTreeSet::from(["DCGM_FI_DEV_GPU_TEMP".to_owned()])
+    );
+    assert_eq!(names_in_query("label_values(namespace)"), BTreeSet::new());
+}
