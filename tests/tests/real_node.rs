@@ -380,17 +380,7 @@ fn exporters_answer_on_their_pod_ips(node: &str) {
             format!("gpu_operator_node_driver_ready{{node=\"{node}\"}} 1"),
         ),
     ] {
-        let pod = scheduled_pod(app);
-        let ip = e2e::kubectl(&[
-            "get",
-            "pod",
-            "-n",
-            e2e::NAMESPACE,
-            &pod,
-            "-o",
-            "jsonpath={.status.podIP}",
-        ]);
-        let url = format!("http://{ip}:{port}/metrics");
+        let url = metrics_url(app, port);
         let metrics = e2e::eventually(Duration::from_secs(60), || {
             let fetched = e2e::run("curl", &["-sf", "--max-time", "5", &url]);
             Ok((fetched.success && fetched.stdout.contains(&series)).then_some(fetched.stdout))
@@ -414,8 +404,8 @@ fn exporters_answer_on_their_pod_ips(node: &str) {
     }
 }
 
-/// Metrics fetched with curl from the pod IP of an operand.
-fn metrics_of(app: &str, port: u16) -> String {
+/// The metrics URL of an operand, at its pod's IP.
+fn metrics_url(app: &str, port: u16) -> String {
     let pod = scheduled_pod(app);
     let ip = e2e::kubectl(&[
         "get",
@@ -426,16 +416,12 @@ fn metrics_of(app: &str, port: u16) -> String {
         "-o",
         "jsonpath={.status.podIP}",
     ]);
-    e2e::run(
-        "curl",
-        &[
-            "-sf",
-            "--max-time",
-            "5",
-            &format!("http://{ip}:{port}/metrics"),
-        ],
-    )
-    .stdout
+    format!("http://{ip}:{port}/metrics")
+}
+
+/// Metrics fetched with curl from the pod IP of an operand.
+fn metrics_of(app: &str, port: u16) -> String {
+    e2e::run("curl", &["-sf", "--max-time", "5", &metrics_url(app, port)]).stdout
 }
 
 /// The host pid of the workload process of pod `default/name` (not its sandbox's): found the test's own way, by

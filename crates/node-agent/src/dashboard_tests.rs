@@ -8,13 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpu::{GpuBackend, GpuProcess, HostProcess};
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{reflector, watcher};
 use node_runtime::backend::Gpus;
 use node_runtime::testing::simulated;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::accounting::pods::PodIndex;
+use crate::accounting::pods::{PodIndex, running_pod};
 use crate::accounting::{AccountedGpu, Accounting, MIB, ProcessUse, cgroup};
 use crate::exporter::collect::{Collector, ProcessAccounting};
 use crate::exporter::config::Selection;
@@ -69,8 +68,20 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     ];
     // Aggregations may take their grouping before their parentheses (`sum by (pod) (...)`).
     const AGGREGATIONS: [&str; 14] = [
-        "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
-        "topk", "quantile", "limitk", "limit_ratio",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
     ];
     // Label matchers, ranges, strings and Grafana variables name no metric.
     let mut plain = String::new();
@@ -166,17 +177,6 @@ fn served(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn pod(name: &str, uid: &str, container_id: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ml", "uid": uid},
-        "status": {"containerStatuses": [{
-            "name": "main", "containerID": format!("containerd://{container_id}"),
-            "image": "x", "imageID": "", "ready": true, "restartCount": 0
-        }]}
-    }))
-    .unwrap()
-}
-
 /// A scrape of the exporter on a node of `spec` (with MIG `devices`), with a pod's process and a host process on
 /// GPU 0 (in its first MIG device when MIG is on).
 async fn exporter_scrape(spec: &str, devices: &[(&str, u32)]) -> String {
@@ -189,7 +189,12 @@ async fn exporter_scrape(spec: &str, devices: &[(&str, u32)]) -> String {
     let (store, mut writer) = reflector::store();
     let uid = "00000000-0000-4000-8000-000000000001";
     let container_id = format!("{:064x}", 1);
-    writer.apply_watcher_event(&watcher::Event::Apply(pod("trainer", uid, &container_id)));
+    writer.apply_watcher_event(&watcher::Event::Apply(running_pod(
+        "ml",
+        "trainer",
+        uid,
+        &container_id,
+    )));
     for (pid, cgroup) in [
         (
             4242,
@@ -230,7 +235,7 @@ async fn exporter_scrape(spec: &str, devices: &[(&str, u32)]) -> String {
 fn watchdog_scrape() -> String {
     let uid = "00000000-0000-4000-8000-000000000002";
     let container_id = format!("{:064x}", 2);
-    let pods = PodIndex::new([&pod("notebook", uid, &container_id)]);
+    let pods = PodIndex::new([&running_pod("ml", "notebook", uid, &container_id)]);
     let accounting = Accounting {
         gpus: vec![AccountedGpu {
             index: 0,

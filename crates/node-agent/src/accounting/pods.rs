@@ -146,3 +146,16 @@ pub fn watch_node_pods(
 pub fn index(store: &Store<Pod>) -> PodIndex {
     PodIndex::new(store.state().iter().map(AsRef::as_ref))
 }
+
+/// A running pod of one container `main`, as the API server has it, for tests.
+#[cfg(test)]
+pub(crate) fn running_pod(namespace: &str, name: &str, uid: &str, container_id: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "status": {"containerStatuses": [{
+            "name": "main", "containerID": format!("containerd://{container_id}"),
+            "image": "x", "imageID": "", "ready": true, "restartCount": 0
+        }]}
+    }))
+    .expect("a pod")
+}

@@ -117,21 +117,11 @@ mod tests {
         })
     }
 
-    /// A pod of the node as the API server has it, with one container.
-    fn pod(name: &str, uid: &str, container_id: &str) -> k8s_openapi::api::core::v1::Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "ml", "uid": uid},
-            "status": {"containerStatuses": [{
-                "name": "main", "containerID": format!("containerd://{container_id}"),
-                "image": "x", "imageID": "", "ready": true, "restartCount": 0
-            }]}
-        }))
-        .unwrap()
-    }
-
     #[tokio::test]
     async fn two_pods_sharing_a_gpu_each_show_their_own_memory() {
         use kube::runtime::{reflector, watcher};
+
+        use crate::accounting::pods::running_pod;
 
         let (_dir, simulator) = simulated("a100-40gb:1", &[]);
         let uuid = simulator.gpu(0).unwrap().uuid;
@@ -158,7 +148,8 @@ mod tests {
                 Some((name, index)) => {
                     let uid = format!("00000000-0000-4000-8000-{index:012}");
                     let container_id = format!("{index:064x}");
-                    writer.apply_watcher_event(&watcher::Event::Apply(pod(
+                    writer.apply_watcher_event(&watcher::Event::Apply(running_pod(
+                        "ml",
                         name,
                         &uid,
                         &container_id,

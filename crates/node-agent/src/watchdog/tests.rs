@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 
 use gpu::{GpuBackend, GpuProcess, Simulator};
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::json;
 use tempfile::TempDir;
 
 use super::budget::DefaultBudget;
 use super::decide::{Decider, Settings, Signal};
 use super::metrics::WatchdogMetrics;
 use super::{assess, describe, judge, send};
-use crate::accounting::pods::PodIndex;
+use crate::accounting::pods::{PodIndex, running_pod};
 use crate::accounting::{self, MIB};
 use crate::pod_resources::{ContainerDevices, PodDevices};
 
@@ -36,14 +35,7 @@ impl TestPod {
     }
 
     fn object(&self) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": self.name, "namespace": "notebooks", "uid": self.uid},
-            "status": {"containerStatuses": [{
-                "name": "main", "containerID": format!("containerd://{}", self.container_id),
-                "image": "x", "imageID": "", "ready": true, "restartCount": 0
-            }]}
-        }))
-        .unwrap()
+        running_pod("notebooks", self.name, &self.uid, &self.container_id)
     }
 
     /// How it ended, if it has.
