@@ -20,10 +20,10 @@ use crate::types::{GpuProcess, HealthEvent};
 pub(crate) struct Faults {
     /// Processes that hold the GPU (and memory on it).
     pub processes: Vec<GpuProcess>,
-    /// Those of `processes` that stand for real host processes, by pid, with the start time of the process: when
-    /// it exits, it stops using the GPU, as the driver frees a process's memory when it exits.
+    /// Those of `processes` that stand for real host processes, by pid: when one exits, it stops using the GPU, as
+    /// the driver frees a process's memory when it exits.
     #[serde(default)]
-    pub host_processes: BTreeMap<u32, u64>,
+    pub host_processes: BTreeMap<u32, HostEntry>,
     /// How a reset fails, if it should.
     pub reset_failure: Option<ResetFailure>,
     /// Added to every operation on the GPU, in milliseconds.
@@ -33,25 +33,52 @@ pub(crate) struct Faults {
     pub counters: Option<SimulatedCounters>,
 }
 
+/// A real process standing for a GPU user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HostEntry {
+    /// Its start time, so that a reused pid is not taken for it.
+    pub start_time: u64,
+    /// The PID namespace its pid is valid in (`/proc/self/ns/pid` of the process that reported it). Only a reader
+    /// in that namespace can tell whether it still runs: the node's containers without the host's PID namespace
+    /// see none of the host's processes.
+    pub pid_namespace: String,
+}
+
+/// This process's PID namespace, as `/proc/self/ns/pid` names it (`pid:[4026531836]`); empty if unreadable.
+pub(crate) fn own_pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|link| link.display().to_string())
+        .unwrap_or_default()
+}
+
 impl Faults {
     /// The injected delay.
     pub fn delay(&self) -> Duration {
         Duration::from_millis(self.delay_ms)
     }
 
-    /// Ends the simulated processes whose host process has exited (or whose pid another process has taken).
-    pub fn end_exited_host_processes(&mut self) {
+    /// Ends the simulated processes whose host process has exited (or whose pid another process has taken), of
+    /// those this process can see (`pid_namespace`, its own). Returns whether any ended.
+    pub fn end_exited_host_processes(&mut self, pid_namespace: &str) -> bool {
         let proc_root = Path::new("/proc");
         let exited: Vec<u32> = self
             .host_processes
             .iter()
-            .filter(|&(&pid, &start_time)| !HostProcess { pid, start_time }.is_running(proc_root))
+            .filter(|&(&pid, entry)| {
+                entry.pid_namespace == pid_namespace
+                    && !HostProcess {
+                        pid,
+                        start_time: entry.start_time,
+                    }
+                    .is_running(proc_root)
+            })
             .map(|(&pid, _)| pid)
             .collect();
-        for pid in exited {
-            self.host_processes.remove(&pid);
-            self.processes.retain(|process| process.pid != pid);
+        for pid in &exited {
+            self.host_processes.remove(pid);
+            self.processes.retain(|process| process.pid != *pid);
         }
+        !exited.is_empty()
     }
 }
 
@@ -138,7 +165,9 @@ impl Simulator {
     /// Reports a real host process as a user of a GPU (or MIG device), as the driver would list it: it runs there
     /// until it exits (or [`Simulator::stop_process`]), with the memory figure a test sets and changes
     /// ([`Simulator::set_process_memory`]). This is how the watchdog and the exporter's per-pod accounting run on
-    /// real processes in real pods without a GPU.
+    /// real processes in real pods without a GPU. The pid is this process's; its exit is noticed by the node's
+    /// processes that share this PID namespace (the host's, for the watchdog and MIG manager), and recorded in the
+    /// file for the others.
     ///
     /// # Errors
     /// `NotFound` when no process `process.pid` runs on this host; otherwise as [`Simulator::start_process`].
@@ -167,10 +196,13 @@ impl Simulator {
             }
             state_gpu.settle_energy(now);
             if let Some(host) = host {
-                state_gpu
-                    .faults
-                    .host_processes
-                    .insert(host.pid, host.start_time);
+                state_gpu.faults.host_processes.insert(
+                    host.pid,
+                    HostEntry {
+                        start_time: host.start_time,
+                        pid_namespace: own_pid_namespace(),
+                    },
+                );
             }
             state_gpu.faults.processes.push(process);
             Ok(())

@@ -93,6 +93,14 @@ impl NodeState {
             .ok_or_else(|| no_such_gpu(index, self.gpus.len()))
     }
 
+    /// Ends the simulated processes whose host process this process sees exited; returns whether any ended.
+    pub fn end_exited_host_processes(&mut self) -> bool {
+        let namespace = super::faults::own_pid_namespace();
+        self.gpus.iter_mut().fold(false, |ended, gpu| {
+            gpu.faults.end_exited_host_processes(&namespace) || ended
+        })
+    }
+
     /// The GPU with this index, to change.
     pub fn gpu_mut(&mut self, index: u32) -> Result<&mut GpuState> {
         let count = self.gpus.len();
@@ -123,13 +131,21 @@ impl StateFile {
         &self.path
     }
 
-    /// Reads the state under a shared lock.
+    /// Reads the state under a shared lock. When a host process standing for a GPU user has exited, the first
+    /// reader that can see it records that in the file (under the exclusive lock), so that readers that cannot
+    /// (in another PID namespace) see it end too.
     pub fn read(&self) -> Result<NodeState> {
-        let lock = self.lock()?;
-        lock.lock_shared()
-            .map_err(|error| self.error("lock", &error))?;
-        self.load()?
-            .ok_or_else(|| self.error("read", &"the state file does not exist"))
+        let mut state = {
+            let lock = self.lock()?;
+            lock.lock_shared()
+                .map_err(|error| self.error("lock", &error))?;
+            self.load()?
+                .ok_or_else(|| self.error("read", &"the state file does not exist"))?
+        };
+        if state.end_exited_host_processes() {
+            state = self.update(|state| Ok(state.clone()))?;
+        }
+        Ok(state)
     }
 
     /// Runs `change` on the state under an exclusive lock, and writes the result back if `change` succeeded and
@@ -141,6 +157,7 @@ impl StateFile {
             .load()?
             .ok_or_else(|| self.error("read", &"the state file does not exist"))?;
         let mut state = before.clone();
+        state.end_exited_host_processes();
         let value = change(&mut state)?;
         if state != before {
             self.store(&state)?;
@@ -186,15 +203,9 @@ impl StateFile {
 
     fn load(&self) -> Result<Option<NodeState>> {
         match fs::read(&self.path) {
-            Ok(bytes) => {
-                let mut state: NodeState =
-                    serde_json::from_slice(&bytes).map_err(|error| self.error("parse", &error))?;
-                // Every reader sees a host process's exit at once; the file forgets it at the next write.
-                for gpu in &mut state.gpus {
-                    gpu.faults.end_exited_host_processes();
-                }
-                Ok(Some(state))
-            }
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|error| self.error("parse", &error)),
             Err(error) if error.kind() == ErrorKind::NotFound => Ok(None),
             Err(error) => Err(self.error("read", &error)),
         }

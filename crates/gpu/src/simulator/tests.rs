@@ -448,3 +448,49 @@ fn a_host_process_uses_the_gpu_until_it_exits_with_the_memory_a_test_sets() {
         Err(GpuError::NotFound(_))
     ));
 }
+
+#[test]
+fn only_a_reader_in_the_reporters_pid_namespace_ends_an_exited_host_process() {
+    use super::faults::{Faults, HostEntry, own_pid_namespace};
+
+    // Above pid_max: never running.
+    let gone = 1 << 23;
+    let mut faults = Faults {
+        processes: vec![process(gone, 10), process(gone + 1, 10)],
+        ..Faults::default()
+    };
+    for (pid, pid_namespace) in [
+        (gone, own_pid_namespace()),
+        (gone + 1, "pid:[1]".to_owned()),
+    ] {
+        faults.host_processes.insert(
+            pid,
+            HostEntry {
+                start_time: 1,
+                pid_namespace,
+            },
+        );
+    }
+    assert!(faults.end_exited_host_processes(&own_pid_namespace()));
+    // The one reported from another PID namespace cannot be seen from here: it is left to a reader there.
+    assert_eq!(faults.processes, vec![process(gone + 1, 10)]);
+    assert!(!faults.end_exited_host_processes(&own_pid_namespace()));
+}
+
+#[test]
+fn the_first_reader_that_sees_an_exit_records_it_in_the_file() {
+    let dir = TempDir::new().unwrap();
+    let sim = open(&dir, "a100-40gb:1");
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    sim.start_host_process(0, process(child.id(), 500)).unwrap();
+    let file = dir.path().join("node.json");
+    let pid = format!("\"pid\": {}", child.id());
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(sim.processes(0).unwrap().is_empty());
+    assert!(!std::fs::read_to_string(&file).unwrap().contains(&pid));
+}
