@@ -96,9 +96,11 @@ impl NodeState {
     /// Ends the simulated processes whose host process this process sees exited; returns whether any ended.
     pub fn end_exited_host_processes(&mut self) -> bool {
         let namespace = super::faults::own_pid_namespace();
-        self.gpus.iter_mut().fold(false, |ended, gpu| {
-            gpu.faults.end_exited_host_processes(&namespace) || ended
-        })
+        let mut ended = false;
+        for gpu in &mut self.gpus {
+            ended |= gpu.faults.end_exited_host_processes(&namespace);
+        }
+        ended
     }
 
     /// The GPU with this index, to change.
