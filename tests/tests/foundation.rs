@@ -176,6 +176,24 @@ fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
             json!({"migManager": {"config": {"default": "all-1g.5gb"}}}),
             "migManager.config.default must be all-disabled or empty",
         ),
+        (
+            // Ours: NVIDIA has no watchdog section.
+            "watchdog interval",
+            json!({"watchdog": {"enabled": true, "intervalSeconds": 0}}),
+            "watchdog.intervalSeconds must be between 1 and 300 seconds",
+        ),
+        (
+            // Ours.
+            "watchdog kill grace period",
+            json!({"watchdog": {"killGracePeriodSeconds": 3601}}),
+            "watchdog.killGracePeriodSeconds must be between 1 and 600 seconds",
+        ),
+        (
+            // Ours.
+            "watchdog default budget",
+            json!({"watchdog": {"defaultBudget": "half"}}),
+            "watchdog.defaultBudget must be replicaShare or none",
+        ),
     ]
 }
 
@@ -200,7 +218,8 @@ fn cel_rules_reject_bad_input_with_their_message() {
         "devicePlugin": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.17.2", "config": {"name": "cfg", "default": "any"}},
         "driver": {"image": "registry.local/driver@sha256:0123", "upgradePolicy": {"maxUnavailable": 2}},
         "daemonsets": {"updateStrategy": "OnDelete", "rollingUpdate": {"maxUnavailable": "25%"}},
-        "mig": {"strategy": "mixed"}, "migManager": {"config": {"default": ""}}
+        "mig": {"strategy": "mixed"}, "migManager": {"config": {"default": ""}},
+        "watchdog": {"enabled": true, "dryRun": true, "intervalSeconds": 1, "gracePeriodSeconds": 0, "killGracePeriodSeconds": 600, "defaultBudget": "none"}
     }});
     let result = kubectl_apply(&valid.to_string(), &["--dry-run=server"]);
     assert!(result.success, "valid policy rejected: {}", result.stderr);

@@ -293,6 +293,8 @@ mod tests {
                 "spec.migManager.config.default: ",
                 "NVIDIA's CRD: enum [all-disabled, \"\"]",
             ),
+            // Ours: NVIDIA's ClusterPolicy has no watchdog section, so no policy written for it carries one.
+            ("spec.watchdog.", "no counterpart: the section is this operator's own"),
         ];
         let image_sections = [
             "spec.driver",
@@ -304,6 +306,7 @@ mod tests {
             "spec.gfd",
             "spec.migManager",
             "spec.nodeStatusExporter",
+            "spec.watchdog",
             "spec.validator",
             "spec.operator.initContainer",
         ];

@@ -6,6 +6,7 @@ mod cluster;
 mod common;
 mod operands;
 mod status;
+mod watchdog;
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,10 @@ pub use operands::{
     VirtualTopologyConfigSpec, WaitForCompletionSpec,
 };
 pub use status::{ClusterPolicyStatus, ComponentStatus, PolicyState};
+pub use watchdog::{
+    DEFAULT_GRACE_PERIOD_SECONDS, DEFAULT_INTERVAL_SECONDS, DEFAULT_KILL_GRACE_PERIOD_SECONDS,
+    WatchdogSpec,
+};
 
 /// The name of the ClusterPolicy the Helm chart creates.
 pub const DEFAULT_NAME: &str = "cluster-policy";
@@ -110,6 +115,9 @@ pub struct ClusterPolicySpec {
     /// Paths on the host that operands mount.
     #[serde(default, skip_serializing_if = "is_default")]
     pub host_paths: HostPathsSpec,
+    /// The GPU memory watchdog (ours, not NVIDIA's; off by default).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub watchdog: WatchdogSpec,
     /// Pod Security Admission labels for the operator's namespace. Accepted, not implemented.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psa: Option<UnsupportedSection>,
