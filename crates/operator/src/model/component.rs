@@ -15,11 +15,12 @@ pub enum Component {
     DcgmExporter,
     MigManager,
     NodeStatusExporter,
+    Watchdog,
 }
 
 impl Component {
     /// Every component, in the order they come up on a node (status lists them in this order).
-    pub const ALL: [Component; 9] = [
+    pub const ALL: [Component; 10] = [
         Component::Driver,
         Component::ContainerToolkit,
         Component::OperatorValidator,
@@ -29,6 +30,7 @@ impl Component {
         Component::DcgmExporter,
         Component::MigManager,
         Component::NodeStatusExporter,
+        Component::Watchdog,
     ];
 
     /// The name in deploy labels and in `status.components`.
@@ -43,6 +45,7 @@ impl Component {
             Component::DcgmExporter => "dcgm-exporter",
             Component::MigManager => "mig-manager",
             Component::NodeStatusExporter => "node-status-exporter",
+            Component::Watchdog => "watchdog",
         }
     }
 
@@ -58,6 +61,7 @@ impl Component {
             Component::DcgmExporter => "nvidia-dcgm-exporter",
             Component::MigManager => "nvidia-mig-manager",
             Component::NodeStatusExporter => "nvidia-node-status-exporter",
+            Component::Watchdog => "nvidia-gpu-watchdog",
         }
     }
 

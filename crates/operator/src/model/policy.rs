@@ -146,7 +146,7 @@ struct Section<'a> {
     enabled: Option<bool>,
 }
 
-fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 9] {
+fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 10] {
     let section = |component, field, image, variable, on_by_default, enabled| Section {
         component,
         field,
@@ -228,6 +228,15 @@ fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 9] {
             false,
             spec.node_status_exporter.enabled,
         ),
+        // The node agent's role; off unless asked for.
+        section(
+            Component::Watchdog,
+            "watchdog",
+            &spec.watchdog.image,
+            "VALIDATOR_IMAGE",
+            false,
+            spec.watchdog.enabled,
+        ),
     ]
 }
 
@@ -244,8 +253,10 @@ fn nvidia_image_names(component: Component) -> &'static [&'static str] {
         Component::OperatorValidator | Component::NodeStatusExporter => {
             &["gpu-operator", "gpu-operator-validator"]
         }
-        // NVIDIA's images are what runs for these.
-        Component::Driver | Component::ContainerToolkit | Component::Dcgm => &[],
+        // NVIDIA's images are what runs for these; NVIDIA has no watchdog.
+        Component::Driver | Component::ContainerToolkit | Component::Dcgm | Component::Watchdog => {
+            &[]
+        }
     }
 }
 

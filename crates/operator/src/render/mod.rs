@@ -12,10 +12,12 @@ mod device_plugin;
 mod discovery;
 mod driver;
 mod exporter;
+mod metrics;
 mod mig_manager;
 mod node_status_exporter;
 mod toolkit;
 mod validator;
+mod watchdog;
 
 #[cfg(test)]
 pub(crate) mod fixture;
@@ -33,7 +35,7 @@ use serde_json::Value;
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 pub use common::{COMPONENT_LABEL, DAEMONSET_LABEL, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL};
-pub use exporter::{SERVICE_MONITOR_API_VERSION, SERVICE_MONITOR_KIND};
+pub use metrics::{SERVICE_MONITOR_API_VERSION, SERVICE_MONITOR_KIND};
 
 /// One object the operator wants in the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +73,7 @@ fn render_component(
         Component::DcgmExporter => exporter::render(policy, facts),
         Component::MigManager => mig_manager::render(policy, facts),
         Component::NodeStatusExporter => node_status_exporter::render(policy, facts),
+        Component::Watchdog => watchdog::render(policy, facts),
     }
 }
 

@@ -452,6 +452,51 @@ fn node_status_exporter_enabled() {
 }
 
 #[test]
+fn watchdog_enabled_with_defaults_and_with_every_setting() {
+    let defaults = render_component(
+        json!({"watchdog": {"enabled": true}}),
+        &one_node(),
+        Component::Watchdog,
+    );
+    assert_eq!(names(&defaults), ["nvidia-gpu-watchdog", "nvidia-gpu-watchdog"]);
+    let pod = &defaults[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true);
+    assert_eq!(pod["containers"][0]["command"], json!(["gpu-node-agent"]));
+    assert_eq!(
+        pod["containers"][0]["args"],
+        json!([
+            "watchdog", "--listen", ":9402", "--kubelet-root", "/var/lib/kubelet",
+            "--interval-seconds", "5", "--grace-period-seconds", "30", "--kill-grace-period-seconds", "10",
+            "--default-budget", "replica-share"
+        ])
+    );
+    assert!(
+        pod["containers"][0]["securityContext"]["privileged"] != true,
+        "signalling needs CAP_KILL, not a privileged container"
+    );
+    snapshot("watchdog_enabled", &defaults);
+
+    let tuned = render_component(
+        json!({"watchdog": {"enabled": true, "dryRun": true, "intervalSeconds": 1, "gracePeriodSeconds": 0,
+               "killGracePeriodSeconds": 3, "defaultBudget": "none",
+               "serviceMonitor": {"enabled": true, "interval": "15s"}}}),
+        &one_node(),
+        Component::Watchdog,
+    );
+    assert_eq!(
+        tuned[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+        json!([
+            "watchdog", "--listen", ":9402", "--kubelet-root", "/var/lib/kubelet",
+            "--interval-seconds", "1", "--grace-period-seconds", "0", "--kill-grace-period-seconds", "3",
+            "--default-budget", "none", "--dry-run"
+        ])
+    );
+    assert_eq!(tuned[2]["kind"], "ServiceMonitor");
+    assert_eq!(tuned[2]["spec"]["endpoints"][0]["port"], "watchdog-metrics");
+    snapshot("watchdog_dry_run_no_default_budget", &tuned);
+}
+
+#[test]
 fn dcgm_host_port() {
     let dcgm = render_component(
         json!({"dcgm": {"hostPort": 5555}}),

@@ -30,9 +30,11 @@ fn default_policy_snapshots_per_operand() {
             ("DaemonSet", "nvidia-mig-manager".into()),
         ]
     );
+    // Off by default: snapshotted where they are switched on (option_tests).
+    let off_by_default = [Component::NodeStatusExporter, Component::Watchdog];
     for component in Component::ALL
         .into_iter()
-        .filter(|c| *c != Component::NodeStatusExporter)
+        .filter(|c| !off_by_default.contains(c))
     {
         let name = format!("default_{}", component.label_name().replace('-', "_"));
         snapshot(&name, &objects_of(&objects, component));
@@ -41,7 +43,7 @@ fn default_policy_snapshots_per_operand() {
 
 #[test]
 fn every_object_carries_the_pruning_labels_and_selects_its_own_pods() {
-    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "dcgmExporter": {"serviceMonitor": {"enabled": true}}});
+    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "dcgmExporter": {"serviceMonitor": {"enabled": true}}, "watchdog": {"enabled": true, "serviceMonitor": {"enabled": true}}});
     let objects = render(&policy(all_on), &one_node());
     for object in &objects {
         let json = object.to_json();
@@ -84,7 +86,8 @@ fn every_object_carries_the_pruning_labels_and_selects_its_own_pods() {
             .iter()
             .filter(|o| o.kind() == "ServiceMonitor")
             .count(),
-        1
+        2,
+        "the exporter's and the watchdog's"
     );
 }
 
@@ -124,8 +127,9 @@ fn a_disabled_component_renders_nothing() {
         (Component::DcgmExporter, "dcgmExporter"),
         (Component::MigManager, "migManager"),
         (Component::NodeStatusExporter, "nodeStatusExporter"),
+        (Component::Watchdog, "watchdog"),
     ];
-    let all_on = json!({"nodeStatusExporter": {"enabled": true}});
+    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}});
     let everything = render(&policy(all_on.clone()), &one_node());
     for (component, section) in sections {
         let mut spec = all_on.clone();
@@ -156,7 +160,7 @@ fn a_disabled_component_renders_nothing() {
 #[test]
 fn operands_wait_for_the_driver_and_toolkit() {
     let objects = render(
-        &policy(json!({"nodeStatusExporter": {"enabled": true}})),
+        &policy(json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}})),
         &one_node(),
     );
     let own_waits = [

@@ -116,6 +116,7 @@ pub(super) fn section(
             &spec.node_status_exporter.image,
             &spec.node_status_exporter.container,
         ),
+        Component::Watchdog => (&spec.watchdog.image, &spec.watchdog.container),
     }
 }
 

@@ -1,0 +1,101 @@
+//! What the operands that serve Prometheus metrics share: the Service in front of their pods and, when asked, a
+//! Prometheus-operator ServiceMonitor so kube-prometheus-stack scrapes them (the exporter's and the watchdog's).
+
+use std::collections::BTreeMap;
+
+use crd::cluster_policy::ServiceMonitorSpec;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::{Value, json};
+
+use super::RenderedObject;
+use super::common::{APP_LABEL, object_meta};
+use crate::model::{ClusterFacts, Component, ValidatedPolicy};
+
+/// apiVersion of the Prometheus operator's ServiceMonitor.
+pub const SERVICE_MONITOR_API_VERSION: &str = "monitoring.coreos.com/v1";
+pub const SERVICE_MONITOR_KIND: &str = "ServiceMonitor";
+
+/// An operand's metrics port: its container port is named `metrics`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MetricsPort {
+    pub component: Component,
+    pub port: i32,
+    /// The Service's port name, which the ServiceMonitor's endpoint names.
+    pub service_port_name: &'static str,
+}
+
+/// The Service selecting the component's pods by their `app` label.
+pub(super) fn service(
+    policy: &ValidatedPolicy,
+    facts: &ClusterFacts,
+    metrics: &MetricsPort,
+    type_: Option<String>,
+    internal_traffic_policy: Option<String>,
+) -> Service {
+    let app = metrics.component.app_name();
+    Service {
+        metadata: object_meta(
+            policy,
+            facts,
+            metrics.component,
+            app,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        ),
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([(APP_LABEL.into(), app.into())])),
+            ports: Some(vec![ServicePort {
+                name: Some(metrics.service_port_name.into()),
+                port: metrics.port,
+                target_port: Some(IntOrString::String("metrics".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            type_,
+            internal_traffic_policy,
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The ServiceMonitor, when enabled, as JSON (its types are the Prometheus operator's): scrapes the Service's
+/// port at /metrics, labelled with `additionalLabels` so the user's Prometheus selects it.
+pub(super) fn service_monitor(
+    policy: &ValidatedPolicy,
+    facts: &ClusterFacts,
+    metrics: &MetricsPort,
+    settings: Option<&ServiceMonitorSpec>,
+) -> Option<RenderedObject> {
+    let settings = settings.filter(|m| m.enabled == Some(true))?;
+    let app = metrics.component.app_name();
+    let metadata = object_meta(
+        policy,
+        facts,
+        metrics.component,
+        app,
+        &settings.additional_labels,
+        &BTreeMap::new(),
+    );
+    let mut endpoint = json!({ "port": metrics.service_port_name, "path": "/metrics" });
+    if let Some(interval) = settings.interval.as_deref().filter(|i| !i.is_empty()) {
+        endpoint["interval"] = interval.into();
+    }
+    if let Some(honor_labels) = settings.honor_labels {
+        endpoint["honorLabels"] = honor_labels.into();
+    }
+    if !settings.relabelings.is_empty() {
+        endpoint["relabelings"] = Value::Array(settings.relabelings.clone());
+    }
+    Some(RenderedObject::ServiceMonitor(json!({
+        "apiVersion": SERVICE_MONITOR_API_VERSION,
+        "kind": SERVICE_MONITOR_KIND,
+        "metadata": metadata,
+        "spec": {
+            "selector": { "matchLabels": { APP_LABEL: app } },
+            "namespaceSelector": { "matchNames": [facts.namespace] },
+            "endpoints": [endpoint],
+        },
+    })))
+}
