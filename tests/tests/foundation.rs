@@ -289,6 +289,43 @@ fn chart_rejects_embedded_sharing_configs_with_too_few_replicas() {
 
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn the_chart_ships_the_grafana_dashboard_only_when_asked() {
+    let chart = chart_dir();
+    let default = ok("helm", &["template", "gpu-operator", &chart]);
+    assert!(!default.contains("grafana_dashboard"), "off by default");
+    let rendered = ok(
+        "helm",
+        &[
+            "template",
+            "gpu-operator",
+            &chart,
+            "--set",
+            "dashboard.enabled=true",
+            "--set",
+            "dashboard.namespace=monitoring",
+            "--show-only",
+            "templates/dashboard.yaml",
+        ],
+    );
+    let config_map: Value = serde_saphyr::from_str(&rendered).expect("a ConfigMap");
+    assert_eq!(config_map["metadata"]["namespace"], "monitoring");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value = serde_json::from_str(
+        config_map["data"]["gpu-operator.json"]
+            .as_str()
+            .expect("the JSON"),
+    )
+    .expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "gpu-operator-rs");
+    assert!(
+        dashboard["panels"]
+            .as_array()
+            .is_some_and(|panels| panels.len() > 10)
+    );
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn kubectl_explain_shows_our_descriptions() {
     chart_installed();
     let explained = eventually(Duration::from_secs(30), || {

@@ -294,7 +294,10 @@ mod tests {
                 "NVIDIA's CRD: enum [all-disabled, \"\"]",
             ),
             // Ours: NVIDIA's ClusterPolicy has no watchdog section, so no policy written for it carries one.
-            ("spec.watchdog.", "no counterpart: the section is this operator's own"),
+            (
+                "spec.watchdog.",
+                "no counterpart: the section is this operator's own",
+            ),
         ];
         let image_sections = [
             "spec.driver",

@@ -31,14 +31,17 @@ fn dashboard() -> Value {
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// Every query of the dashboard: panels' (and rows' panels') `targets[].expr`, and the variables' `query`.
+/// Every query of the dashboard: panels' (and rows' panels') `targets[].expr`, and the query variables' `query`.
 fn queries(value: &Value, found: &mut Vec<String>) {
     match value {
         Value::Object(object) => {
             for (key, inner) in object {
                 match (key.as_str(), inner) {
                     ("expr", Value::String(expr)) => found.push(expr.clone()),
-                    ("query", Value::String(query)) if object.contains_key("type") => {
+                    // A variable's query; a `datasource` variable's names a plugin, not metrics.
+                    ("query", Value::String(query))
+                        if object.get("type").and_then(Value::as_str) == Some("query") =>
+                    {
                         found.push(query.clone());
                     }
                     _ => queries(inner, found),

@@ -75,5 +75,3 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ));
     objects
 }
-
-

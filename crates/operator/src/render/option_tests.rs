@@ -458,16 +458,29 @@ fn watchdog_enabled_with_defaults_and_with_every_setting() {
         &one_node(),
         Component::Watchdog,
     );
-    assert_eq!(names(&defaults), ["nvidia-gpu-watchdog", "nvidia-gpu-watchdog"]);
+    assert_eq!(
+        names(&defaults),
+        ["nvidia-gpu-watchdog", "nvidia-gpu-watchdog"]
+    );
     let pod = &defaults[0]["spec"]["template"]["spec"];
     assert_eq!(pod["hostPID"], true);
     assert_eq!(pod["containers"][0]["command"], json!(["gpu-node-agent"]));
     assert_eq!(
         pod["containers"][0]["args"],
         json!([
-            "watchdog", "--listen", ":9402", "--kubelet-root", "/var/lib/kubelet",
-            "--interval-seconds", "5", "--grace-period-seconds", "30", "--kill-grace-period-seconds", "10",
-            "--default-budget", "replica-share"
+            "watchdog",
+            "--listen",
+            ":9402",
+            "--kubelet-root",
+            "/var/lib/kubelet",
+            "--interval-seconds",
+            "5",
+            "--grace-period-seconds",
+            "30",
+            "--kill-grace-period-seconds",
+            "10",
+            "--default-budget",
+            "replica-share"
         ])
     );
     assert!(
@@ -486,9 +499,20 @@ fn watchdog_enabled_with_defaults_and_with_every_setting() {
     assert_eq!(
         tuned[0]["spec"]["template"]["spec"]["containers"][0]["args"],
         json!([
-            "watchdog", "--listen", ":9402", "--kubelet-root", "/var/lib/kubelet",
-            "--interval-seconds", "1", "--grace-period-seconds", "0", "--kill-grace-period-seconds", "3",
-            "--default-budget", "none", "--dry-run"
+            "watchdog",
+            "--listen",
+            ":9402",
+            "--kubelet-root",
+            "/var/lib/kubelet",
+            "--interval-seconds",
+            "1",
+            "--grace-period-seconds",
+            "0",
+            "--kill-grace-period-seconds",
+            "3",
+            "--default-budget",
+            "none",
+            "--dry-run"
         ])
     );
     assert_eq!(tuned[2]["kind"], "ServiceMonitor");
