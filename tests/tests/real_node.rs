@@ -465,7 +465,7 @@ fn gpu_of(node: &str, pod: &str) -> (u32, u64) {
         .unwrap_or_else(|| panic!("{uuid} is none of the node's GPUs"));
     (
         u32::try_from(gpu["index"].as_u64().expect("an index")).expect("a small index"),
-        gpu["memoryMib"].as_u64().expect("the GPU's memory"),
+        gpu["memoryMiB"].as_u64().expect("the GPU's memory"),
     )
 }
 
