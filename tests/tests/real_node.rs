@@ -425,10 +425,17 @@ fn metrics_of(app: &str, port: u16) -> String {
 }
 
 /// The host pid of the workload process of pod `default/name` (not its sandbox's): found the test's own way, by
-/// the pod's UID in the processes' cgroups, apart from the agents' cgroup parser.
+/// the pod's UID or its container's ID in the processes' cgroups (this kubelet makes no pod cgroups, so containerd
+/// puts containers in `/k8s.io/<id>`), apart from the agents' cgroup parser.
 fn host_pid_of(name: &str) -> u32 {
-    let uid = e2e::kubectl(&["get", "pod", name, "-o", "jsonpath={.metadata.uid}"]);
-    let forms = [uid.clone(), uid.replace('-', "_")];
+    let pod = e2e::kubectl_json(&["get", "pod", name]);
+    let uid = pod["metadata"]["uid"].as_str().expect("a UID").to_owned();
+    let container = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.split_once("://"))
+        .map(|(_, id)| id.to_owned())
+        .expect("a running container");
+    let forms = [uid.clone(), uid.replace('-', "_"), container];
     let pids: Vec<u32> = std::fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())

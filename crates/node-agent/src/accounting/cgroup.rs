@@ -7,15 +7,17 @@
 //!   then `cri-containerd-<id>.scope` (containerd), `crio-<id>.scope` (CRI-O) or `docker-<id>.scope`;
 //! - cgroupfs driver: `/kubepods/burstable/pod<uid>/<id>` (Guaranteed pods sit right under `/kubepods`);
 //! - containerd outside systemd's tree (kind, some k3s setups): `.../kubepods-besteffort-pod<uid>.slice:cri-containerd:<id>`;
-//! - cgroup v1: one line per hierarchy (`4:memory:/kubepods/...`); any of them names the pod.
+//! - cgroup v1: one line per hierarchy (`4:memory:/kubepods/...`); any of them names the pod;
+//! - a kubelet without pod cgroups (`cgroupsPerQOS: false`) leaves containers where the runtime puts them:
+//!   `/k8s.io/<id>` (containerd), `/docker/<id>`. Only the container ID is there; the node's pods name its pod.
 //!
 //! CRI-O's `crio-conmon-<id>` is the container's monitor, not the container: it has the pod but no container.
 
-/// The pod (and, when the process is inside one, the container) a process's cgroup names.
+/// The pod and the container a process's cgroup names (at least one of them).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CgroupOwner {
-    /// The pod's UID, with dashes, as `metadata.uid` has it.
-    pub pod_uid: String,
+    /// The pod's UID, with dashes, as `metadata.uid` has it; `None` where the cgroup names only the container.
+    pub pod_uid: Option<String>,
     /// The container's runtime ID (64 hex digits), as `status.containerStatuses[].containerID` ends.
     pub container_id: Option<String>,
 }
@@ -24,10 +26,21 @@ pub struct CgroupOwner {
 /// kubelet, a process of a pod whose cgroup layout this does not know).
 #[must_use]
 pub fn owner(cgroup_file: &str) -> Option<CgroupOwner> {
-    cgroup_file
-        .lines()
-        .filter_map(|line| line.splitn(3, ':').nth(2))
-        .find_map(owner_of_path)
+    let paths = || {
+        cgroup_file
+            .lines()
+            .filter_map(|line| line.splitn(3, ':').nth(2))
+    };
+    // A hierarchy that names the pod beats one that names only the container.
+    paths().find_map(owner_of_path).or_else(|| {
+        paths().find_map(|path| {
+            let last = path.rsplit(['/', ':']).next()?;
+            Some(CgroupOwner {
+                pod_uid: None,
+                container_id: Some(container_id(last)?),
+            })
+        })
+    })
 }
 
 fn owner_of_path(path: &str) -> Option<CgroupOwner> {
@@ -46,7 +59,7 @@ fn owner_of_path(path: &str) -> Option<CgroupOwner> {
         .filter(|name| !name.starts_with("crio-conmon-"))
         .and_then(|name| container_id(name));
     Some(CgroupOwner {
-        pod_uid,
+        pod_uid: Some(pod_uid),
         container_id,
     })
 }
@@ -89,7 +102,7 @@ mod tests {
 
     fn owned(container: bool) -> Option<CgroupOwner> {
         Some(CgroupOwner {
-            pod_uid: UID.to_owned(),
+            pod_uid: Some(UID.to_owned()),
             container_id: container.then(|| ID.to_owned()),
         })
     }
@@ -137,6 +150,21 @@ mod tests {
             "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{uid}.slice/cri-containerd-{ID}.scope\n"
         );
         assert_eq!(owner(&kind), owned(true));
+    }
+
+    #[test]
+    fn without_pod_cgroups_only_the_container_is_named() {
+        let container_only = Some(CgroupOwner {
+            pod_uid: None,
+            container_id: Some(ID.to_owned()),
+        });
+        let containerd =
+            format!("12:pids:/k8s.io/{ID}\n4:memory:/k8s.io/{ID}\n1:name=systemd:/\n0::/\n");
+        assert_eq!(owner(&containerd), container_only);
+        assert_eq!(owner(&format!("0::/docker/{ID}\n")), container_only);
+        // A pod's cgroup in another hierarchy wins.
+        let mixed = format!("4:memory:/k8s.io/{ID}\n3:cpu:/kubepods/pod{UID}/{ID}\n");
+        assert_eq!(owner(&mixed), owned(true));
     }
 
     #[test]

@@ -157,8 +157,15 @@ impl Accounting {
                 let Some(cgroup) = &process.cgroup_owner else {
                     return Owner::OutsidePods;
                 };
-                let Some(pod) = pods.get(&cgroup.pod_uid) else {
-                    return Owner::UnknownPod(cgroup.pod_uid.clone());
+                let pod = match (&cgroup.pod_uid, &cgroup.container_id) {
+                    (Some(uid), _) => pods.get(uid).ok_or_else(|| Owner::UnknownPod(uid.clone())),
+                    // Only a container ID: a container of no pod of this node is outside pods.
+                    (None, Some(id)) => pods.with_container(id).ok_or(Owner::OutsidePods),
+                    (None, None) => Err(Owner::OutsidePods),
+                };
+                let pod = match pod {
+                    Ok(pod) => pod,
+                    Err(owner) => return owner,
                 };
                 let container = cgroup
                     .container_id
@@ -180,5 +187,59 @@ impl Accounting {
     #[must_use]
     pub fn gpu(&self, process: &ProcessUse) -> Option<&AccountedGpu> {
         self.gpus.iter().find(|gpu| gpu.index == process.gpu)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pods::running_pod;
+    use super::*;
+
+    fn process(pid: u32, cgroup: &str) -> ProcessUse {
+        ProcessUse {
+            gpu: 0,
+            mig_device: None,
+            process: None,
+            pid,
+            used_bytes: Some(MIB),
+            cgroup_owner: cgroup::owner(cgroup),
+        }
+    }
+
+    #[test]
+    fn owners_by_pod_uid_or_by_container_id_alone() {
+        let uid = "00000000-0000-4000-8000-000000000007";
+        let id = format!("{:064x}", 7);
+        let other = format!("{:064x}", 8);
+        let pods = PodIndex::new([&running_pod("ml", "trainer", uid, &id)]);
+        let accounting = Accounting {
+            gpus: Vec::new(),
+            processes: vec![
+                process(1, &format!("0::/kubepods/burstable/pod{uid}/{id}\n")),
+                process(2, &format!("4:memory:/k8s.io/{id}\n")),
+                process(3, &format!("4:memory:/k8s.io/{other}\n")),
+                process(
+                    4,
+                    "0::/kubepods/burstable/pod00000000-0000-4000-8000-000000000009\n",
+                ),
+                process(5, "0::/system.slice/sshd.service\n"),
+            ],
+        };
+        let trainer = Owner::Container(ContainerRef {
+            pod_uid: uid.to_owned(),
+            namespace: "ml".to_owned(),
+            pod: "trainer".to_owned(),
+            container: "main".to_owned(),
+        });
+        assert_eq!(
+            accounting.owners(&pods),
+            vec![
+                trainer.clone(),
+                trainer,
+                Owner::OutsidePods,
+                Owner::UnknownPod("00000000-0000-4000-8000-000000000009".to_owned()),
+                Owner::OutsidePods,
+            ]
+        );
     }
 }

@@ -95,6 +95,14 @@ impl PodIndex {
         self.by_uid.get(uid)
     }
 
+    /// The pod one of whose containers has this runtime ID.
+    #[must_use]
+    pub fn with_container(&self, container_id: &str) -> Option<&PodEntry> {
+        self.by_uid
+            .values()
+            .find(|pod| pod.containers.contains_key(container_id))
+    }
+
     /// Every pod.
     pub fn iter(&self) -> impl Iterator<Item = &PodEntry> {
         self.by_uid.values()
