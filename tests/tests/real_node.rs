@@ -559,8 +559,9 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
         })
         .unwrap_or_else(|error| {
             panic!(
-                "no gpu_pod_memory_used_bytes series ending {series}: {error:#}\n{}",
-                metrics_of("nvidia-dcgm-exporter", 9400)
+                "no gpu_pod_memory_used_bytes series ending {series}: {error:#}\n{}\nthe exporter's log:\n{}",
+                metrics_of("nvidia-dcgm-exporter", 9400),
+                realnode::app_logs(e2e::NAMESPACE, "nvidia-dcgm-exporter")
             )
         });
         let line = metrics
