@@ -159,7 +159,13 @@ fn run_real_node_tests(
     filter: Option<&str>,
 ) -> anyhow::Result<()> {
     let (images_json, node) = add_real_node_with_images(root)?;
+    // The suite reports the pods' processes to the simulator with the node agent's `simulator` tool.
+    let bin_dir = build_binaries(root, &[("node-agent", "gpu-node-agent")])?;
     let mut env = cluster::env_vars(info);
+    env.push((
+        "E2E_NODE_AGENT_BIN".into(),
+        bin_dir.join("gpu-node-agent").display().to_string(),
+    ));
     env.push(("E2E_REAL_NODE".into(), node.node));
     env.push((
         "E2E_REAL_NODE_KUBELET_ROOT".into(),
