@@ -189,16 +189,8 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     );
     let time_slicing = e2e::repo_root().join(TIME_SLICING_CONFIG);
     e2e::kubectl(&["apply", "-f", time_slicing.to_str().expect("a UTF-8 path")]);
-    e2e::ok(
-        "kubectl",
-        &[
-            "patch",
-            "clusterpolicy",
-            "cluster-policy",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"devicePlugin":{"config":{"name":"time-slicing-config","default":"slice-4"}}}}"#,
-        ],
+    patch_policy(
+        r#"{"spec":{"devicePlugin":{"config":{"name":"time-slicing-config","default":"slice-4"}}}}"#,
     );
     let allocatable = e2e::eventually(Duration::from_secs(120), || {
         let node = e2e::kubectl_json(&["get", "node", &node]);
@@ -419,6 +411,21 @@ fn metrics_url(app: &str, port: u16) -> String {
     format!("http://{ip}:{port}/metrics")
 }
 
+/// `kubectl patch clusterpolicy cluster-policy --type=merge -p <patch>`, as users steer the operator.
+fn patch_policy(patch: &str) {
+    e2e::ok(
+        "kubectl",
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
+}
+
 /// Metrics fetched with curl from the pod IP of an operand.
 fn metrics_of(app: &str, port: u16) -> String {
     e2e::run("curl", &["-sf", "--max-time", "5", &metrics_url(app, port)]).stdout
@@ -482,16 +489,8 @@ fn gpu_of(node: &str, pod: &str) -> (u32, u64) {
 /// its container restarts), leaves the other alone; the exporter shows each pod's own memory.
 fn watchdog_stops_the_pod_over_its_share(node: &str) {
     step("kubectl patch switches the watchdog on: its DaemonSet runs on the real node");
-    e2e::ok(
-        "kubectl",
-        &[
-            "patch",
-            "clusterpolicy",
-            "cluster-policy",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"watchdog":{"enabled":true,"intervalSeconds":1,"gracePeriodSeconds":3,"killGracePeriodSeconds":3}}}"#,
-        ],
+    patch_policy(
+        r#"{"spec":{"watchdog":{"enabled":true,"intervalSeconds":1,"gracePeriodSeconds":3,"killGracePeriodSeconds":3}}}"#,
     );
     let watchdog = scheduled_pod("nvidia-gpu-watchdog");
     let containers = realnode::wait_running(e2e::NAMESPACE, &watchdog, Duration::from_secs(120));
@@ -639,17 +638,7 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
     step("the workloads go; switched off, the watchdog's DaemonSet goes too");
     realnode::delete_pod("default", "gpu-hog");
     realnode::delete_pod("default", "gpu-calm");
-    e2e::ok(
-        "kubectl",
-        &[
-            "patch",
-            "clusterpolicy",
-            "cluster-policy",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"watchdog":{"enabled":false}}}"#,
-        ],
-    );
+    patch_policy(r#"{"spec":{"watchdog":{"enabled":false}}}"#);
     e2e::eventually(Duration::from_secs(60), || {
         let pods = e2e::kubectl_json(&[
             "get",

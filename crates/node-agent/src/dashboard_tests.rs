@@ -4,20 +4,14 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpu::{GpuBackend, GpuProcess, HostProcess};
-use kube::runtime::{reflector, watcher};
-use node_runtime::backend::Gpus;
-use node_runtime::testing::simulated;
+use gpu::HostProcess;
 use serde_json::Value;
 
 use crate::accounting::pods::{PodIndex, running_pod};
 use crate::accounting::{AccountedGpu, Accounting, MIB, ProcessUse, cgroup};
-use crate::exporter::collect::{Collector, ProcessAccounting};
-use crate::exporter::config::Selection;
-use crate::exporter::families::encode;
+use crate::exporter::accounted_scrape;
 use crate::watchdog::budget::DefaultBudget;
 use crate::watchdog::decide::{Decider, Settings};
 use crate::watchdog::metrics::WatchdogMetrics;
@@ -180,58 +174,10 @@ fn served(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// A scrape of the exporter on a node of `spec` (with MIG `devices`), with a pod's process and a host process on
-/// GPU 0 (in its first MIG device when MIG is on).
+/// A scrape of the exporter on a node of `spec` (with MIG `devices`), with a pod's process and a host process.
 async fn exporter_scrape(spec: &str, devices: &[(&str, u32)]) -> String {
-    let (_dir, simulator) = simulated(spec, devices);
-    let mig = simulator.mig_devices(0).unwrap();
-    let place = mig
-        .first()
-        .map(|device| (device.gpu_instance_id, device.compute_instance_id));
-    let proc_root = tempfile::tempdir().unwrap();
-    let (store, mut writer) = reflector::store();
-    let uid = "00000000-0000-4000-8000-000000000001";
-    let container_id = format!("{:064x}", 1);
-    writer.apply_watcher_event(&watcher::Event::Apply(running_pod(
-        "ml",
-        "trainer",
-        uid,
-        &container_id,
-    )));
-    for (pid, cgroup) in [
-        (
-            4242,
-            format!("0::/kubepods/besteffort/pod{uid}/{container_id}\n"),
-        ),
-        (4343, "0::/system.slice/host.service\n".to_owned()),
-    ] {
-        simulator
-            .start_process(
-                0,
-                GpuProcess {
-                    pid,
-                    used_memory_mib: Some(1000),
-                    gpu_instance_id: place.map(|(gi, _)| gi),
-                    compute_instance_id: place.map(|(_, ci)| ci),
-                },
-            )
-            .unwrap();
-        let folder = proc_root.path().join(pid.to_string());
-        std::fs::create_dir_all(&folder).unwrap();
-        std::fs::write(folder.join("cgroup"), cgroup).unwrap();
-    }
-    let kubelet = tempfile::tempdir().unwrap();
-    let mut collector = Collector::new(
-        Gpus::from_simulator(simulator.clone()),
-        "node-1",
-        kubelet.path().to_owned(),
-        Duration::from_secs(300),
-    )
-    .with_accounting(ProcessAccounting {
-        proc_root: proc_root.path().to_owned(),
-        pods: store,
-    });
-    encode(Arc::new(collector.collect(&Selection::default()).await))
+    let processes = [(4242, 1000, Some("trainer")), (4343, 1000, None)];
+    accounted_scrape::scrape(spec, devices, &processes).await.0
 }
 
 /// A scrape of the watchdog after a pod stayed over its budget (a dry run: nothing is signalled).

@@ -15,6 +15,8 @@
 //! license state) are accepted in the config, so NVIDIA's CSVs apply unchanged, and logged once per config with
 //! the reason.
 
+#[cfg(test)]
+pub(crate) mod accounted_scrape;
 pub mod collect;
 pub mod config;
 pub mod families;

@@ -119,61 +119,17 @@ mod tests {
 
     #[tokio::test]
     async fn two_pods_sharing_a_gpu_each_show_their_own_memory() {
-        use kube::runtime::{reflector, watcher};
-
-        use crate::accounting::pods::running_pod;
-
-        let (_dir, simulator) = simulated("a100-40gb:1", &[]);
-        let uuid = simulator.gpu(0).unwrap().uuid;
-        let proc_root = tempfile::tempdir().unwrap();
-        let (store, mut writer) = reflector::store();
         // Two pods, each one process, and a host process in no pod.
-        for (pid, mib, owner) in [
-            (4242, 3000, Some(("notebook-a", 1))),
-            (4343, 5000, Some(("notebook-b", 2))),
-            (4444, 1000, None),
-        ] {
-            simulator
-                .start_process(
-                    0,
-                    GpuProcess {
-                        pid,
-                        used_memory_mib: Some(mib),
-                        gpu_instance_id: None,
-                        compute_instance_id: None,
-                    },
-                )
-                .unwrap();
-            let cgroup = match owner {
-                Some((name, index)) => {
-                    let uid = format!("00000000-0000-4000-8000-{index:012}");
-                    let container_id = format!("{index:064x}");
-                    writer.apply_watcher_event(&watcher::Event::Apply(running_pod(
-                        "ml",
-                        name,
-                        &uid,
-                        &container_id,
-                    )));
-                    format!("0::/kubepods/besteffort/pod{uid}/{container_id}\n")
-                }
-                None => "0::/system.slice/inference.service\n".to_owned(),
-            };
-            let folder = proc_root.path().join(pid.to_string());
-            std::fs::create_dir_all(&folder).unwrap();
-            std::fs::write(folder.join("cgroup"), cgroup).unwrap();
-        }
-        let kubelet = tempfile::tempdir().unwrap();
-        let mut collector = Collector::new(
-            Gpus::from_simulator(simulator.clone()),
-            "node-1",
-            kubelet.path().to_owned(),
-            Duration::from_secs(300),
+        let (text, uuid) = crate::exporter::accounted_scrape::scrape(
+            "a100-40gb:1",
+            &[],
+            &[
+                (4242, 3000, Some("notebook-a")),
+                (4343, 5000, Some("notebook-b")),
+                (4444, 1000, None),
+            ],
         )
-        .with_accounting(crate::exporter::collect::ProcessAccounting {
-            proc_root: proc_root.path().to_owned(),
-            pods: store,
-        });
-        let text = encode(Arc::new(collector.collect(&Selection::default()).await));
+        .await;
         let mib: u64 = 1024 * 1024;
         for (pod, mib_used) in [("notebook-a", 3000), ("notebook-b", 5000)] {
             let line = sample(

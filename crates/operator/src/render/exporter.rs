@@ -6,7 +6,7 @@ use super::common::{
     Awaits, HostMount, NODE_AGENT, OperandDaemonSet, config_map_name, container, node_name_env,
     port,
 };
-use super::metrics::{self, MetricsPort};
+use super::metrics::{self, MetricsPort, ServiceSettings};
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 /// The metrics port, as NVIDIA's dcgm-exporter serves it, and the Service's port name.
@@ -43,9 +43,7 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.main.env = Some(vec![node_name_env()]);
     ds.main.ports = Some(vec![port("metrics", METRICS.port)]);
     // The kubelet's pod-resources API says which pod holds which GPU, for the pod/namespace/container labels.
-    ds.mount(
-        &HostMount::same("pod-resources", &format!("{kubelet_root}/pod-resources")).read_only(),
-    );
+    ds.mount(&HostMount::pod_resources(policy));
     // The host's procfs: each GPU process's cgroup names its pod, for the per-pod memory series. Read through
     // a mount rather than the host's PID namespace, which the exporter does not need otherwise.
     ds.mount(&HostMount::new("host-proc", "/proc", HOST_PROC).read_only());
@@ -56,22 +54,15 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.await_validation(Awaits::DriverAndToolkit);
 
     let settings = spec.service.as_ref();
-    let mut objects = vec![
-        ds.build().into(),
-        metrics::service(
-            policy,
-            facts,
-            &METRICS,
-            settings.and_then(|s| s.type_.clone()),
-            settings.and_then(|s| s.internal_traffic_policy.clone()),
-        )
-        .into(),
-    ];
-    objects.extend(metrics::service_monitor(
+    metrics::with_service(
         policy,
         facts,
         &METRICS,
+        ds.build(),
+        ServiceSettings {
+            type_: settings.and_then(|s| s.type_.clone()),
+            internal_traffic_policy: settings.and_then(|s| s.internal_traffic_policy.clone()),
+        },
         spec.service_monitor.as_ref(),
-    ));
-    objects
+    )
 }

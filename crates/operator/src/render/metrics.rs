@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crd::cluster_policy::ServiceMonitorSpec;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
@@ -25,13 +26,36 @@ pub(super) struct MetricsPort {
     pub service_port_name: &'static str,
 }
 
-/// The Service selecting the component's pods by their `app` label.
-pub(super) fn service(
+/// What users set on the Service (the exporter's `service` section; NVIDIA's names).
+#[derive(Clone, Debug, Default)]
+pub(super) struct ServiceSettings {
+    pub type_: Option<String>,
+    pub internal_traffic_policy: Option<String>,
+}
+
+/// A metrics operand's objects: its DaemonSet, the Service in front of it and, when enabled, its ServiceMonitor.
+pub(super) fn with_service(
     policy: &ValidatedPolicy,
     facts: &ClusterFacts,
     metrics: &MetricsPort,
-    type_: Option<String>,
-    internal_traffic_policy: Option<String>,
+    daemon_set: DaemonSet,
+    settings: ServiceSettings,
+    monitor: Option<&ServiceMonitorSpec>,
+) -> Vec<RenderedObject> {
+    let mut objects = vec![
+        daemon_set.into(),
+        service(policy, facts, metrics, settings).into(),
+    ];
+    objects.extend(service_monitor(policy, facts, metrics, monitor));
+    objects
+}
+
+/// The Service selecting the component's pods by their `app` label.
+fn service(
+    policy: &ValidatedPolicy,
+    facts: &ClusterFacts,
+    metrics: &MetricsPort,
+    settings: ServiceSettings,
 ) -> Service {
     let app = metrics.component.app_name();
     Service {
@@ -52,8 +76,8 @@ pub(super) fn service(
                 protocol: Some("TCP".into()),
                 ..ServicePort::default()
             }]),
-            type_,
-            internal_traffic_policy,
+            type_: settings.type_,
+            internal_traffic_policy: settings.internal_traffic_policy,
             ..ServiceSpec::default()
         }),
         status: None,
@@ -62,7 +86,7 @@ pub(super) fn service(
 
 /// The ServiceMonitor, when enabled, as JSON (its types are the Prometheus operator's): scrapes the Service's
 /// port at /metrics, labelled with `additionalLabels` so the user's Prometheus selects it.
-pub(super) fn service_monitor(
+fn service_monitor(
     policy: &ValidatedPolicy,
     facts: &ClusterFacts,
     metrics: &MetricsPort,

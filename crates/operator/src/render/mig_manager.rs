@@ -45,9 +45,7 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.mount(&HostMount::validations());
     // At the same path, so that `--kubelet-root` names it inside the container too. Read-only: the agent only
     // connects to the socket, which a read-only mount allows.
-    ds.mount(
-        &HostMount::same("pod-resources", &format!("{kubelet_root}/pod-resources")).read_only(),
-    );
+    ds.mount(&HostMount::pod_resources(policy));
     ds.mount(
         &HostMount::new("host-root", &policy.spec.host_paths.root_fs, "/host")
             .propagation("HostToContainer"),

@@ -13,7 +13,7 @@ use super::RenderedObject;
 use super::common::{
     Awaits, HostMount, NODE_AGENT, OperandDaemonSet, container, node_name_env, port,
 };
-use super::metrics::{self, MetricsPort};
+use super::metrics::{self, MetricsPort, ServiceSettings};
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 const METRICS: MetricsPort = MetricsPort {
@@ -64,19 +64,14 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     // namespace (the default capabilities' CAP_KILL suffices; it is not privileged).
     ds.host_pid = true;
     // Which pod holds which GPU replica, and how many replicas each GPU has.
-    ds.mount(
-        &HostMount::same("pod-resources", &format!("{kubelet_root}/pod-resources")).read_only(),
-    );
+    ds.mount(&HostMount::pod_resources(policy));
     ds.await_validation(Awaits::DriverAndToolkit);
-    let mut objects = vec![
-        ds.build().into(),
-        metrics::service(policy, facts, &METRICS, None, None).into(),
-    ];
-    objects.extend(metrics::service_monitor(
+    metrics::with_service(
         policy,
         facts,
         &METRICS,
+        ds.build(),
+        ServiceSettings::default(),
         spec.service_monitor.as_ref(),
-    ));
-    objects
+    )
 }

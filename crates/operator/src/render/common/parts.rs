@@ -136,6 +136,13 @@ impl HostMount {
         Self::same("run-nvidia-validations", VALIDATIONS_DIR).create()
     }
 
+    /// The kubelet's pod-resources folder (under `hostPaths.kubeletRootDir`), read-only at the host's path: its
+    /// socket says which pod holds which device, and which devices the node advertises.
+    pub(in crate::render) fn pod_resources(policy: &ValidatedPolicy) -> Self {
+        let kubelet_root = &policy.spec.host_paths.kubelet_root_dir;
+        Self::same("pod-resources", &format!("{kubelet_root}/pod-resources")).read_only()
+    }
+
     /// The host's root filesystem (`hostPaths.rootFS`) at `/host`, read-only, seeing mounts made later.
     pub(in crate::render) fn host_root(policy: &ValidatedPolicy) -> Self {
         Self::new("host-root", &policy.spec.host_paths.root_fs, "/host")
