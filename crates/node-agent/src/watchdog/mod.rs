@@ -105,7 +105,8 @@ pub async fn run(args: WatchdogArgs, source: &GpuSource) -> anyhow::Result<()> {
             },
         ),
         claims: dra::Claims::new(client, &node),
-        told: BTreeSet::new(),
+        told_processes: BTreeSet::new(),
+        told_annotations: BTreeSet::new(),
         last_problem: None,
     };
     let mut ticks = tokio::time::interval(args.interval);
@@ -128,8 +129,10 @@ struct Watchdog {
     decider: Decider,
     events: Recorder,
     claims: dra::Claims,
-    /// What was said once and need not be said again: unattributed processes, bad annotations.
-    told: BTreeSet<String>,
+    /// Unattributed processes (GPU, pid) logged already, while they last.
+    told_processes: BTreeSet<(u32, u32)>,
+    /// Pods (UIDs) whose bad annotation has had its Event, while the annotation stays bad.
+    told_annotations: BTreeSet<String>,
     /// The last problem reading the kubelet or the GPUs, logged once.
     last_problem: Option<String>,
 }
@@ -179,11 +182,11 @@ impl Watchdog {
             Instant::now(),
         );
         self.tell_once(&assessment).await;
-        let metrics = metrics.lock().await;
-        metrics.show(&accounting, &assessment);
+        metrics.lock().await.show(&accounting, &assessment);
         for action in actions {
+            // Not under the metrics lock: a scrape need not wait for the API server.
             self.act(&action, &args.proc_root).await;
-            metrics.count(&action);
+            metrics.lock().await.count(&action);
         }
     }
 
@@ -197,13 +200,13 @@ impl Watchdog {
         }
     }
 
-    /// Logs each unattributed process once, and records a Warning Event once per pod with a bad annotation.
+    /// Logs each unattributed process once, and records a Warning Event once per pod with a bad annotation. What
+    /// is gone (or mended) is forgotten, so that the memory of what was said stays as small as the node.
     async fn tell_once(&mut self, assessment: &Assessment) {
+        let previous = std::mem::take(&mut self.told_processes);
         for process in &assessment.unattributed {
-            if self
-                .told
-                .insert(format!("process/{}/{}", process.gpu, process.pid))
-            {
+            self.told_processes.insert((process.gpu, process.pid));
+            if !previous.contains(&(process.gpu, process.pid)) {
                 info!(
                     gpu = process.gpu,
                     pid = process.pid,
@@ -212,8 +215,15 @@ impl Watchdog {
                 );
             }
         }
+        let still_bad: BTreeSet<&str> = assessment
+            .bad_annotations
+            .iter()
+            .map(|(pod, _)| pod.pod_uid.as_str())
+            .collect();
+        self.told_annotations
+            .retain(|uid| still_bad.contains(uid.as_str()));
         for (pod, error) in &assessment.bad_annotations {
-            if self.told.insert(format!("annotation/{}", pod.pod_uid)) {
+            if self.told_annotations.insert(pod.pod_uid.clone()) {
                 warn!(namespace = %pod.namespace, pod = %pod.pod, %error, "ignoring the annotation");
                 self.publish(pod, BAD_ANNOTATION_REASON, &error.to_string())
                     .await;
