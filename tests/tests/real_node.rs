@@ -484,7 +484,7 @@ fn gpu_of(node: &str, pod: &str) -> (u32, u64) {
 }
 
 /// The watchdog, switched on with `kubectl patch`: two pods on one time-sliced replica each, their real processes
-/// reported by the simulator as GPU users, one over its quarter of the GPU. The watchdog maps each process to its
+/// reported by the simulator as GPU users under their quarter of the GPU, then one grown over it. The watchdog maps each process to its
 /// pod through its cgroup, terminates the one over its share after the grace period (a Warning Event on the pod,
 /// its container restarts), leaves the other alone; the exporter shows each pod's own memory.
 fn watchdog_stops_the_pod_over_its_share(node: &str) {
@@ -514,9 +514,9 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
         realnode::wait_running("default", name, Duration::from_secs(120));
         let (gpu, memory_mib) = gpu_of(node, name);
         let share = memory_mib / 4;
-        // The hog is over its quarter of the GPU; the calm one well under.
+        // Both under their quarter of the GPU for now: the hog grows over it once the exporter has shown both.
         let used = if name == "gpu-hog" {
-            share + 2048
+            share - 2048
         } else {
             share / 2
         };
@@ -538,11 +538,11 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
         println!(
             "{name}: host pid {pid} reported on GPU {gpu} using {used} MiB (its share: {share} MiB)"
         );
-        reported.push((name, gpu, used));
+        reported.push((name, gpu, pid, share, used));
     }
 
     step("the exporter shows each pod's own GPU memory, mapped through the processes' cgroups");
-    for (name, _, used) in &reported {
+    for (name, _, _, _, used) in &reported {
         let series = format!(
             r#"pod="{name}",namespace="default",container="main"}} {}"#,
             used * 1024 * 1024
@@ -569,6 +569,24 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
             .unwrap_or_default();
         println!("exporter: {line}");
     }
+
+    step("the hog's process grows over its share (the simulator's figure, as a program allocates)");
+    let (_, gpu, pid, share, _) = reported[0];
+    let grown = share + 2048;
+    e2e::agents::simulator_tool(
+        node,
+        &state,
+        &[
+            "set-process-memory",
+            "--gpu",
+            &gpu.to_string(),
+            "--pid",
+            &pid.to_string(),
+            "--memory-mib",
+            &grown.to_string(),
+        ],
+    );
+    println!("gpu-hog: {grown} MiB (its share: {share} MiB)");
 
     step(
         "the pod over its share gets a Warning Event and its container is terminated; the other is left alone",
