@@ -8,6 +8,7 @@
 pub mod cluster_policy;
 pub mod config;
 pub mod crds;
+pub mod dra;
 pub mod gpu_node;
 pub mod labels;
 pub mod mig;

@@ -15,12 +15,7 @@ use super::budget::parse_quantity;
 use crate::accounting::Accounting;
 use crate::accounting::pods::PodIndex;
 
-/// The DRA driver whose devices are GPUs.
-pub const DRIVER: &str = "gpu.nvidia.com";
-/// The device attribute holding the GPU's UUID.
-const UUID_ATTRIBUTE: &str = "uuid";
-/// The consumable capacity that is GPU memory.
-const MEMORY_CAPACITY: &str = "memory";
+use crd::dra::{ATTRIBUTE_UUID as UUID_ATTRIBUTE, CAPACITY_MEMORY as MEMORY_CAPACITY, DRIVER};
 
 /// A device of the driver's slices: pool and device name.
 type DeviceKey = (String, String);
