@@ -1,6 +1,11 @@
 //! Names the DRA driver, the chart's DeviceClasses, the HAMi admission webhook, the watchdog and the exporter agree
 //! on. The driver, attribute and class names are NVIDIA's DRA driver's (`gpu.nvidia.com`), so that claims written
-//! for it work here; the shared class and the `cores` capacity are ours.
+//! for it work here; the shared class and the `cores` capacity are ours. Also the one decision both the device plugin
+//! and the DRA driver make about a node, so that they never hand out the same GPU: [`partition`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
 
 /// The DRA driver's name: ResourceSlices' `spec.driver`, allocation results' `driver`, and the attribute domain.
 pub const DRIVER: &str = "gpu.nvidia.com";
@@ -59,9 +64,175 @@ pub fn capacity_expression(capacity: &str) -> String {
     format!("device.capacity[\"{DRIVER}\"].{capacity}")
 }
 
+/// Node label naming the GPUs of the node the DRA driver takes (the device plugin advertises the others); it
+/// overrides the ClusterPolicy's `draDriver.gpus`.
+pub const LABEL_DRA_GPUS: &str = "nvidia.com/dra.gpus";
+/// Node label naming which of the DRA driver's GPUs are shared (consumable memory and cores); it overrides the
+/// ClusterPolicy's `draDriver.sharedGPUs`.
+pub const LABEL_DRA_SHARED_GPUS: &str = "nvidia.com/dra.shared-gpus";
+
+/// A set of a node's GPUs by index: `all`, `none`, or a list of indices and ranges such as `0,2-3`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GpuSet {
+    /// Every GPU of the node.
+    All,
+    /// No GPU.
+    #[default]
+    None,
+    /// These indices.
+    Indices(BTreeSet<u32>),
+}
+
+impl GpuSet {
+    /// Whether the GPU with this index is in the set.
+    #[must_use]
+    pub fn contains(&self, index: u32) -> bool {
+        match self {
+            Self::All => true,
+            Self::None => false,
+            Self::Indices(indices) => indices.contains(&index),
+        }
+    }
+}
+
+/// A GPU set that is not `all`, `none` or a list of indices and ranges.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a GPU set: write `all`, `none`, or GPU indices and ranges such as `0,2-3` ({reason})")]
+pub struct GpuSetError {
+    value: String,
+    reason: &'static str,
+}
+
+impl FromStr for GpuSet {
+    type Err = GpuSetError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        let error = |reason| GpuSetError {
+            value: value.to_owned(),
+            reason,
+        };
+        match value.trim() {
+            "all" => return Ok(Self::All),
+            "none" | "" => return Ok(Self::None),
+            _ => {}
+        }
+        let mut indices = BTreeSet::new();
+        for part in value.split(',').map(str::trim) {
+            let index = |text: &str| text.trim().parse::<u32>().map_err(|_| error("an index is not a number"));
+            match part.split_once('-') {
+                Some((first, last)) => {
+                    let (first, last) = (index(first)?, index(last)?);
+                    if first > last {
+                        return Err(error("a range ends before it starts"));
+                    }
+                    indices.extend(first..=last);
+                }
+                None => {
+                    indices.insert(index(part)?);
+                }
+            }
+        }
+        Ok(Self::Indices(indices))
+    }
+}
+
+impl fmt::Display for GpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::All => f.write_str("all"),
+            Self::None => f.write_str("none"),
+            Self::Indices(indices) => {
+                let parts: Vec<String> = indices.iter().map(u32::to_string).collect();
+                f.write_str(&parts.join(","))
+            }
+        }
+    }
+}
+
+/// Which of a node's GPUs the DRA driver takes and which of those it shares.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Partition {
+    /// GPUs the DRA driver publishes; the device plugin leaves them out.
+    pub dra: GpuSet,
+    /// GPUs of `dra` published as shared (consumable memory and cores).
+    pub shared: GpuSet,
+}
+
+impl Partition {
+    /// Whether the device plugin may advertise this GPU: it is not the DRA driver's.
+    #[must_use]
+    pub fn plugin_owns(&self, index: u32) -> bool {
+        !self.dra.contains(index)
+    }
+
+    /// Whether the DRA driver publishes this GPU as shared.
+    #[must_use]
+    pub fn shares(&self, index: u32) -> bool {
+        self.dra.contains(index) && self.shared.contains(index)
+    }
+}
+
+/// A node's partition: its labels override the ClusterPolicy's defaults (which the operator passes to both the
+/// device plugin and the DRA driver). A label that is not a GPU set is ignored in favour of the default, the same
+/// way by both, so they never disagree about a GPU; the error says which label to fix.
+#[must_use]
+pub fn partition(
+    defaults: &Partition,
+    labels: &BTreeMap<String, String>,
+) -> (Partition, Vec<(&'static str, GpuSetError)>) {
+    let mut errors = Vec::new();
+    let mut pick = |label: &'static str, default: &GpuSet| match labels.get(label) {
+        None => default.clone(),
+        Some(value) => value.parse().unwrap_or_else(|error| {
+            errors.push((label, error));
+            default.clone()
+        }),
+    };
+    let chosen = Partition {
+        dra: pick(LABEL_DRA_GPUS, &defaults.dra),
+        shared: pick(LABEL_DRA_SHARED_GPUS, &defaults.shared),
+    };
+    (chosen, errors)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_sets_parse_and_print() {
+        assert_eq!("all".parse::<GpuSet>().unwrap(), GpuSet::All);
+        assert_eq!("none".parse::<GpuSet>().unwrap(), GpuSet::None);
+        let set: GpuSet = "0, 2-4".parse().unwrap();
+        assert_eq!(set.to_string(), "0,2,3,4");
+        assert!(set.contains(3) && !set.contains(1));
+        let error = "2-1".parse::<GpuSet>().unwrap_err().to_string();
+        assert!(error.contains("a range ends before it starts"), "{error}");
+        assert!("gpu0".parse::<GpuSet>().is_err());
+    }
+
+    #[test]
+    fn labels_override_the_defaults_and_bad_labels_fall_back_to_them() {
+        let defaults = Partition {
+            dra: GpuSet::All,
+            shared: GpuSet::None,
+        };
+        let labels = BTreeMap::from([
+            (LABEL_DRA_GPUS.to_owned(), "1-3".to_owned()),
+            (LABEL_DRA_SHARED_GPUS.to_owned(), "three".to_owned()),
+        ]);
+        let (chosen, errors) = partition(&defaults, &labels);
+        assert_eq!(chosen.dra.to_string(), "1,2,3");
+        assert_eq!(chosen.shared, GpuSet::None);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, LABEL_DRA_SHARED_GPUS);
+        assert!(chosen.plugin_owns(0) && !chosen.plugin_owns(2));
+        let shared = Partition {
+            dra: "1".parse().unwrap(),
+            shared: GpuSet::All,
+        };
+        assert!(shared.shares(1) && !shared.shares(0));
+    }
 
     #[test]
     fn expressions_name_the_driver_domain() {

@@ -79,6 +79,9 @@ pub struct GpuNodeStatus {
     /// What the device plugin advertises to the kubelet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_plugin: Option<DevicePluginStatus>,
+    /// What the DRA driver publishes, and what the claims prepared on this node hold of each device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraStatus>,
     /// Healthy when the device plugin offers every GPU, Degraded when a critical XID made some Unhealthy (they
     /// recover after a quiet period), Unhealthy when none are usable. Empty while no device plugin runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +103,8 @@ pub mod field_manager {
     pub const DISCOVERY: &str = "gpu-node-agent-discovery";
     /// The device plugin (`gpu-device-plugin run`); also the reporter of its Events.
     pub const DEVICE_PLUGIN: &str = "gpu-device-plugin";
+    /// The DRA driver (`gpu-node-agent dra-driver`); also the manager of its ResourceSlices and reporter of its Events.
+    pub const DRA_DRIVER: &str = "gpu-dra-driver";
 }
 
 /// The state of applying the node's MIG config: pending, rebooting, success or failed, as in the
@@ -255,6 +260,50 @@ pub struct DevicePluginStatus {
     /// plugin ignores unknown keys too; this says which).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config_warnings: Vec<String>,
+}
+
+/// The DRA driver's part of the status.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DraStatus {
+    /// Each device of the driver's ResourceSlice, with what prepared claims hold of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DraDevice>,
+    /// How shared claims' limits are enforced here: by a per-claim MPS control daemon, or, on simulated GPUs,
+    /// by none (the limits are still in the containers' environment, and the memory watchdog still applies).
+    pub enforcement: String,
+    /// Node labels that could not be read, and what was used instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One device the DRA driver publishes.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DraDevice {
+    /// The device's name in the slice, e.g. gpu-0.
+    pub name: String,
+    /// The index of its GPU.
+    pub gpu: u32,
+    /// Its UUID.
+    pub uuid: String,
+    /// Whether claims share it (consumable memory and cores).
+    pub shared: bool,
+    /// Claims prepared on it.
+    pub claims: u32,
+    /// Its memory, in MiB.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    /// Memory prepared claims hold, in MiB (a whole device's claim holds all of it).
+    #[serde(rename = "memoryAllocatedMiB")]
+    pub memory_allocated_mib: u64,
+    /// Memory left for new claims, in MiB.
+    #[serde(rename = "memoryFreeMiB")]
+    pub memory_free_mib: u64,
+    /// Percent of the SMs prepared claims hold (shared devices).
+    pub cores_allocated: u64,
+    /// Percent of the SMs left for new claims (shared devices).
+    pub cores_free: u64,
 }
 
 /// One extended resource registered with the kubelet.

@@ -17,12 +17,10 @@ use crate::plan::{Device, Resource};
 pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
 /// Where the volume-mounts strategy puts one empty file per device.
 pub const CONTAINER_DEVICES_DIR: &str = "/var/run/nvidia-container-devices";
-/// MPS: device memory one client may pin, per device.
-pub const MPS_MEMORY_LIMIT_ENV: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
-/// MPS: share of the SMs one client may use, in percent.
-pub const MPS_THREADS_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
-/// MPS: where clients find the control daemon's pipes.
-pub const MPS_PIPE_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
+pub use node_runtime::mps::{
+    MEMORY_LIMIT_ENV as MPS_MEMORY_LIMIT_ENV, PIPE_ENV as MPS_PIPE_ENV,
+    THREADS_ENV as MPS_THREADS_ENV,
+};
 /// The CDI annotation prefix NVIDIA's plugin uses unless configured.
 const DEFAULT_CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 

@@ -3,34 +3,18 @@
 //! LD_PRELOAD). Allocate hands the same limits to the container as environment (see `allocate`), which a client
 //! can only lower.
 //!
-//! [`daemons`] decides what should run (pure); [`MpsDaemons`] starts and stops `nvidia-cuda-mps-control`, which
-//! needs the driver: with simulated GPUs nothing is started and the plugin says so once.
+//! [`daemons`] decides what should run (pure); [`MpsDaemons`] starts and stops them through `node_runtime::mps`,
+//! which needs the driver: with simulated GPUs nothing is started and the plugin says so once.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use crd::config::device_plugin::{ResourceName, SharingStrategy};
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
+use node_runtime::mps::{self, Daemon};
 use tracing::{info, warn};
 
-use crate::allocate::{MPS_PIPE_ENV, mps_pipe_dir};
+use crate::allocate::mps_pipe_dir;
 use crate::plan::Plan;
-
-/// The MPS control program of the driver.
-const CONTROL: &str = "nvidia-cuda-mps-control";
-
-/// What one resource's control daemon runs with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Daemon {
-    /// The GPUs or MIG devices it serves (its `CUDA_VISIBLE_DEVICES`), by UUID.
-    pub uuids: Vec<String>,
-    /// Default share of the SMs per client, in percent.
-    pub thread_percentage: u32,
-    /// Default pinned device memory per client, in MiB, by position in `uuids`.
-    pub memory_limits_mib: Vec<u64>,
-}
 
 /// The daemons `plan` needs: one per resource shared with MPS, over its replicated devices.
 #[must_use]
@@ -100,79 +84,22 @@ impl MpsDaemons {
             .collect();
         for name in stale {
             self.running.remove(&name);
-            self.control(&name, "quit").await;
+            if let Err(error) = mps::stop(&mps_pipe_dir(&self.root, &name)).await {
+                warn!(resource = %name, %error, "cannot stop the MPS daemon");
+            }
         }
         for (name, daemon) in wanted {
             if self.running.contains_key(&name) {
                 continue;
             }
-            if self.start(&name, &daemon).await {
-                self.running.insert(name, daemon);
+            let log = self.root.join(name.short_name()).join("log");
+            match mps::start(&mps_pipe_dir(&self.root, &name), &log, &daemon).await {
+                Ok(()) => {
+                    info!(resource = %name, devices = daemon.uuids.len(), "MPS control daemon started with per-client limits");
+                    self.running.insert(name, daemon);
+                }
+                Err(error) => warn!(resource = %name, %error, "cannot start the MPS control daemon"),
             }
-        }
-    }
-
-    /// Starts a daemon and sets its default limits; false when it could not be started.
-    async fn start(&self, name: &ResourceName, daemon: &Daemon) -> bool {
-        let pipe = mps_pipe_dir(&self.root, name);
-        let log = self.root.join(name.short_name()).join("log");
-        for dir in [&pipe, &log] {
-            if let Err(error) = std::fs::create_dir_all(dir) {
-                warn!(resource = %name, %error, dir = %dir.display(), "cannot create the MPS directory");
-                return false;
-            }
-        }
-        let started = Command::new(CONTROL)
-            .arg("-d")
-            .env("CUDA_VISIBLE_DEVICES", daemon.uuids.join(","))
-            .env(MPS_PIPE_ENV, &pipe)
-            .env("CUDA_MPS_LOG_DIRECTORY", &log)
-            .status()
-            .await;
-        if !started
-            .as_ref()
-            .is_ok_and(std::process::ExitStatus::success)
-        {
-            warn!(resource = %name, result = ?started, "cannot start the MPS control daemon");
-            return false;
-        }
-        let mut commands = vec![format!(
-            "set_default_active_thread_percentage {}",
-            daemon.thread_percentage
-        )];
-        commands.extend(
-            daemon
-                .memory_limits_mib
-                .iter()
-                .enumerate()
-                .map(|(position, limit)| {
-                    format!("set_default_device_pinned_mem_limit {position} {limit}M")
-                }),
-        );
-        self.control(name, &commands.join("\n")).await;
-        info!(resource = %name, devices = daemon.uuids.len(), "MPS control daemon started with per-client limits");
-        true
-    }
-
-    /// Sends commands to a resource's running daemon through `nvidia-cuda-mps-control`'s standard input.
-    async fn control(&self, name: &ResourceName, commands: &str) {
-        let child = Command::new(CONTROL)
-            .env(MPS_PIPE_ENV, mps_pipe_dir(&self.root, name))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn();
-        let sent = match child {
-            Ok(mut child) => {
-                let written = match child.stdin.take() {
-                    Some(mut stdin) => stdin.write_all(format!("{commands}\n").as_bytes()).await,
-                    None => Ok(()),
-                };
-                written.and(child.wait().await.map(drop))
-            }
-            Err(error) => Err(error),
-        };
-        if let Err(error) = sent {
-            warn!(resource = %name, %error, "cannot control the MPS daemon");
         }
     }
 }

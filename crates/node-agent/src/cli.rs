@@ -51,6 +51,9 @@ pub enum Command {
     /// The GPU memory watchdog: accounts each GPU process to its pod, and signals the processes of a pod that
     /// stays over its memory budget on a shared GPU (time-slicing and MPS replicas, DRA shares).
     Watchdog(WatchdogArgs),
+    /// The DRA driver `gpu.nvidia.com`: publishes the node's GPUs as a ResourceSlice (shared ones with consumable
+    /// memory and cores) and prepares claims for the kubelet (CDI specs with MPS limits).
+    DraDriver(DraDriverArgs),
     /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
     /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
@@ -270,6 +273,42 @@ pub struct WatchdogArgs {
     /// Report (events, logs, metrics with `dry_run="true"`), never signal.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// `gpu-node-agent dra-driver`.
+#[derive(Debug, Args)]
+pub struct DraDriverArgs {
+    /// This node and the operator's namespace.
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// The kubelet's root directory: the driver registers in its `plugins_registry` and serves in its `plugins`.
+    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
+    pub kubelet_root: PathBuf,
+    /// The container runtime's dynamic CDI directory, where each prepared claim's spec goes.
+    #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
+    pub cdi_root: PathBuf,
+    /// Where claims' MPS control daemons keep their pipes and logs (a host directory).
+    #[arg(long, env = "MPS_ROOT", default_value = "/run/nvidia/mps")]
+    pub mps_root: PathBuf,
+    /// The host's `/dev`: device nodes that exist there go into the CDI specs.
+    #[arg(long, default_value = "/dev")]
+    pub dev_root: PathBuf,
+    /// GPUs of each node the driver takes, unless the node's `nvidia.com/dra.gpus` label says otherwise: `all`,
+    /// `none` or indices such as `0,2-3`. The device plugin leaves these out.
+    #[arg(long, env = "DRA_GPUS", default_value = "all")]
+    pub gpus: crd::dra::GpuSet,
+    /// Which of the driver's GPUs are shared (consumable memory and cores), unless the node's
+    /// `nvidia.com/dra.shared-gpus` label says otherwise.
+    #[arg(long, env = "DRA_SHARED_GPUS", default_value = "none")]
+    pub shared_gpus: crd::dra::GpuSet,
+}
+
+impl DraDriverArgs {
+    /// The driver's own directory under the kubelet's plugins (its socket and checkpoint).
+    #[must_use]
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.kubelet_root.join("plugins").join(crd::dra::DRIVER)
+    }
 }
 
 /// `gpu-node-agent validate`.

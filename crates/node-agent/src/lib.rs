@@ -9,6 +9,8 @@
 //! - [`exporter`]: DCGM-exporter compatible GPU metrics, attributed to pods through the kubelet, with each pod's
 //!   own GPU memory from [`accounting`].
 //! - [`watchdog`]: the GPU memory watchdog, which signals the processes of a pod over its budget on a shared GPU.
+//! - [`dra`]: the DRA driver `gpu.nvidia.com`: ResourceSlices with consumable memory and cores on shared GPUs,
+//!   claims prepared into CDI specs with MPS limits, and the placement planner behind `dra-plan`.
 //! - [`accounting`]: which pod and container each GPU process belongs to (its cgroup, the node's pods).
 //! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
 //!
@@ -22,6 +24,7 @@
 pub mod accounting;
 pub mod cli;
 pub mod discovery;
+pub mod dra;
 pub mod exporter;
 pub mod mig;
 pub mod node_facts;

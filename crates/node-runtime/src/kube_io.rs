@@ -146,6 +146,15 @@ pub fn watch_gpu_node(
     object_changes(Api::all(client), name)
 }
 
+/// Every state of one ResourceSlice: `None` while it does not exist (the kubelet deletes a node's slices when it
+/// starts, and the DRA driver publishes its slice again).
+pub fn watch_resource_slice(
+    client: Client,
+    name: &str,
+) -> impl Stream<Item = Option<k8s_openapi::api::resource::v1::ResourceSlice>> + Send + use<> {
+    object_changes(Api::all(client), name)
+}
+
 /// The latest Node and ConfigMap a role works from.
 #[derive(Debug, Clone)]
 pub struct Watched {

@@ -10,6 +10,7 @@
 //! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
 //! - [`process`]: logging (text or JSON), the stop signals and the exit status.
 //! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).
+//! - [`mps`]: MPS control daemons with per-client limits as their defaults.
 //! - `testing` (feature `testing`): a simulated node for the binaries' unit tests.
 
 pub mod backend;
@@ -17,6 +18,7 @@ pub mod gpunode;
 pub mod grpc;
 pub mod inventory;
 pub mod kube_io;
+pub mod mps;
 pub mod process;
 pub mod run_loop;
 pub mod start;

@@ -1,0 +1,234 @@
+//! The CDI spec of one prepared claim: a transient spec per claim in the runtime's dynamic CDI directory, of kind
+//! `k8s.gpu.nvidia.com/claim` (NVIDIA's DRA driver's), with one CDI device per allocated device named
+//! `<claim UID>-<device>`, so that two claims sharing a GPU never produce the same CDI name.
+//!
+//! The spec is built by a pure function from the claim's [`PreparedDevice`]s; [`write`] and [`remove`] are the only
+//! functions here that touch the file system.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use node_runtime::mps::{MEMORY_LIMIT_ENV, PIPE_ENV, THREADS_ENV};
+use serde_json::{Value, json};
+
+/// The CDI kind (`vendor/class`) of every device this driver names.
+pub const KIND: &str = "k8s.gpu.nvidia.com/claim";
+/// The CDI spec version written; 0.6.0 is read by every CDI-capable containerd and CRI-O release.
+const CDI_VERSION: &str = "0.6.0";
+/// Where a container finds its claim's MPS control daemon.
+pub const CONTAINER_MPS_PIPE: &str = "/tmp/nvidia-mps";
+/// The variable the NVIDIA container runtime reads the devices from.
+const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// One allocated device of a claim, as its container must see it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedDevice {
+    /// The requests of the claim it serves.
+    pub requests: Vec<String>,
+    /// Pool and device name in the driver's slice.
+    pub pool: String,
+    /// The device's name in the slice.
+    pub device: String,
+    /// The allocation's share ID on a shared device.
+    pub share_id: Option<String>,
+    /// The GPU's or MIG device's UUID.
+    pub uuid: String,
+    /// Device nodes of this device that exist on the host (none on simulated GPUs).
+    pub device_nodes: Vec<String>,
+    /// On a shared GPU, the limits the claim was allocated, and its MPS daemon's pipe directory on the host.
+    pub limits: Option<ShareLimits>,
+}
+
+/// What a claim was allocated on a shared GPU.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShareLimits {
+    /// Device memory, in MiB.
+    pub memory_mib: u64,
+    /// Percent of the SMs; 0 when the claim asked for none (then it is not capped).
+    pub cores: u64,
+    /// The host directory of the claim's MPS daemon for this device.
+    pub mps_dir: PathBuf,
+}
+
+impl ShareLimits {
+    /// The SM share MPS enforces: the claim's cores, or all of them when it asked for none (MPS has no zero).
+    #[must_use]
+    pub fn thread_percentage(&self) -> u32 {
+        u32::try_from(self.cores)
+            .ok()
+            .filter(|cores| (1..=100).contains(cores))
+            .unwrap_or(100)
+    }
+}
+
+/// The CDI device name of `device` in claim `claim_uid`.
+#[must_use]
+pub fn device_name(claim_uid: &str, device: &str) -> String {
+    format!("{claim_uid}-{device}")
+}
+
+/// The fully qualified CDI ID the kubelet hands the runtime.
+#[must_use]
+pub fn qualified_name(claim_uid: &str, device: &str) -> String {
+    format!("{KIND}={}", device_name(claim_uid, device))
+}
+
+/// The spec of one claim.
+#[must_use]
+pub fn spec(claim_uid: &str, devices: &[PreparedDevice]) -> Value {
+    let entries: Vec<Value> = devices
+        .iter()
+        .map(|device| {
+            let mut env = vec![format!("{VISIBLE_DEVICES_ENV}={}", device.uuid)];
+            let mut mounts = Vec::new();
+            if let Some(limits) = &device.limits {
+                // Inside the container the claim's device is the only one, device 0 of its MPS daemon.
+                env.push(format!("{MEMORY_LIMIT_ENV}=0={}M", limits.memory_mib));
+                env.push(format!("{THREADS_ENV}={}", limits.thread_percentage()));
+                env.push(format!("{PIPE_ENV}={CONTAINER_MPS_PIPE}"));
+                mounts.push(json!({
+                    "hostPath": limits.mps_dir.join("pipe"),
+                    "containerPath": CONTAINER_MPS_PIPE,
+                    "options": ["rbind", "rw"],
+                }));
+                mounts.push(json!({
+                    "hostPath": limits.mps_dir.join("shm"),
+                    "containerPath": "/dev/shm",
+                    "options": ["rbind", "rw"],
+                }));
+            }
+            let nodes: Vec<Value> = device
+                .device_nodes
+                .iter()
+                .map(|path| json!({ "path": path }))
+                .collect();
+            let mut edits = json!({ "env": env });
+            if !mounts.is_empty() {
+                edits["mounts"] = Value::Array(mounts);
+            }
+            if !nodes.is_empty() {
+                edits["deviceNodes"] = Value::Array(nodes);
+            }
+            json!({
+                "name": device_name(claim_uid, &device.device),
+                "containerEdits": edits,
+            })
+        })
+        .collect();
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": entries,
+    })
+}
+
+/// The spec file of a claim in `dir`: `k8s.gpu.nvidia.com-claim_<uid>.json`, the transient name NVIDIA's driver
+/// uses, so the runtime loads it from the dynamic CDI directory.
+#[must_use]
+pub fn path(dir: &Path, claim_uid: &str) -> PathBuf {
+    dir.join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
+}
+
+/// Writes a claim's spec atomically (a runtime never reads half a file).
+///
+/// # Errors
+/// When the directory or the file cannot be written.
+pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = path(dir, claim_uid);
+    let partial = dir.join(format!(".k8s.gpu.nvidia.com-claim_{claim_uid}.tmp"));
+    std::fs::write(&partial, serde_json::to_vec_pretty(spec)?)?;
+    std::fs::rename(&partial, &path)
+}
+
+/// Removes a claim's spec; a spec already gone is fine (unprepare is retried).
+///
+/// # Errors
+/// When the file exists and cannot be removed.
+pub fn remove(dir: &Path, claim_uid: &str) -> io::Result<()> {
+    match std::fs::remove_file(path(dir, claim_uid)) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(cores: u64) -> PreparedDevice {
+        PreparedDevice {
+            requests: vec!["gpu".into()],
+            pool: "node-a".into(),
+            device: "gpu-1".into(),
+            share_id: Some("share-1".into()),
+            uuid: "GPU-1".into(),
+            device_nodes: vec![],
+            limits: Some(ShareLimits {
+                memory_mib: 3000,
+                cores,
+                mps_dir: PathBuf::from("/run/nvidia/mps/claim-1/gpu-1"),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_shared_device_carries_its_limits_and_its_daemons_pipes() {
+        let spec = spec("claim-1", &[shared(30)]);
+        assert_eq!(spec["kind"], KIND);
+        let device = &spec["devices"][0];
+        assert_eq!(device["name"], "claim-1-gpu-1");
+        let env: Vec<&str> = device["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|value| value.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            env,
+            [
+                "NVIDIA_VISIBLE_DEVICES=GPU-1",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3000M",
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
+                "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"
+            ]
+        );
+        let mounts = device["containerEdits"]["mounts"].as_array().unwrap();
+        assert_eq!(mounts[0]["hostPath"], "/run/nvidia/mps/claim-1/gpu-1/pipe");
+        assert_eq!(mounts[1]["containerPath"], "/dev/shm");
+        assert!(device["containerEdits"].get("deviceNodes").is_none());
+        assert_eq!(
+            qualified_name("claim-1", "gpu-1"),
+            "k8s.gpu.nvidia.com/claim=claim-1-gpu-1"
+        );
+    }
+
+    #[test]
+    fn a_claim_without_cores_is_not_capped_and_a_whole_gpu_has_no_limits() {
+        let memory_only = spec("c", &[shared(0)]);
+        let env = memory_only["devices"][0]["containerEdits"]["env"].to_string();
+        assert!(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"), "{env}");
+
+        let mut whole = shared(0);
+        whole.limits = None;
+        whole.device_nodes = vec!["/dev/nvidia1".into()];
+        let spec = spec("c", &[whole]);
+        let edits = &spec["devices"][0]["containerEdits"];
+        assert_eq!(edits["env"], json!(["NVIDIA_VISIBLE_DEVICES=GPU-1"]));
+        assert_eq!(edits["deviceNodes"][0]["path"], "/dev/nvidia1");
+        assert!(edits.get("mounts").is_none());
+    }
+
+    #[test]
+    fn specs_are_written_and_removed_idempotently() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec("c", &[shared(10)]);
+        write(dir.path(), "c", &spec).unwrap();
+        let written: Value =
+            serde_json::from_slice(&std::fs::read(path(dir.path(), "c")).unwrap()).unwrap();
+        assert_eq!(written, spec);
+        remove(dir.path(), "c").unwrap();
+        remove(dir.path(), "c").unwrap();
+        assert!(!path(dir.path(), "c").exists());
+    }
+}

@@ -1,0 +1,433 @@
+//! Preparing and unpreparing claims, idempotent and restart-safe.
+//!
+//! The kubelet names a claim by namespace, name and UID; its allocation is read from the API. [`devices_of`] (pure)
+//! turns the allocation results for this node's pool into [`PreparedDevice`]s; [`Claims`] then makes them real in
+//! this order: MPS daemon directories (and daemons, on real GPUs), the claim's CDI spec, and last the checkpoint
+//! entry. A driver stopped anywhere before the checkpoint is written prepares the claim again from the start when
+//! the kubelet retries (every step overwrites what an earlier try left); one stopped after it answers from the
+//! checkpoint and never prepares twice. Calls are serialized, as NVIDIA's driver does.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY, DRIVER};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use node_runtime::mps::{self, Daemon};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+
+use super::cdi::{self, PreparedDevice, ShareLimits};
+use super::slices::DriverDevice;
+use crate::watchdog::budget::parse_quantity;
+
+/// Reads a ResourceClaim: the API in the driver, a map in tests.
+pub trait ClaimReader: Send + Sync {
+    /// The claim `namespace/name`.
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<ResourceClaim, String>> + Send;
+}
+
+impl ClaimReader for kube::Client {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        kube::Api::<ResourceClaim>::namespaced(self.clone(), namespace)
+            .get(name)
+            .await
+            .map_err(|error| error.to_string())
+    }
+}
+
+/// Why a claim cannot be prepared. The message reaches the pod's events through the kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The claim could not be read.
+    #[error("cannot read ResourceClaim {claim}: {reason}")]
+    Read {
+        /// namespace/name.
+        claim: String,
+        /// The API's answer.
+        reason: String,
+    },
+    /// The claim read has another UID: the one the kubelet means was deleted and replaced.
+    #[error("ResourceClaim {claim} has UID {found}, not {wanted}: it was replaced")]
+    Replaced {
+        /// namespace/name.
+        claim: String,
+        /// The UID the kubelet sent.
+        wanted: String,
+        /// The UID read.
+        found: String,
+    },
+    /// The claim has no allocation.
+    #[error("ResourceClaim {claim} is not allocated")]
+    NotAllocated {
+        /// namespace/name.
+        claim: String,
+    },
+    /// The allocation names a device this driver does not publish (any more).
+    #[error(
+        "ResourceClaim {claim} was allocated device {device} of pool {pool}, which this node's driver does not publish: \
+         the node's GPUs or its nvidia.com/dra.gpus label changed after scheduling; delete the pod to schedule it again"
+    )]
+    UnknownDevice {
+        /// namespace/name.
+        claim: String,
+        /// The pool.
+        pool: String,
+        /// The device.
+        device: String,
+    },
+    /// A consumed capacity is not a quantity.
+    #[error("ResourceClaim {claim}: consumed {capacity} {value:?} of device {device} is not a quantity")]
+    Capacity {
+        /// namespace/name.
+        claim: String,
+        /// The device.
+        device: String,
+        /// The capacity.
+        capacity: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The host side of the claim could not be set up.
+    #[error("cannot prepare ResourceClaim {claim}: {reason}")]
+    Host {
+        /// namespace/name.
+        claim: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The devices of `claim`'s allocation on this driver's `pool`, as the container must see them.
+///
+/// # Errors
+/// When the claim is not allocated, names a device not published here, or its consumed capacity is unreadable.
+pub fn devices_of(
+    claim: &ResourceClaim,
+    pool: &str,
+    published: &[DriverDevice],
+    host: &HostPaths,
+    exists: &dyn Fn(&str) -> bool,
+) -> Result<Vec<PreparedDevice>, PrepareError> {
+    let name = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    );
+    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|status| status.allocation.as_ref())
+        .and_then(|allocation| allocation.devices.as_ref())
+        .and_then(|devices| devices.results.as_ref())
+        .ok_or_else(|| PrepareError::NotAllocated {
+            claim: name.clone(),
+        })?;
+    let mut prepared: Vec<PreparedDevice> = Vec::new();
+    for result in results
+        .iter()
+        .filter(|result| result.driver == DRIVER && result.pool == pool)
+    {
+        // The kubelet matches containers' requests by the request's base name, without a sub-request.
+        let request = result.request.split('/').next().unwrap_or_default().to_owned();
+        if let Some(existing) = prepared.iter_mut().find(|device| {
+            device.device == result.device && device.share_id == result.share_id
+        }) {
+            existing.requests.push(request);
+            continue;
+        }
+        let device = published
+            .iter()
+            .find(|device| device.name == result.device)
+            .ok_or_else(|| PrepareError::UnknownDevice {
+                claim: name.clone(),
+                pool: result.pool.clone(),
+                device: result.device.clone(),
+            })?;
+        let consumed = |capacity: &'static str| -> Result<Option<u64>, PrepareError> {
+            let Some(value) = result
+                .consumed_capacity
+                .as_ref()
+                .and_then(|consumed| consumed.get(capacity))
+            else {
+                return Ok(None);
+            };
+            parse_quantity(&value.0)
+                .map(Some)
+                .map_err(|_| PrepareError::Capacity {
+                    claim: name.clone(),
+                    device: device.name.clone(),
+                    capacity,
+                    value: value.0.clone(),
+                })
+        };
+        let limits = if device.shared {
+            let memory = consumed(CAPACITY_MEMORY)?.map_or(device.memory_mib, |bytes| bytes >> 20);
+            Some(ShareLimits {
+                memory_mib: memory,
+                cores: consumed(CAPACITY_CORES)?.unwrap_or(0),
+                mps_dir: host.mps_dir(uid, &device.name),
+            })
+        } else {
+            None
+        };
+        prepared.push(PreparedDevice {
+            requests: vec![request],
+            pool: result.pool.clone(),
+            device: device.name.clone(),
+            share_id: result.share_id.clone(),
+            uuid: device.uuid.clone(),
+            device_nodes: host.device_nodes(device.gpu_index, exists),
+            limits,
+        });
+    }
+    Ok(prepared)
+}
+
+/// Where the driver's host side lives.
+#[derive(Debug, Clone)]
+pub struct HostPaths {
+    /// The runtime's dynamic CDI directory (`/var/run/cdi`).
+    pub cdi_dir: PathBuf,
+    /// Where claims' MPS daemons keep their pipes, shared memory and logs.
+    pub mps_root: PathBuf,
+    /// The host's `/dev`, as the driver sees it.
+    pub dev_root: PathBuf,
+    /// The checkpoint file of prepared claims.
+    pub checkpoint: PathBuf,
+}
+
+impl HostPaths {
+    /// The directory of a claim's MPS daemon for one device.
+    #[must_use]
+    pub fn mps_dir(&self, claim_uid: &str, device: &str) -> PathBuf {
+        self.mps_root.join(claim_uid).join(device)
+    }
+
+    /// The device nodes a container of this GPU needs that exist on the host: the control nodes and the GPU's own.
+    /// On simulated GPUs none exist, and the CDI spec has none.
+    fn device_nodes(&self, gpu_index: u32, exists: &dyn Fn(&str) -> bool) -> Vec<String> {
+        ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain([format!("nvidia{gpu_index}")])
+            .filter(|name| exists(&self.dev_root.join(name).display().to_string()))
+            .map(|name| format!("/dev/{name}"))
+            .collect()
+    }
+}
+
+/// One prepared claim, as checkpointed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedClaim {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// Its devices on this node.
+    pub devices: Vec<PreparedDevice>,
+}
+
+/// The checkpoint: every prepared claim by UID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Prepared claims by UID.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+impl Checkpoint {
+    /// Reads the checkpoint; none yet is an empty one.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read or parsed: the driver must not forget claims it prepared.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|error| format!("checkpoint {} is not valid: {error}", path.display())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(error) => Err(format!("cannot read checkpoint {}: {error}", path.display())),
+        }
+    }
+
+    /// Writes the checkpoint atomically.
+    fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let partial = path.with_extension("tmp");
+        std::fs::write(&partial, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&partial, path)
+    }
+}
+
+/// A claim the kubelet names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+}
+
+/// The prepared claims of this node and the host side they own.
+#[derive(Debug)]
+pub struct Claims {
+    pool: String,
+    host: HostPaths,
+    /// False on simulated GPUs: no MPS daemon is started (it needs the driver).
+    start_mps: bool,
+    state: Mutex<Checkpoint>,
+}
+
+impl Claims {
+    /// The claims of pool `pool`, from the checkpoint at `host.checkpoint`.
+    ///
+    /// # Errors
+    /// When the checkpoint exists but cannot be read.
+    pub fn open(pool: &str, host: HostPaths, start_mps: bool) -> Result<Self, String> {
+        let checkpoint = Checkpoint::load(&host.checkpoint)?;
+        Ok(Self {
+            pool: pool.to_owned(),
+            host,
+            start_mps,
+            state: Mutex::new(checkpoint),
+        })
+    }
+
+    /// What is prepared now.
+    pub async fn prepared(&self) -> Checkpoint {
+        self.state.lock().await.clone()
+    }
+
+    /// Whether MPS daemons are started for shared claims.
+    #[must_use]
+    pub fn starts_mps(&self) -> bool {
+        self.start_mps
+    }
+
+    /// Prepares one claim: from the checkpoint when it is there, else from its allocation.
+    ///
+    /// # Errors
+    /// When the claim cannot be read or prepared; nothing is checkpointed then.
+    pub async fn prepare(
+        &self,
+        reader: &impl ClaimReader,
+        claim: &ClaimRef,
+        published: &[DriverDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let mut state = self.state.lock().await;
+        if let Some(prepared) = state.claims.get(&claim.uid) {
+            return Ok(prepared.devices.clone());
+        }
+        let key = format!("{}/{}", claim.namespace, claim.name);
+        let read = reader
+            .get(&claim.namespace, &claim.name)
+            .await
+            .map_err(|reason| PrepareError::Read {
+                claim: key.clone(),
+                reason,
+            })?;
+        let found = read.metadata.uid.clone().unwrap_or_default();
+        if found != claim.uid {
+            return Err(PrepareError::Replaced {
+                claim: key,
+                wanted: claim.uid.clone(),
+                found,
+            });
+        }
+        let exists = |path: &str| Path::new(path).exists();
+        let devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
+        let host = |reason: String| PrepareError::Host {
+            claim: key.clone(),
+            reason,
+        };
+        for (device, limits) in devices
+            .iter()
+            .filter_map(|device| Some((device, device.limits.as_ref()?)))
+        {
+            self.start_daemon(device, limits).await.map_err(host)?;
+        }
+        let spec = cdi::spec(&claim.uid, &devices);
+        cdi::write(&self.host.cdi_dir, &claim.uid, &spec)
+            .map_err(|error| host(format!("writing its CDI spec: {error}")))?;
+        state.claims.insert(
+            claim.uid.clone(),
+            PreparedClaim {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                devices: devices.clone(),
+            },
+        );
+        state
+            .save(&self.host.checkpoint)
+            .map_err(|error| host(format!("writing the checkpoint: {error}")))?;
+        info!(claim = %key, devices = devices.len(), "prepared");
+        Ok(devices)
+    }
+
+    /// Unprepares one claim: stops its daemons, removes its CDI spec and its checkpoint entry. A claim not
+    /// prepared here (or unprepared before) is fine.
+    ///
+    /// # Errors
+    /// When its CDI spec or the checkpoint cannot be written; the claim stays checkpointed then, to be retried.
+    pub async fn unprepare(&self, claim_uid: &str) -> Result<(), String> {
+        let mut state = self.state.lock().await;
+        if let Some(prepared) = state.claims.get(claim_uid) {
+            for limits in prepared.devices.iter().filter_map(|device| device.limits.as_ref()) {
+                if self.start_mps
+                    && let Err(error) = mps::stop(&limits.mps_dir.join("pipe")).await
+                {
+                    warn!(claim = claim_uid, %error, "cannot stop the claim's MPS daemon");
+                }
+                let _ = std::fs::remove_dir_all(&limits.mps_dir);
+            }
+        }
+        cdi::remove(&self.host.cdi_dir, claim_uid)
+            .map_err(|error| format!("removing the CDI spec of claim {claim_uid}: {error}"))?;
+        if state.claims.remove(claim_uid).is_some() {
+            state
+                .save(&self.host.checkpoint)
+                .map_err(|error| format!("writing the checkpoint: {error}"))?;
+            let _ = std::fs::remove_dir(self.host.mps_root.join(claim_uid));
+            info!(claim = claim_uid, "unprepared");
+        }
+        Ok(())
+    }
+
+    /// Makes the claim's MPS directories (the container's mounts need them) and, on real GPUs, starts its control
+    /// daemon with the claim's limits as the daemon's defaults. A daemon left by an earlier, interrupted try is
+    /// stopped first.
+    async fn start_daemon(&self, device: &PreparedDevice, limits: &ShareLimits) -> Result<(), String> {
+        let pipe = limits.mps_dir.join("pipe");
+        for dir in [&pipe, &limits.mps_dir.join("shm")] {
+            std::fs::create_dir_all(dir)
+                .map_err(|error| format!("creating {}: {error}", dir.display()))?;
+        }
+        if !self.start_mps {
+            return Ok(());
+        }
+        if pipe.join("nvidia-cuda-mps-control.pid").exists() {
+            let _ = mps::stop(&pipe).await;
+        }
+        let daemon = Daemon {
+            uuids: vec![device.uuid.clone()],
+            thread_percentage: limits.thread_percentage(),
+            memory_limits_mib: vec![limits.memory_mib],
+        };
+        mps::start(&pipe, &limits.mps_dir.join("log"), &daemon)
+            .await
+            .map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+#[path = "claims_tests.rs"]
+mod tests;

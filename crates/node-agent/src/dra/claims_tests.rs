@@ -1,0 +1,232 @@
+use std::collections::BTreeMap;
+
+use crd::dra::{GpuSet, Partition};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use node_runtime::testing::simulated;
+
+use super::*;
+use crate::dra::slices;
+
+/// Claims by namespace/name, as the API would answer.
+#[derive(Default)]
+struct Api(BTreeMap<String, ResourceClaim>);
+
+impl ClaimReader for Api {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        self.0
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+            .ok_or_else(|| "not found".to_owned())
+    }
+}
+
+fn result(request: &str, device: &str, consumed: &[(&str, &str)]) -> DeviceRequestAllocationResult {
+    DeviceRequestAllocationResult {
+        request: request.into(),
+        driver: DRIVER.into(),
+        pool: "node-1".into(),
+        device: device.into(),
+        share_id: (!consumed.is_empty()).then(|| format!("share-{device}")),
+        consumed_capacity: (!consumed.is_empty()).then(|| {
+            consumed
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), Quantity((*value).to_owned())))
+                .collect()
+        }),
+        ..DeviceRequestAllocationResult::default()
+    }
+}
+
+fn claim(uid: &str, results: Vec<DeviceRequestAllocationResult>) -> ResourceClaim {
+    ResourceClaim {
+        metadata: ObjectMeta {
+            namespace: Some("team".into()),
+            name: Some(format!("claim-{uid}")),
+            uid: Some(uid.into()),
+            ..ObjectMeta::default()
+        },
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(results),
+                    config: None,
+                }),
+                ..AllocationResult::default()
+            }),
+            ..ResourceClaimStatus::default()
+        }),
+        ..ResourceClaim::default()
+    }
+}
+
+fn reference(uid: &str) -> ClaimRef {
+    ClaimRef {
+        namespace: "team".into(),
+        name: format!("claim-{uid}"),
+        uid: uid.into(),
+    }
+}
+
+struct Node {
+    _gpus: tempfile::TempDir,
+    host_dir: tempfile::TempDir,
+    published: Vec<DriverDevice>,
+}
+
+impl Node {
+    /// Two A100-40GB: GPU 0 whole, GPU 1 shared.
+    fn new() -> Self {
+        let (gpus, simulator) = simulated("a100-40gb:2", &[]);
+        let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: "1".parse().unwrap(),
+        };
+        Self {
+            _gpus: gpus,
+            host_dir: tempfile::tempdir().unwrap(),
+            published: slices::devices(&views, &partition),
+        }
+    }
+
+    fn host(&self) -> HostPaths {
+        let root = self.host_dir.path();
+        HostPaths {
+            cdi_dir: root.join("cdi"),
+            mps_root: root.join("mps"),
+            dev_root: root.join("dev"),
+            checkpoint: root.join("plugin/checkpoint.json"),
+        }
+    }
+
+    fn claims(&self) -> Claims {
+        Claims::open("node-1", self.host(), false).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_shared_claim_gets_its_consumed_memory_and_cores_as_mps_limits() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim(
+            "a",
+            vec![result("gpu", "gpu-1", &[("memory", "3000Mi"), ("cores", "30")])],
+        ),
+    )]));
+    let claims = node.claims();
+    let devices = claims.prepare(&api, &reference("a"), &node.published).await.unwrap();
+    assert_eq!(devices.len(), 1);
+    let limits = devices[0].limits.as_ref().unwrap();
+    assert_eq!((limits.memory_mib, limits.cores), (3000, 30));
+    assert_eq!(devices[0].share_id.as_deref(), Some("share-gpu-1"));
+    assert!(limits.mps_dir.join("pipe").is_dir(), "the container's mounts need the pipe directory");
+
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cdi::path(&node.host().cdi_dir, "a")).unwrap())
+            .unwrap();
+    let env = spec["devices"][0]["containerEdits"]["env"].to_string();
+    assert!(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3000M"), "{env}");
+    assert!(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"), "{env}");
+}
+
+#[tokio::test]
+async fn a_restarted_driver_answers_from_its_checkpoint_and_never_prepares_twice() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-0", &[])]),
+    )]));
+    let first = node.claims().prepare(&api, &reference("a"), &node.published).await.unwrap();
+    assert_eq!(first[0].limits, None, "a whole GPU has no limits");
+
+    // A new driver with the same checkpoint: the claim is known without asking the API (now empty).
+    let restarted = node.claims();
+    let again = restarted
+        .prepare(&Api::default(), &reference("a"), &node.published)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(restarted.prepared().await.claims.len(), 1);
+
+    restarted.unprepare("a").await.unwrap();
+    restarted.unprepare("a").await.unwrap();
+    assert!(node.claims().prepared().await.claims.is_empty());
+    assert!(!cdi::path(&node.host().cdi_dir, "a").exists());
+}
+
+#[tokio::test]
+async fn a_prepare_interrupted_before_its_checkpoint_is_done_again_from_the_start() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi"), ("cores", "0")])]),
+    )]));
+    // What a driver stopped after writing the spec leaves behind: a stale spec, no checkpoint entry.
+    cdi::write(&node.host().cdi_dir, "a", &serde_json::json!({"stale": true})).unwrap();
+    let devices = node.claims().prepare(&api, &reference("a"), &node.published).await.unwrap();
+    assert_eq!(devices[0].limits.as_ref().unwrap().memory_mib, 1024);
+    let spec = std::fs::read_to_string(cdi::path(&node.host().cdi_dir, "a")).unwrap();
+    assert!(!spec.contains("stale") && spec.contains("claim"), "{spec}");
+    assert_eq!(node.claims().prepared().await.claims.len(), 1);
+}
+
+#[tokio::test]
+async fn replaced_unallocated_and_unknown_claims_are_refused_and_nothing_is_kept() {
+    let node = Node::new();
+    let mut unallocated = claim("c", vec![]);
+    unallocated.status = None;
+    let api = Api(BTreeMap::from([
+        ("team/claim-a".to_owned(), claim("other", vec![])),
+        ("team/claim-b".to_owned(), claim("b", vec![result("gpu", "gpu-7", &[])])),
+        ("team/claim-c".to_owned(), unallocated),
+    ]));
+    let claims = node.claims();
+    let replaced = claims.prepare(&api, &reference("a"), &node.published).await;
+    assert!(
+        matches!(replaced, Err(PrepareError::Replaced { ref found, .. }) if found == "other"),
+        "{replaced:?}"
+    );
+    let unknown = claims
+        .prepare(&api, &reference("b"), &node.published)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(unknown.contains("device gpu-7") && unknown.contains("delete the pod"), "{unknown}");
+    let unallocated = claims.prepare(&api, &reference("c"), &node.published).await;
+    assert!(matches!(unallocated, Err(PrepareError::NotAllocated { .. })));
+    let missing = claims.prepare(&api, &reference("d"), &node.published).await;
+    assert!(matches!(missing, Err(PrepareError::Read { .. })));
+    assert!(claims.prepared().await.claims.is_empty());
+    assert!(!node.host().checkpoint.exists());
+}
+
+#[test]
+fn device_nodes_are_only_those_the_host_has() {
+    let node = Node::new();
+    let claim = claim("a", vec![result("gpu", "gpu-0", &[])]);
+    let exists = |path: &str| path.ends_with("/nvidiactl") || path.ends_with("/nvidia0");
+    let devices = devices_of(&claim, "node-1", &node.published, &node.host(), &exists).unwrap();
+    assert_eq!(devices[0].device_nodes, ["/dev/nvidiactl", "/dev/nvidia0"]);
+    let none = devices_of(&claim, "node-1", &node.published, &node.host(), &|_| false).unwrap();
+    assert!(none[0].device_nodes.is_empty());
+}
+
+#[test]
+fn results_of_other_drivers_and_pools_are_not_ours() {
+    let node = Node::new();
+    let mut foreign = result("nic", "eth0", &[]);
+    foreign.driver = "net.example.com".into();
+    let mut elsewhere = result("gpu", "gpu-0", &[]);
+    elsewhere.pool = "node-2".into();
+    let claim = claim("a", vec![foreign, elsewhere, result("gpu", "gpu-1", &[("memory", "2Gi")])]);
+    let devices = devices_of(&claim, "node-1", &node.published, &node.host(), &|_| false).unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].device, "gpu-1");
+    let limits = devices[0].limits.as_ref().unwrap();
+    assert_eq!((limits.memory_mib, limits.cores), (2048, 0));
+}

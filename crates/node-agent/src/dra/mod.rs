@@ -1,0 +1,87 @@
+//! The DRA driver role (`gpu-node-agent dra-driver`): the kubelet plugin of driver `gpu.nvidia.com` for this node.
+//!
+//! - [`slices`] (pure): the devices and the ResourceSlice for the node's GPUs under its partition.
+//! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
+//! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
+//! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
+//! - [`service`]: plugin registration and the `v1.DRAPlugin` gRPC service on unix sockets.
+//! - [`status`] (pure): the driver's part of GPUNode status.
+//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`dra plan`).
+
+use std::sync::Arc;
+
+use crd::dra::Partition;
+use node_runtime::backend::GpuSource;
+use node_runtime::start::NodeRole;
+use tokio::sync::{Notify, watch};
+
+use crate::cli::DraDriverArgs;
+
+pub mod cdi;
+pub mod claims;
+pub mod planner;
+pub mod publish;
+pub mod service;
+pub mod slices;
+pub mod status;
+
+/// The kubelet's DRA plugin API, v1 (server for the driver, client for tests and the benchmark).
+pub mod api {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The kubelet's plugin registration API (server for the driver, client for tests).
+pub mod registration {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("pluginregistration");
+}
+
+/// Runs the driver: publishes the node's devices, then serves the kubelet.
+///
+/// # Errors
+/// When the node or its GPUs cannot be read at start, the checkpoint is unreadable, or a server stops.
+pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> {
+    let role = NodeRole::start(source, &args.node.node_name).await?;
+    let host = claims::HostPaths {
+        cdi_dir: args.cdi_root.clone(),
+        mps_root: args.mps_root.clone(),
+        dev_root: args.dev_root.clone(),
+        checkpoint: args.plugin_dir().join("checkpoint.json"),
+    };
+    let start_mps = role.gpus.simulator().is_none();
+    let claims = Arc::new(
+        claims::Claims::open(&args.node.node_name, host, start_mps).map_err(anyhow::Error::msg)?,
+    );
+    let publisher = publish::Publisher {
+        client: role.client.clone(),
+        node: args.node.node_name.clone(),
+        gpus: role.gpus.clone(),
+        defaults: Partition {
+            dra: args.gpus.clone(),
+            shared: args.shared_gpus.clone(),
+        },
+        devices: watch::channel(Vec::new()).0,
+        claims: claims.clone(),
+        gpu_node: role
+            .gpu_node_writer(crd::gpu_node::field_manager::DRA_DRIVER)
+            .await?,
+        events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
+        reported: std::collections::BTreeSet::new(),
+    };
+    // The devices are known before the kubelet can call: a claim is never refused for want of them.
+    let (devices, _) = publisher.devices(&role.node)?;
+    publisher.devices.send_replace(devices);
+    let changed = Arc::new(Notify::new());
+    let driver = service::Driver {
+        reader: role.client.clone(),
+        claims,
+        devices: publisher.devices.subscribe(),
+        changed: changed.clone(),
+    };
+    let sockets = service::Sockets::under(&args.kubelet_root);
+    tokio::select! {
+        served = service::serve(&sockets, driver) => served,
+        published = publisher.run(changed) => published,
+    }
+}

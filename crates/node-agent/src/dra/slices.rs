@@ -1,0 +1,363 @@
+//! What the DRA driver publishes for its node (pure): one ResourceSlice, in a pool named after the node, with a
+//! device per GPU the node's partition gives the driver, or per MIG device where MIG is on.
+//!
+//! Device names and attributes follow NVIDIA's DRA driver, so claims and DeviceClasses written for it select the same
+//! devices here: whole GPUs `gpu-<index>`, MIG devices `gpu-<index>-mig-<gpu instance>-<compute instance>`.
+//! Shared GPUs allow multiple allocations and make `memory` (bytes) and `cores` (percent of the SMs) consumable:
+//! - a claim that does not ask for memory gets the whole of it (no claim is handed memory nobody promised it);
+//! - a claim that does not ask for cores consumes none, so memory-only claims pack (a default of 100 would make every
+//!   memory-only claim take the GPU's compute; reference/dra.md §3.4).
+
+use std::collections::BTreeMap;
+
+use crd::dra::{
+    ATTRIBUTE_ARCHITECTURE, ATTRIBUTE_CUDA_COMPUTE_CAPABILITY, ATTRIBUTE_CUDA_DRIVER_VERSION,
+    ATTRIBUTE_DRIVER_VERSION, ATTRIBUTE_INDEX, ATTRIBUTE_MIG_PROFILE, ATTRIBUTE_PARENT_UUID,
+    ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY,
+    CORES_TOTAL, DRIVER, MEMORY_STEP_BYTES, Partition, TYPE_GPU, TYPE_MIG,
+};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
+    ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use node_runtime::inventory::GpuView;
+
+use crate::discovery::labels::family;
+
+/// One device the driver publishes, with what preparing it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverDevice {
+    /// The device's name in the slice.
+    pub name: String,
+    /// The GPU's or MIG device's UUID (`NVIDIA_VISIBLE_DEVICES`).
+    pub uuid: String,
+    /// The index of the GPU it is (or is carved from): its `/dev/nvidia<index>` node.
+    pub gpu_index: u32,
+    /// Its memory in MiB.
+    pub memory_mib: u64,
+    /// Whether it allows multiple allocations with consumable memory and cores.
+    pub shared: bool,
+    /// The slice entry.
+    pub device: Device,
+}
+
+/// The devices the node's GPUs give the driver under `partition`, in index order (the scheduler allocates first
+/// fit in this order, so fractional claims fill a node's first shared GPU before the next).
+#[must_use]
+pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
+    let mut devices = Vec::new();
+    for gpu in gpus {
+        let inventory = &gpu.inventory;
+        if !partition.dra.contains(inventory.index) {
+            continue;
+        }
+        let mut common = BTreeMap::from([
+            (ATTRIBUTE_PRODUCT_NAME, text(&inventory.product_name)),
+            (
+                ATTRIBUTE_ARCHITECTURE,
+                text(family(inventory.compute_capability)),
+            ),
+            (
+                ATTRIBUTE_CUDA_COMPUTE_CAPABILITY,
+                version(&inventory.compute_capability.to_string()),
+            ),
+            (
+                ATTRIBUTE_DRIVER_VERSION,
+                version(&inventory.driver_version),
+            ),
+            (
+                ATTRIBUTE_CUDA_DRIVER_VERSION,
+                version(&format!(
+                    "{}.{}",
+                    inventory.cuda_driver_version.major, inventory.cuda_driver_version.minor
+                )),
+            ),
+            (ATTRIBUTE_INDEX, integer(inventory.index)),
+        ]);
+        if inventory.mig_mode.is_some_and(|mode| mode.current) {
+            common.insert(ATTRIBUTE_TYPE, text(TYPE_MIG));
+            common.insert(ATTRIBUTE_PARENT_UUID, text(&inventory.uuid));
+            for (profile, mig) in &gpu.devices {
+                let mut attributes = common.clone();
+                attributes.insert(ATTRIBUTE_UUID, text(&mig.uuid));
+                if let Some(profile) = profile {
+                    attributes.insert(ATTRIBUTE_MIG_PROFILE, text(&profile.to_string()));
+                }
+                let name = format!(
+                    "gpu-{}-mig-{}-{}",
+                    inventory.index, mig.gpu_instance_id, mig.compute_instance_id
+                );
+                devices.push(DriverDevice {
+                    device: device(&name, attributes, memory(mig.memory_mib, false), false),
+                    name,
+                    uuid: mig.uuid.clone(),
+                    gpu_index: inventory.index,
+                    memory_mib: mig.memory_mib,
+                    shared: false,
+                });
+            }
+            continue;
+        }
+        let shared = partition.shares(inventory.index);
+        common.insert(ATTRIBUTE_TYPE, text(TYPE_GPU));
+        common.insert(ATTRIBUTE_UUID, text(&inventory.uuid));
+        let mut capacity = memory(inventory.memory_mib, shared);
+        if shared {
+            capacity.insert(
+                CAPACITY_CORES.to_owned(),
+                DeviceCapacity {
+                    value: Quantity(CORES_TOTAL.to_string()),
+                    request_policy: Some(CapacityRequestPolicy {
+                        default: Some(Quantity("0".into())),
+                        valid_range: Some(CapacityRequestPolicyRange {
+                            min: Quantity("0".into()),
+                            max: Some(Quantity(CORES_TOTAL.to_string())),
+                            step: Some(Quantity("1".into())),
+                        }),
+                        valid_values: None,
+                    }),
+                },
+            );
+        }
+        let name = format!("gpu-{}", inventory.index);
+        devices.push(DriverDevice {
+            device: device(&name, common, capacity, shared),
+            name,
+            uuid: inventory.uuid.clone(),
+            gpu_index: inventory.index,
+            memory_mib: inventory.memory_mib,
+            shared,
+        });
+    }
+    devices
+}
+
+/// The driver's slice for `node`: name `<node>-gpu.nvidia.com`, pool `<node>`, owned by the Node (deleted with it).
+#[must_use]
+pub fn slice(node: &str, node_uid: &str, generation: i64, devices: &[DriverDevice]) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(slice_name(node)),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.to_owned(),
+                uid: node_uid.to_owned(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: DRIVER.to_owned(),
+            node_name: Some(node.to_owned()),
+            pool: ResourcePool {
+                name: node.to_owned(),
+                generation,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices.iter().map(|device| device.device.clone()).collect()),
+            ..ResourceSliceSpec::default()
+        },
+    }
+}
+
+/// The name of the driver's slice for `node`.
+#[must_use]
+pub fn slice_name(node: &str) -> String {
+    format!("{node}-{DRIVER}")
+}
+
+fn device(
+    name: &str,
+    attributes: BTreeMap<&str, DeviceAttribute>,
+    capacity: BTreeMap<String, DeviceCapacity>,
+    shared: bool,
+) -> Device {
+    Device {
+        name: name.to_owned(),
+        attributes: Some(
+            attributes
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect(),
+        ),
+        capacity: Some(capacity),
+        allow_multiple_allocations: shared.then_some(true),
+        ..Device::default()
+    }
+}
+
+/// The `memory` capacity: the whole memory; on a shared GPU consumable in steps of 1 MiB, the whole by default.
+fn memory(mib: u64, shared: bool) -> BTreeMap<String, DeviceCapacity> {
+    let total = Quantity(format!("{mib}Mi"));
+    let request_policy = shared.then(|| CapacityRequestPolicy {
+        default: Some(total.clone()),
+        valid_range: Some(CapacityRequestPolicyRange {
+            min: Quantity(MEMORY_STEP_BYTES.to_string()),
+            max: Some(total.clone()),
+            step: Some(Quantity(MEMORY_STEP_BYTES.to_string())),
+        }),
+        valid_values: None,
+    });
+    BTreeMap::from([(
+        CAPACITY_MEMORY.to_owned(),
+        DeviceCapacity {
+            value: total,
+            request_policy,
+        },
+    )])
+}
+
+fn text(value: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(value.to_owned()),
+        ..DeviceAttribute::default()
+    }
+}
+
+fn integer(value: u32) -> DeviceAttribute {
+    DeviceAttribute {
+        int: Some(i64::from(value)),
+        ..DeviceAttribute::default()
+    }
+}
+
+/// A version attribute: semver wants exactly three numbers without leading zeros, and NVIDIA's versions have two
+/// (`12.4`, `8.0`) or leading zeros (`535.104.05`).
+fn version(value: &str) -> DeviceAttribute {
+    let mut numbers: Vec<String> = value
+        .split('.')
+        .map(|part| part.parse::<u64>().map_or_else(|_| "0".to_owned(), |n| n.to_string()))
+        .collect();
+    numbers.resize(3, "0".to_owned());
+    DeviceAttribute {
+        version: Some(numbers[..3].join(".")),
+        ..DeviceAttribute::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crd::dra::GpuSet;
+    use node_runtime::testing::simulated;
+
+    use super::*;
+
+    fn read(spec: &str, mig: &[(&str, u32)]) -> Vec<GpuView> {
+        let (_dir, simulator) = simulated(spec, mig);
+        node_runtime::inventory::read(simulator.as_ref()).unwrap()
+    }
+
+    fn attribute<'a>(device: &'a Device, name: &str) -> &'a DeviceAttribute {
+        &device.attributes.as_ref().unwrap()[name]
+    }
+
+    #[test]
+    fn shared_gpus_make_memory_and_cores_consumable_and_whole_gpus_do_not() {
+        let gpus = read("a100-40gb:2", &[]);
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: "1".parse().unwrap(),
+        };
+        let devices = devices(&gpus, &partition);
+        assert_eq!(devices.len(), 2);
+        let (whole, shared) = (&devices[0], &devices[1]);
+        assert_eq!((whole.name.as_str(), whole.shared), ("gpu-0", false));
+        assert_eq!(whole.device.allow_multiple_allocations, None);
+        let capacity = whole.device.capacity.as_ref().unwrap();
+        assert_eq!(capacity[CAPACITY_MEMORY].value.0, "40960Mi");
+        assert!(capacity[CAPACITY_MEMORY].request_policy.is_none());
+        assert!(!capacity.contains_key(CAPACITY_CORES));
+
+        assert_eq!(shared.device.allow_multiple_allocations, Some(true));
+        let capacity = shared.device.capacity.as_ref().unwrap();
+        let memory = capacity[CAPACITY_MEMORY].request_policy.as_ref().unwrap();
+        assert_eq!(memory.default.as_ref().unwrap().0, "40960Mi");
+        let range = memory.valid_range.as_ref().unwrap();
+        assert_eq!(
+            (range.min.0.as_str(), range.step.as_ref().unwrap().0.as_str()),
+            ("1048576", "1048576")
+        );
+        let cores = &capacity[CAPACITY_CORES];
+        assert_eq!(cores.value.0, "100");
+        assert_eq!(
+            cores.request_policy.as_ref().unwrap().default.as_ref().unwrap().0,
+            "0",
+            "a memory-only claim must not take the GPU's cores"
+        );
+        assert_eq!(attribute(&shared.device, ATTRIBUTE_TYPE).string.as_deref(), Some("gpu"));
+        assert_eq!(
+            attribute(&shared.device, ATTRIBUTE_PRODUCT_NAME).string.as_deref(),
+            Some("NVIDIA A100-SXM4-40GB")
+        );
+        assert_eq!(
+            attribute(&shared.device, ATTRIBUTE_ARCHITECTURE).string.as_deref(),
+            Some("ampere")
+        );
+        assert_eq!(
+            attribute(&shared.device, ATTRIBUTE_CUDA_COMPUTE_CAPABILITY).version.as_deref(),
+            Some("8.0.0")
+        );
+        assert_eq!(
+            attribute(&shared.device, ATTRIBUTE_UUID).string.as_deref(),
+            Some(shared.uuid.as_str())
+        );
+    }
+
+    #[test]
+    fn gpus_outside_the_partition_are_not_published() {
+        let gpus = read("a100-40gb:4", &[]);
+        let partition = Partition {
+            dra: "2-3".parse().unwrap(),
+            shared: GpuSet::All,
+        };
+        let names: Vec<String> = devices(&gpus, &partition).into_iter().map(|d| d.name).collect();
+        assert_eq!(names, ["gpu-2", "gpu-3"]);
+    }
+
+    #[test]
+    fn mig_gpus_publish_their_mig_devices_never_shared() {
+        let gpus = read("a100-40gb:1", &[("1g.5gb", 7)]);
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: GpuSet::All,
+        };
+        let devices = devices(&gpus, &partition);
+        assert_eq!(devices.len(), 7);
+        let first = &devices[0];
+        assert!(first.name.starts_with("gpu-0-mig-"), "{}", first.name);
+        assert!(!first.shared);
+        assert_eq!(attribute(&first.device, ATTRIBUTE_TYPE).string.as_deref(), Some("mig"));
+        assert_eq!(
+            attribute(&first.device, ATTRIBUTE_MIG_PROFILE).string.as_deref(),
+            Some("1g.5gb")
+        );
+        assert_eq!(
+            attribute(&first.device, ATTRIBUTE_PARENT_UUID).string.as_deref(),
+            Some(gpus[0].inventory.uuid.as_str())
+        );
+        assert!(first.uuid.starts_with("MIG-"));
+    }
+
+    #[test]
+    fn versions_become_semver() {
+        assert_eq!(version("535.104.05").version.as_deref(), Some("535.104.5"));
+        assert_eq!(version("12.4").version.as_deref(), Some("12.4.0"));
+    }
+
+    #[test]
+    fn the_slice_is_the_nodes_pool_owned_by_the_node() {
+        let gpus = read("h100-80gb:1", &[]);
+        let devices = devices(&gpus, &Partition { dra: GpuSet::All, shared: GpuSet::None });
+        let slice = slice("node-a", "uid-1", 3, &devices);
+        assert_eq!(slice.metadata.name.as_deref(), Some("node-a-gpu.nvidia.com"));
+        assert_eq!(slice.spec.pool.name, "node-a");
+        assert_eq!(slice.spec.pool.generation, 3);
+        assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(slice.metadata.owner_references.unwrap()[0].uid, "uid-1");
+        assert_eq!(slice.spec.devices.unwrap().len(), 1);
+    }
+}

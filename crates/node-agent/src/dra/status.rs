@@ -1,0 +1,134 @@
+//! The DRA driver's part of GPUNode status (pure): each published device with what the claims prepared on this node
+//! hold of it, so `kubectl get gpunode -o yaml` answers "how much of this GPU is left".
+
+use crd::gpu_node::{DraDevice, DraStatus};
+
+use super::claims::Checkpoint;
+use super::slices::DriverDevice;
+
+/// What enforces shared claims' limits on this node.
+#[must_use]
+pub fn enforcement(starts_mps: bool) -> &'static str {
+    if starts_mps {
+        "MPS: one control daemon per claim on a shared GPU, with the claim's memory and cores as its client defaults"
+    } else {
+        "none: simulated GPUs, no MPS control daemon is started; containers still get the limits in their environment"
+    }
+}
+
+/// The status of `devices` given the prepared claims.
+#[must_use]
+pub fn status(
+    devices: &[DriverDevice],
+    prepared: &Checkpoint,
+    starts_mps: bool,
+    warnings: Vec<String>,
+) -> DraStatus {
+    let devices = devices
+        .iter()
+        .map(|device| {
+            let holders: Vec<_> = prepared
+                .claims
+                .values()
+                .flat_map(|claim| &claim.devices)
+                .filter(|held| held.device == device.name)
+                .collect();
+            let (memory, cores) = if device.shared {
+                holders
+                    .iter()
+                    .filter_map(|held| held.limits.as_ref())
+                    .fold((0, 0), |(memory, cores), limits| {
+                        (memory + limits.memory_mib, cores + limits.cores)
+                    })
+            } else if holders.is_empty() {
+                (0, 0)
+            } else {
+                (device.memory_mib, crd::dra::CORES_TOTAL)
+            };
+            DraDevice {
+                name: device.name.clone(),
+                gpu: device.gpu_index,
+                uuid: device.uuid.clone(),
+                shared: device.shared,
+                claims: u32::try_from(holders.len()).unwrap_or(u32::MAX),
+                memory_mib: device.memory_mib,
+                memory_allocated_mib: memory,
+                memory_free_mib: device.memory_mib.saturating_sub(memory),
+                cores_allocated: cores,
+                cores_free: crd::dra::CORES_TOTAL.saturating_sub(cores),
+            }
+        })
+        .collect();
+    DraStatus {
+        devices,
+        enforcement: enforcement(starts_mps).to_owned(),
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crd::dra::{GpuSet, Partition};
+    use node_runtime::testing::simulated;
+
+    use super::*;
+    use crate::dra::cdi::{PreparedDevice, ShareLimits};
+    use crate::dra::claims::PreparedClaim;
+    use crate::dra::slices;
+
+    fn held(device: &str, limits: Option<(u64, u64)>) -> PreparedClaim {
+        PreparedClaim {
+            namespace: "team".into(),
+            name: "claim".into(),
+            devices: vec![PreparedDevice {
+                requests: vec!["gpu".into()],
+                pool: "node-1".into(),
+                device: device.into(),
+                share_id: None,
+                uuid: "GPU-x".into(),
+                device_nodes: vec![],
+                limits: limits.map(|(memory_mib, cores)| ShareLimits {
+                    memory_mib,
+                    cores,
+                    mps_dir: PathBuf::new(),
+                }),
+            }],
+        }
+    }
+
+    #[test]
+    fn shared_gpus_show_the_sum_of_their_claims_and_whole_gpus_all_or_nothing() {
+        let (_dir, simulator) = simulated("a100-40gb:3", &[]);
+        let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
+        let devices = slices::devices(
+            &views,
+            &Partition {
+                dra: GpuSet::All,
+                shared: "1".parse().unwrap(),
+            },
+        );
+        let prepared = Checkpoint {
+            claims: [
+                ("a".to_owned(), held("gpu-1", Some((3000, 30)))),
+                ("b".to_owned(), held("gpu-1", Some((3000, 0)))),
+                ("c".to_owned(), held("gpu-0", None)),
+            ]
+            .into(),
+        };
+        let status = status(&devices, &prepared, false, vec![]);
+        let by_name = |name: &str| status.devices.iter().find(|d| d.name == name).unwrap();
+        let shared = by_name("gpu-1");
+        assert_eq!(
+            (shared.claims, shared.memory_allocated_mib, shared.memory_free_mib),
+            (2, 6000, 34960)
+        );
+        assert_eq!((shared.cores_allocated, shared.cores_free), (30, 70));
+        let whole = by_name("gpu-0");
+        assert_eq!((whole.memory_free_mib, whole.cores_free), (0, 0));
+        let idle = by_name("gpu-2");
+        assert_eq!((idle.claims, idle.memory_free_mib), (0, 40960));
+        assert!(status.enforcement.starts_with("none: simulated GPUs"));
+    }
+}
