@@ -97,7 +97,9 @@ impl GpuSet {
 
 /// A GPU set that is not `all`, `none` or a list of indices and ranges.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{value:?} is not a GPU set: write `all`, `none`, or GPU indices and ranges such as `0,2-3` ({reason})")]
+#[error(
+    "{value:?} is not a GPU set: write `all`, `none`, or GPU indices and ranges such as `0,2-3` ({reason})"
+)]
 pub struct GpuSetError {
     value: String,
     reason: &'static str,
@@ -118,7 +120,11 @@ impl FromStr for GpuSet {
         }
         let mut indices = BTreeSet::new();
         for part in value.split(',').map(str::trim) {
-            let index = |text: &str| text.trim().parse::<u32>().map_err(|_| error("an index is not a number"));
+            let index = |text: &str| {
+                text.trim()
+                    .parse::<u32>()
+                    .map_err(|_| error("an index is not a number"))
+            };
             match part.split_once('-') {
                 Some((first, last)) => {
                     let (first, last) = (index(first)?, index(last)?);

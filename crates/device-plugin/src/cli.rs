@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// MIG strategy (none, single or mixed); wins over the config's `flags.migStrategy`.
     #[arg(long)]
     pub mig_strategy: Option<MigStrategy>,
+    /// The GPUs the node's DRA driver takes (`all`, `none`, or indices such as `0,2-3`), which the plugin leaves
+    /// out; a node's `nvidia.com/dra.gpus` label overrides it. Without it no DRA driver runs beside the plugin.
+    #[arg(long, env = "DRA_GPUS")]
+    pub dra_gpus: Option<crd::dra::GpuSet>,
     /// Where the kubelet's `device-plugins` folder is: `/var/lib/kubelet` for every kubelet, whatever its
     /// `--root-dir`, since the kubelet fixes its registration socket's path.
     #[arg(long, default_value = KUBELET_ROOT)]
@@ -132,6 +136,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         &role.node_api,
         config_source,
         args.command_line(),
+        args.dra_gpus.clone(),
     );
     let (report, reports) = watch::channel(Report::default());
     let gpus = role.gpus.clone();

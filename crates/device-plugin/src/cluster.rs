@@ -4,10 +4,11 @@
 //! the Node for each new config problem).
 
 use crd::config::device_plugin::{CommandLine, ConfigInputs, NodeConfig, node_config};
+use crd::dra::{GpuSet, Partition};
 use crd::gpu_node::field_manager::DEVICE_PLUGIN;
 use crd::gpu_node::{AdvertisedResource, DevicePluginStatus, GpuNodeStatus, Health};
 use crd::labels::DEVICE_PLUGIN_CONFIG;
-use kube::Client;
+use kube::{Client, ResourceExt};
 use node_runtime::gpunode::{GpuNodeWriter, inventory_status, node_error};
 use node_runtime::kube_io::{self, NodeApi, Watched};
 use node_runtime::run_loop::run_on_changes;
@@ -32,31 +33,39 @@ pub struct ConfigSource {
     pub default_key: Option<String>,
 }
 
-/// The config updates for this node: every change of its label or of the ConfigMap gives a new choice (or the
-/// reason there is none). Without a ConfigMap, the built-in defaults, once.
+/// The config updates for this node: every change of its labels or of the ConfigMap gives a new choice (or the
+/// reason there is none). Without a ConfigMap and without a DRA driver beside the plugin, the built-in defaults,
+/// once.
 #[must_use]
 pub fn config_updates(
     client: Client,
     node: &NodeApi,
     source: Option<ConfigSource>,
     command_line: CommandLine,
+    dra_gpus: Option<GpuSet>,
 ) -> watch::Receiver<Option<ConfigUpdate>> {
-    let Some(source) = source else {
+    if source.is_none() && dra_gpus.is_none() {
         // The built-in config never changes, but the sender must live as long as the plugin: a closed channel
         // tells the plugin to withdraw everything and stop.
         let (sender, receiver) = watch::channel(Some(Ok(NodeConfig::built_in(command_line))));
         tokio::spawn(async move { sender.closed().await });
         return receiver;
-    };
-    let mut inputs =
-        kube_io::watch_inputs(node, client, &source.namespace, Some(&source.config_map));
+    }
+    let mut inputs = kube_io::watch_inputs(
+        node,
+        client,
+        source
+            .as_ref()
+            .map_or("", |source| source.namespace.as_str()),
+        source.as_ref().map(|source| source.config_map.as_str()),
+    );
     let (sender, receiver) = watch::channel(None);
     tokio::spawn(async move {
         loop {
             let update = inputs
                 .borrow_and_update()
                 .as_ref()
-                .map(|watched| choice(&source, watched, command_line));
+                .map(|watched| choice(source.as_ref(), watched, command_line, dra_gpus.as_ref()));
             if update.is_some() {
                 sender.send_if_modified(|current| {
                     let changed = *current != update;
@@ -72,19 +81,39 @@ pub fn config_updates(
     receiver
 }
 
-/// The config the latest Node and ConfigMap choose, with the command line's settings over the file's flags.
-pub fn choice(source: &ConfigSource, watched: &Watched, command_line: CommandLine) -> ConfigUpdate {
-    let map = format!("{}/{}", source.namespace, source.config_map);
-    let inputs = ConfigInputs {
-        map: &map,
-        data: watched
-            .config_map
-            .as_ref()
-            .and_then(|config_map| config_map.data.as_ref()),
-        label: kube_io::label(&watched.node, DEVICE_PLUGIN_CONFIG),
-        default: source.default_key.as_deref(),
+/// The config the latest Node and ConfigMap choose (the built-in one without a ConfigMap), with the command line's
+/// settings over the file's flags, and the GPUs the node's DRA driver takes (`dra_gpus`, which the node's
+/// `nvidia.com/dra.gpus` label overrides, decided as the DRA driver decides it).
+pub fn choice(
+    source: Option<&ConfigSource>,
+    watched: &Watched,
+    command_line: CommandLine,
+    dra_gpus: Option<&GpuSet>,
+) -> ConfigUpdate {
+    let mut chosen = match source {
+        None => NodeConfig::built_in(command_line),
+        Some(source) => {
+            let map = format!("{}/{}", source.namespace, source.config_map);
+            let inputs = ConfigInputs {
+                map: &map,
+                data: watched
+                    .config_map
+                    .as_ref()
+                    .and_then(|config_map| config_map.data.as_ref()),
+                label: kube_io::label(&watched.node, DEVICE_PLUGIN_CONFIG),
+                default: source.default_key.as_deref(),
+            };
+            node_config(&inputs, command_line).map_err(|error| error.to_string())?
+        }
     };
-    node_config(&inputs, command_line).map_err(|error| error.to_string())
+    if let Some(dra_gpus) = dra_gpus {
+        let defaults = Partition {
+            dra: dra_gpus.clone(),
+            shared: GpuSet::None,
+        };
+        chosen.dra_gpus = crd::dra::partition(&defaults, watched.node.labels()).0.dra;
+    }
+    Ok(chosen)
 }
 
 /// Writes every new report into the node's GPUNode (creating it when missing) and records a Warning Event for
@@ -154,7 +183,7 @@ mod tests {
         let client =
             Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let node = NodeApi::new(client.clone(), "gpu-0");
-        let mut configs = config_updates(client, &node, None, CommandLine::default());
+        let mut configs = config_updates(client, &node, None, CommandLine::default(), None);
         assert_eq!(
             *configs.borrow_and_update(),
             Some(Ok(NodeConfig::built_in(CommandLine::default())))
@@ -189,7 +218,7 @@ mod tests {
             config_map: Some(config_map),
         };
         assert_eq!(
-            choice(&source, &watched, CommandLine::default()).unwrap_err(),
+            choice(Some(&source), &watched, CommandLine::default(), None).unwrap_err(),
             "ConfigMap gpu-operator/cfg has no key \"slice-4\" (keys: any); fix the node label or the ConfigMap"
         );
         let unlabelled = Watched {
@@ -197,11 +226,36 @@ mod tests {
             ..watched
         };
         assert_eq!(
-            choice(&source, &unlabelled, CommandLine::default())
+            choice(Some(&source), &unlabelled, CommandLine::default(), None)
                 .unwrap()
                 .name
                 .as_deref(),
             Some("any")
+        );
+    }
+
+    #[test]
+    fn the_dra_driver_s_gpus_are_chosen_from_the_flag_and_the_node_label() {
+        let mut node = Node::default();
+        let watched = |node: &Node| Watched {
+            node: node.clone(),
+            config_map: None,
+        };
+        let all = GpuSet::All;
+        let chosen = choice(None, &watched(&node), CommandLine::default(), Some(&all)).unwrap();
+        assert_eq!(chosen.dra_gpus, GpuSet::All);
+        assert_eq!(chosen.name, None, "the built-in config");
+        node.metadata.labels = Some(BTreeMap::from([(
+            crd::dra::LABEL_DRA_GPUS.to_owned(),
+            "1".to_owned(),
+        )]));
+        let chosen = choice(None, &watched(&node), CommandLine::default(), Some(&all)).unwrap();
+        assert_eq!(chosen.dra_gpus.to_string(), "1");
+        let without_driver = choice(None, &watched(&node), CommandLine::default(), None).unwrap();
+        assert_eq!(
+            without_driver.dra_gpus,
+            GpuSet::None,
+            "no DRA driver, no GPU left out"
         );
     }
 

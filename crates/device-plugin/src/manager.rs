@@ -208,7 +208,13 @@ impl State {
                 }
             }
         };
-        match advertise(gpus, &candidate.config, candidate.mig_strategy) {
+        // The DRA driver's GPUs are never advertised: the two never hand out the same GPU.
+        let ours: Vec<PlannedGpu> = gpus
+            .iter()
+            .filter(|gpu| !candidate.dra_gpus.contains(gpu.view.inventory.index))
+            .cloned()
+            .collect();
+        match advertise(&ours, &candidate.config, candidate.mig_strategy) {
             Ok(plan) => {
                 let settings =
                     AllocateSettings::new(&candidate.config, options.cdi, &options.mps_root);

@@ -98,7 +98,9 @@ impl MpsDaemons {
                     info!(resource = %name, devices = daemon.uuids.len(), "MPS control daemon started with per-client limits");
                     self.running.insert(name, daemon);
                 }
-                Err(error) => warn!(resource = %name, %error, "cannot start the MPS control daemon"),
+                Err(error) => {
+                    warn!(resource = %name, %error, "cannot start the MPS control daemon")
+                }
             }
         }
     }

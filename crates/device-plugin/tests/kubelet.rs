@@ -14,6 +14,7 @@ use device_plugin::api::{
 };
 use device_plugin::health::Checks;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
+use gpu::GpuBackend;
 use gpu::Simulator;
 use node_runtime::backend::Gpus;
 use node_runtime::grpc::connect;
@@ -248,6 +249,34 @@ async fn registers_streams_allocates_recovers_and_reregisters() {
     })
     .await;
     assert!(!dir.join("nvidia-gpu.shared.sock").exists());
+
+    // GPUs the DRA driver takes are withdrawn from the kubelet: the two never hand out the same GPU.
+    let mut partitioned = config("version: v1\n", "whole");
+    if let Some(Ok(chosen)) = partitioned.as_mut() {
+        chosen.dra_gpus = "0-1".parse().unwrap();
+    }
+    configs.send(partitioned).unwrap();
+    wait_for(&mut lists, "the 2 GPUs the DRA driver leaves", |lists| {
+        healthy(lists, "nvidia.com/gpu") == Some(2)
+    })
+    .await;
+    let offered: Vec<String> = lists.borrow()["nvidia.com/gpu"]
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
+    let taken: Vec<String> = simulator
+        .gpus()
+        .unwrap()
+        .into_iter()
+        .filter(|gpu| gpu.index < 2)
+        .map(|gpu| gpu.uuid)
+        .collect();
+    assert!(offered.iter().all(|id| !taken.contains(id)), "{offered:?}");
+    configs.send(config("version: v1\n", "whole")).unwrap();
+    wait_for(&mut lists, "4 whole GPUs again", |lists| {
+        healthy(lists, "nvidia.com/gpu") == Some(4)
+    })
+    .await;
 
     // An invalid config keeps the last good one and says why.
     configs

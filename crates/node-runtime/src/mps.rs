@@ -78,7 +78,9 @@ pub async fn start(pipe: &Path, log: &Path, daemon: &Daemon) -> Result<(), MpsEr
             .memory_limits_mib
             .iter()
             .enumerate()
-            .map(|(position, limit)| format!("set_default_device_pinned_mem_limit {position} {limit}M")),
+            .map(|(position, limit)| {
+                format!("set_default_device_pinned_mem_limit {position} {limit}M")
+            }),
     );
     control(pipe, &commands.join("\n")).await
 }

@@ -207,7 +207,10 @@ mod tests {
     fn a_claim_without_cores_is_not_capped_and_a_whole_gpu_has_no_limits() {
         let memory_only = spec("c", &[shared(0)]);
         let env = memory_only["devices"][0]["containerEdits"]["env"].to_string();
-        assert!(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"), "{env}");
+        assert!(
+            env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
+            "{env}"
+        );
 
         let mut whole = shared(0);
         whole.limits = None;

@@ -82,7 +82,9 @@ pub enum PrepareError {
         device: String,
     },
     /// A consumed capacity is not a quantity.
-    #[error("ResourceClaim {claim}: consumed {capacity} {value:?} of device {device} is not a quantity")]
+    #[error(
+        "ResourceClaim {claim}: consumed {capacity} {value:?} of device {device} is not a quantity"
+    )]
     Capacity {
         /// namespace/name.
         claim: String,
@@ -135,10 +137,16 @@ pub fn devices_of(
         .filter(|result| result.driver == DRIVER && result.pool == pool)
     {
         // The kubelet matches containers' requests by the request's base name, without a sub-request.
-        let request = result.request.split('/').next().unwrap_or_default().to_owned();
-        if let Some(existing) = prepared.iter_mut().find(|device| {
-            device.device == result.device && device.share_id == result.share_id
-        }) {
+        let request = result
+            .request
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(existing) = prepared
+            .iter_mut()
+            .find(|device| device.device == result.device && device.share_id == result.share_id)
+        {
             existing.requests.push(request);
             continue;
         }
@@ -251,7 +259,10 @@ impl Checkpoint {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|error| format!("checkpoint {} is not valid: {error}", path.display())),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(error) => Err(format!("cannot read checkpoint {}: {error}", path.display())),
+            Err(error) => Err(format!(
+                "cannot read checkpoint {}: {error}",
+                path.display()
+            )),
         }
     }
 
@@ -381,7 +392,11 @@ impl Claims {
     pub async fn unprepare(&self, claim_uid: &str) -> Result<(), String> {
         let mut state = self.state.lock().await;
         if let Some(prepared) = state.claims.get(claim_uid) {
-            for limits in prepared.devices.iter().filter_map(|device| device.limits.as_ref()) {
+            for limits in prepared
+                .devices
+                .iter()
+                .filter_map(|device| device.limits.as_ref())
+            {
                 if self.start_mps
                     && let Err(error) = mps::stop(&limits.mps_dir.join("pipe")).await
                 {
@@ -405,7 +420,11 @@ impl Claims {
     /// Makes the claim's MPS directories (the container's mounts need them) and, on real GPUs, starts its control
     /// daemon with the claim's limits as the daemon's defaults. A daemon left by an earlier, interrupted try is
     /// stopped first.
-    async fn start_daemon(&self, device: &PreparedDevice, limits: &ShareLimits) -> Result<(), String> {
+    async fn start_daemon(
+        &self,
+        device: &PreparedDevice,
+        limits: &ShareLimits,
+    ) -> Result<(), String> {
         let pipe = limits.mps_dir.join("pipe");
         for dir in [&pipe, &limits.mps_dir.join("shm")] {
             std::fs::create_dir_all(dir)

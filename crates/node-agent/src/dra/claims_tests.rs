@@ -115,23 +115,39 @@ async fn a_shared_claim_gets_its_consumed_memory_and_cores_as_mps_limits() {
         "team/claim-a".to_owned(),
         claim(
             "a",
-            vec![result("gpu", "gpu-1", &[("memory", "3000Mi"), ("cores", "30")])],
+            vec![result(
+                "gpu",
+                "gpu-1",
+                &[("memory", "3000Mi"), ("cores", "30")],
+            )],
         ),
     )]));
     let claims = node.claims();
-    let devices = claims.prepare(&api, &reference("a"), &node.published).await.unwrap();
+    let devices = claims
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
     assert_eq!(devices.len(), 1);
     let limits = devices[0].limits.as_ref().unwrap();
     assert_eq!((limits.memory_mib, limits.cores), (3000, 30));
     assert_eq!(devices[0].share_id.as_deref(), Some("share-gpu-1"));
-    assert!(limits.mps_dir.join("pipe").is_dir(), "the container's mounts need the pipe directory");
+    assert!(
+        limits.mps_dir.join("pipe").is_dir(),
+        "the container's mounts need the pipe directory"
+    );
 
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(cdi::path(&node.host().cdi_dir, "a")).unwrap())
             .unwrap();
     let env = spec["devices"][0]["containerEdits"]["env"].to_string();
-    assert!(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3000M"), "{env}");
-    assert!(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"), "{env}");
+    assert!(
+        env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3000M"),
+        "{env}"
+    );
+    assert!(
+        env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"),
+        "{env}"
+    );
 }
 
 #[tokio::test]
@@ -141,7 +157,11 @@ async fn a_restarted_driver_answers_from_its_checkpoint_and_never_prepares_twice
         "team/claim-a".to_owned(),
         claim("a", vec![result("gpu", "gpu-0", &[])]),
     )]));
-    let first = node.claims().prepare(&api, &reference("a"), &node.published).await.unwrap();
+    let first = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
     assert_eq!(first[0].limits, None, "a whole GPU has no limits");
 
     // A new driver with the same checkpoint: the claim is known without asking the API (now empty).
@@ -164,11 +184,23 @@ async fn a_prepare_interrupted_before_its_checkpoint_is_done_again_from_the_star
     let node = Node::new();
     let api = Api(BTreeMap::from([(
         "team/claim-a".to_owned(),
-        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi"), ("cores", "0")])]),
+        claim(
+            "a",
+            vec![result("gpu", "gpu-1", &[("memory", "1Gi"), ("cores", "0")])],
+        ),
     )]));
     // What a driver stopped after writing the spec leaves behind: a stale spec, no checkpoint entry.
-    cdi::write(&node.host().cdi_dir, "a", &serde_json::json!({"stale": true})).unwrap();
-    let devices = node.claims().prepare(&api, &reference("a"), &node.published).await.unwrap();
+    cdi::write(
+        &node.host().cdi_dir,
+        "a",
+        &serde_json::json!({"stale": true}),
+    )
+    .unwrap();
+    let devices = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
     assert_eq!(devices[0].limits.as_ref().unwrap().memory_mib, 1024);
     let spec = std::fs::read_to_string(cdi::path(&node.host().cdi_dir, "a")).unwrap();
     assert!(!spec.contains("stale") && spec.contains("claim"), "{spec}");
@@ -182,7 +214,10 @@ async fn replaced_unallocated_and_unknown_claims_are_refused_and_nothing_is_kept
     unallocated.status = None;
     let api = Api(BTreeMap::from([
         ("team/claim-a".to_owned(), claim("other", vec![])),
-        ("team/claim-b".to_owned(), claim("b", vec![result("gpu", "gpu-7", &[])])),
+        (
+            "team/claim-b".to_owned(),
+            claim("b", vec![result("gpu", "gpu-7", &[])]),
+        ),
         ("team/claim-c".to_owned(), unallocated),
     ]));
     let claims = node.claims();
@@ -196,9 +231,15 @@ async fn replaced_unallocated_and_unknown_claims_are_refused_and_nothing_is_kept
         .await
         .unwrap_err()
         .to_string();
-    assert!(unknown.contains("device gpu-7") && unknown.contains("delete the pod"), "{unknown}");
+    assert!(
+        unknown.contains("device gpu-7") && unknown.contains("delete the pod"),
+        "{unknown}"
+    );
     let unallocated = claims.prepare(&api, &reference("c"), &node.published).await;
-    assert!(matches!(unallocated, Err(PrepareError::NotAllocated { .. })));
+    assert!(matches!(
+        unallocated,
+        Err(PrepareError::NotAllocated { .. })
+    ));
     let missing = claims.prepare(&api, &reference("d"), &node.published).await;
     assert!(matches!(missing, Err(PrepareError::Read { .. })));
     assert!(claims.prepared().await.claims.is_empty());
@@ -223,7 +264,14 @@ fn results_of_other_drivers_and_pools_are_not_ours() {
     foreign.driver = "net.example.com".into();
     let mut elsewhere = result("gpu", "gpu-0", &[]);
     elsewhere.pool = "node-2".into();
-    let claim = claim("a", vec![foreign, elsewhere, result("gpu", "gpu-1", &[("memory", "2Gi")])]);
+    let claim = claim(
+        "a",
+        vec![
+            foreign,
+            elsewhere,
+            result("gpu", "gpu-1", &[("memory", "2Gi")]),
+        ],
+    );
     let devices = devices_of(&claim, "node-1", &node.published, &node.host(), &|_| false).unwrap();
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0].device, "gpu-1");

@@ -69,7 +69,9 @@ impl Publisher {
         let (partition, errors) = crd::dra::partition(&self.defaults, node.labels());
         let warnings = errors
             .iter()
-            .map(|(label, error)| format!("label {label}: {error}; using the ClusterPolicy's default"))
+            .map(|(label, error)| {
+                format!("label {label}: {error}; using the ClusterPolicy's default")
+            })
             .collect();
         let views = node_runtime::inventory::read(self.gpus.backend())?;
         Ok((slices::devices(&views, &partition), warnings))
@@ -78,12 +80,14 @@ impl Publisher {
     /// Runs until the watches end: one pass per change, and every minute.
     pub async fn run(mut self, changed: Arc<Notify>) -> anyhow::Result<()> {
         let inputs = watch_inputs(&self.client, &self.node, changed);
-        run_on_changes(inputs, Some(Duration::from_secs(60)), async |inputs: Option<Inputs>| {
-            match inputs {
+        run_on_changes(
+            inputs,
+            Some(Duration::from_secs(60)),
+            async |inputs: Option<Inputs>| match inputs {
                 Some(inputs) => self.pass(&inputs).await,
                 None => Ok(()),
-            }
-        })
+            },
+        )
         .await;
         anyhow::bail!("the watches of the Node and the ResourceSlice ended")
     }
@@ -107,21 +111,35 @@ impl Publisher {
         let generation = stored.map_or(0, |slice| slice.spec.pool.generation);
         let wanted = slices::slice(&self.node, &uid, generation, &devices);
         let same = stored.is_some_and(|slice| {
-            slice.spec.devices == wanted.spec.devices && slice.owner_references() == wanted.owner_references()
+            slice.spec.devices == wanted.spec.devices
+                && slice.owner_references() == wanted.owner_references()
         });
         if !same {
             // A new generation tells the scheduler to forget the pool's older slices.
             let wanted = slices::slice(&self.node, &uid, generation + 1, &devices);
             let params = PatchParams::apply(crd::gpu_node::field_manager::DRA_DRIVER).force();
             Api::<ResourceSlice>::all(self.client.clone())
-                .patch(&slices::slice_name(&self.node), &params, &Patch::Apply(&wanted))
+                .patch(
+                    &slices::slice_name(&self.node),
+                    &params,
+                    &Patch::Apply(&wanted),
+                )
                 .await?;
-            info!(devices = devices.len(), generation = generation + 1, "ResourceSlice published");
+            info!(
+                devices = devices.len(),
+                generation = generation + 1,
+                "ResourceSlice published"
+            );
         }
         let views = node_runtime::inventory::read(self.gpus.backend())?;
         let prepared = self.claims.prepared().await;
         let status = GpuNodeStatus {
-            dra: Some(status::status(&devices, &prepared, self.claims.starts_mps(), warnings)),
+            dra: Some(status::status(
+                &devices,
+                &prepared,
+                self.claims.starts_mps(),
+                warnings,
+            )),
             ..inventory_status(&views)
         };
         self.gpu_node.publish(status).await?;
@@ -131,7 +149,11 @@ impl Publisher {
 
 /// The Node's and the slice's latest states, sent again when the prepared claims change, by a background task. `None` until
 /// the Node and the slice have each been seen once.
-fn watch_inputs(client: &Client, node: &str, changed: Arc<Notify>) -> watch::Receiver<Option<Inputs>> {
+fn watch_inputs(
+    client: &Client,
+    node: &str,
+    changed: Arc<Notify>,
+) -> watch::Receiver<Option<Inputs>> {
     enum Change {
         Node(Box<Option<Node>>),
         Slice(Box<Option<ResourceSlice>>),
@@ -148,7 +170,10 @@ fn watch_inputs(client: &Client, node: &str, changed: Arc<Notify>) -> watch::Rec
     });
     let (sender, receiver) = watch::channel(None);
     tokio::spawn(async move {
-        let mut changes = stream::select(stream::select(nodes.boxed(), slices.boxed()), claims.boxed());
+        let mut changes = stream::select(
+            stream::select(nodes.boxed(), slices.boxed()),
+            claims.boxed(),
+        );
         let (mut node, mut slice) = (None, None);
         while let Some(change) = changes.next().await {
             match change {

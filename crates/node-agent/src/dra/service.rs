@@ -19,7 +19,9 @@ use super::api::{
 use super::cdi;
 use super::claims::{ClaimReader, ClaimRef, Claims};
 use super::registration::registration_server::{Registration, RegistrationServer};
-use super::registration::{InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse};
+use super::registration::{
+    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
+};
 use super::slices::DriverDevice;
 
 /// The service the kubelet picks: the DRA plugin API v1.
@@ -41,7 +43,9 @@ impl Sockets {
     #[must_use]
     pub fn under(root: &Path) -> Self {
         Self {
-            registration: root.join("plugins_registry").join(format!("{DRIVER}-reg.sock")),
+            registration: root
+                .join("plugins_registry")
+                .join(format!("{DRIVER}-reg.sock")),
             service: root.join("plugins").join(DRIVER).join("dra.sock"),
         }
     }
@@ -74,12 +78,19 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
                 uid: claim.uid,
             };
             let published = self.devices.borrow().clone();
-            let answer = match self.claims.prepare(&self.reader, &reference, &published).await {
+            let answer = match self
+                .claims
+                .prepare(&self.reader, &reference, &published)
+                .await
+            {
                 Ok(devices) => NodePrepareResourceResponse {
                     devices: devices
                         .into_iter()
                         .map(|device| Device {
-                            cdi_device_ids: vec![cdi::qualified_name(&reference.uid, &device.device)],
+                            cdi_device_ids: vec![cdi::qualified_name(
+                                &reference.uid,
+                                &device.device,
+                            )],
                             request_names: device.requests,
                             pool_name: device.pool,
                             device_name: device.device,

@@ -63,10 +63,7 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
                 ATTRIBUTE_CUDA_COMPUTE_CAPABILITY,
                 version(&inventory.compute_capability.to_string()),
             ),
-            (
-                ATTRIBUTE_DRIVER_VERSION,
-                version(&inventory.driver_version),
-            ),
+            (ATTRIBUTE_DRIVER_VERSION, version(&inventory.driver_version)),
             (
                 ATTRIBUTE_CUDA_DRIVER_VERSION,
                 version(&format!(
@@ -136,7 +133,12 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
 
 /// The driver's slice for `node`: name `<node>-gpu.nvidia.com`, pool `<node>`, owned by the Node (deleted with it).
 #[must_use]
-pub fn slice(node: &str, node_uid: &str, generation: i64, devices: &[DriverDevice]) -> ResourceSlice {
+pub fn slice(
+    node: &str,
+    node_uid: &str,
+    generation: i64,
+    devices: &[DriverDevice],
+) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
             name: Some(slice_name(node)),
@@ -230,7 +232,10 @@ fn integer(value: u32) -> DeviceAttribute {
 fn version(value: &str) -> DeviceAttribute {
     let mut numbers: Vec<String> = value
         .split('.')
-        .map(|part| part.parse::<u64>().map_or_else(|_| "0".to_owned(), |n| n.to_string()))
+        .map(|part| {
+            part.parse::<u64>()
+                .map_or_else(|_| "0".to_owned(), |n| n.to_string())
+        })
         .collect();
     numbers.resize(3, "0".to_owned());
     DeviceAttribute {
@@ -278,27 +283,46 @@ mod tests {
         assert_eq!(memory.default.as_ref().unwrap().0, "40960Mi");
         let range = memory.valid_range.as_ref().unwrap();
         assert_eq!(
-            (range.min.0.as_str(), range.step.as_ref().unwrap().0.as_str()),
+            (
+                range.min.0.as_str(),
+                range.step.as_ref().unwrap().0.as_str()
+            ),
             ("1048576", "1048576")
         );
         let cores = &capacity[CAPACITY_CORES];
         assert_eq!(cores.value.0, "100");
         assert_eq!(
-            cores.request_policy.as_ref().unwrap().default.as_ref().unwrap().0,
+            cores
+                .request_policy
+                .as_ref()
+                .unwrap()
+                .default
+                .as_ref()
+                .unwrap()
+                .0,
             "0",
             "a memory-only claim must not take the GPU's cores"
         );
-        assert_eq!(attribute(&shared.device, ATTRIBUTE_TYPE).string.as_deref(), Some("gpu"));
         assert_eq!(
-            attribute(&shared.device, ATTRIBUTE_PRODUCT_NAME).string.as_deref(),
+            attribute(&shared.device, ATTRIBUTE_TYPE).string.as_deref(),
+            Some("gpu")
+        );
+        assert_eq!(
+            attribute(&shared.device, ATTRIBUTE_PRODUCT_NAME)
+                .string
+                .as_deref(),
             Some("NVIDIA A100-SXM4-40GB")
         );
         assert_eq!(
-            attribute(&shared.device, ATTRIBUTE_ARCHITECTURE).string.as_deref(),
+            attribute(&shared.device, ATTRIBUTE_ARCHITECTURE)
+                .string
+                .as_deref(),
             Some("ampere")
         );
         assert_eq!(
-            attribute(&shared.device, ATTRIBUTE_CUDA_COMPUTE_CAPABILITY).version.as_deref(),
+            attribute(&shared.device, ATTRIBUTE_CUDA_COMPUTE_CAPABILITY)
+                .version
+                .as_deref(),
             Some("8.0.0")
         );
         assert_eq!(
@@ -314,7 +338,10 @@ mod tests {
             dra: "2-3".parse().unwrap(),
             shared: GpuSet::All,
         };
-        let names: Vec<String> = devices(&gpus, &partition).into_iter().map(|d| d.name).collect();
+        let names: Vec<String> = devices(&gpus, &partition)
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
         assert_eq!(names, ["gpu-2", "gpu-3"]);
     }
 
@@ -330,13 +357,20 @@ mod tests {
         let first = &devices[0];
         assert!(first.name.starts_with("gpu-0-mig-"), "{}", first.name);
         assert!(!first.shared);
-        assert_eq!(attribute(&first.device, ATTRIBUTE_TYPE).string.as_deref(), Some("mig"));
         assert_eq!(
-            attribute(&first.device, ATTRIBUTE_MIG_PROFILE).string.as_deref(),
+            attribute(&first.device, ATTRIBUTE_TYPE).string.as_deref(),
+            Some("mig")
+        );
+        assert_eq!(
+            attribute(&first.device, ATTRIBUTE_MIG_PROFILE)
+                .string
+                .as_deref(),
             Some("1g.5gb")
         );
         assert_eq!(
-            attribute(&first.device, ATTRIBUTE_PARENT_UUID).string.as_deref(),
+            attribute(&first.device, ATTRIBUTE_PARENT_UUID)
+                .string
+                .as_deref(),
             Some(gpus[0].inventory.uuid.as_str())
         );
         assert!(first.uuid.starts_with("MIG-"));
@@ -351,9 +385,18 @@ mod tests {
     #[test]
     fn the_slice_is_the_nodes_pool_owned_by_the_node() {
         let gpus = read("h100-80gb:1", &[]);
-        let devices = devices(&gpus, &Partition { dra: GpuSet::All, shared: GpuSet::None });
+        let devices = devices(
+            &gpus,
+            &Partition {
+                dra: GpuSet::All,
+                shared: GpuSet::None,
+            },
+        );
         let slice = slice("node-a", "uid-1", 3, &devices);
-        assert_eq!(slice.metadata.name.as_deref(), Some("node-a-gpu.nvidia.com"));
+        assert_eq!(
+            slice.metadata.name.as_deref(),
+            Some("node-a-gpu.nvidia.com")
+        );
         assert_eq!(slice.spec.pool.name, "node-a");
         assert_eq!(slice.spec.pool.generation, 3);
         assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));

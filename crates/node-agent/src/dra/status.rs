@@ -121,7 +121,11 @@ mod tests {
         let by_name = |name: &str| status.devices.iter().find(|d| d.name == name).unwrap();
         let shared = by_name("gpu-1");
         assert_eq!(
-            (shared.claims, shared.memory_allocated_mib, shared.memory_free_mib),
+            (
+                shared.claims,
+                shared.memory_allocated_mib,
+                shared.memory_free_mib
+            ),
             (2, 6000, 34960)
         );
         assert_eq!((shared.cores_allocated, shared.cores_free), (30, 70));

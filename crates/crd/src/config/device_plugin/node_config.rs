@@ -50,6 +50,8 @@ pub struct NodeConfig {
     pub mig_strategy: MigStrategy,
     /// Whether feature discovery leaves out `nvidia.com/gfd.timestamp`.
     pub no_timestamp: bool,
+    /// The GPUs the DRA driver takes on this node ([`crate::dra::partition`]): the device plugin leaves them out.
+    pub dra_gpus: crate::dra::GpuSet,
 }
 
 impl NodeConfig {
@@ -74,6 +76,7 @@ impl NodeConfig {
             config: parsed.config,
             mig_strategy,
             no_timestamp,
+            dra_gpus: crate::dra::GpuSet::None,
         }
     }
 
