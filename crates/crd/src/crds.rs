@@ -298,6 +298,10 @@ mod tests {
                 "spec.watchdog.",
                 "no counterpart: the section is this operator's own",
             ),
+            (
+                "spec.draDriver.",
+                "no counterpart: the section is this operator's own",
+            ),
         ];
         let image_sections = [
             "spec.driver",
@@ -310,6 +314,7 @@ mod tests {
             "spec.migManager",
             "spec.nodeStatusExporter",
             "spec.watchdog",
+            "spec.draDriver",
             "spec.validator",
             "spec.operator.initContainer",
         ];

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod common;
+mod dra_driver;
 mod operands;
 mod status;
 mod watchdog;
@@ -19,6 +20,7 @@ pub use common::{
     ConfigMapRef, ContainerProbeSpec, ContainerSpec, EnvVar, ImageSpec, PULL_POLICIES,
     ResourceRequirements, UnknownFields,
 };
+pub use dra_driver::DraDriverSpec;
 pub use operands::{
     DEFAULT_MIG_CONFIG_MAP, DcgmExporterSpec, DcgmSpec, DevicePluginConfigRef, DevicePluginSpec,
     DrainSpec, DriverLicensingConfigSpec, DriverRepoConfigSpec, DriverSpec,
@@ -118,6 +120,9 @@ pub struct ClusterPolicySpec {
     /// The GPU memory watchdog (ours, not NVIDIA's; off by default).
     #[serde(default, skip_serializing_if = "is_default")]
     pub watchdog: WatchdogSpec,
+    /// The DRA driver gpu.nvidia.com, with fractional GPUs (ours, not NVIDIA's; off by default).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub dra_driver: DraDriverSpec,
     /// Pod Security Admission labels for the operator's namespace. Accepted, not implemented.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psa: Option<UnsupportedSection>,

@@ -16,11 +16,12 @@ pub enum Component {
     MigManager,
     NodeStatusExporter,
     Watchdog,
+    DraDriver,
 }
 
 impl Component {
     /// Every component, in the order they come up on a node (status lists them in this order).
-    pub const ALL: [Component; 10] = [
+    pub const ALL: [Component; 11] = [
         Component::Driver,
         Component::ContainerToolkit,
         Component::OperatorValidator,
@@ -31,6 +32,7 @@ impl Component {
         Component::MigManager,
         Component::NodeStatusExporter,
         Component::Watchdog,
+        Component::DraDriver,
     ];
 
     /// The name in deploy labels and in `status.components`.
@@ -46,6 +48,7 @@ impl Component {
             Component::MigManager => "mig-manager",
             Component::NodeStatusExporter => "node-status-exporter",
             Component::Watchdog => "watchdog",
+            Component::DraDriver => "dra-driver",
         }
     }
 
@@ -62,6 +65,7 @@ impl Component {
             Component::MigManager => "nvidia-mig-manager",
             Component::NodeStatusExporter => "nvidia-node-status-exporter",
             Component::Watchdog => "nvidia-gpu-watchdog",
+            Component::DraDriver => "nvidia-dra-driver-gpu",
         }
     }
 
@@ -78,6 +82,7 @@ impl Component {
                 | Component::GpuFeatureDiscovery
                 | Component::Dcgm
                 | Component::DcgmExporter
+                | Component::DraDriver
         )
     }
 }

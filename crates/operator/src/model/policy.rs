@@ -146,7 +146,7 @@ struct Section<'a> {
     enabled: Option<bool>,
 }
 
-fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 10] {
+fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 11] {
     let section = |component, field, image, variable, on_by_default, enabled| Section {
         component,
         field,
@@ -237,6 +237,15 @@ fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 10] {
             false,
             spec.watchdog.enabled,
         ),
+        // The node agent's role; off unless asked for.
+        section(
+            Component::DraDriver,
+            "draDriver",
+            &spec.dra_driver.image,
+            "VALIDATOR_IMAGE",
+            false,
+            spec.dra_driver.enabled,
+        ),
     ]
 }
 
@@ -253,10 +262,12 @@ fn nvidia_image_names(component: Component) -> &'static [&'static str] {
         Component::OperatorValidator | Component::NodeStatusExporter => {
             &["gpu-operator", "gpu-operator-validator"]
         }
-        // NVIDIA's images are what runs for these; NVIDIA has no watchdog.
-        Component::Driver | Component::ContainerToolkit | Component::Dcgm | Component::Watchdog => {
-            &[]
-        }
+        // NVIDIA's images are what runs for these; NVIDIA has no watchdog, and its DRA driver is not an operand.
+        Component::Driver
+        | Component::ContainerToolkit
+        | Component::Dcgm
+        | Component::Watchdog
+        | Component::DraDriver => &[],
     }
 }
 

@@ -29,7 +29,12 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
 
     let mut ds = OperandDaemonSet::new(policy, facts, Component::DevicePlugin);
     ds.main = container("nvidia-device-plugin", command);
-    ds.main.env = Some(vec![node_name_env(), namespace_env(facts)]);
+    let mut env = vec![node_name_env(), namespace_env(facts)];
+    if spec.dra_driver.is_enabled() {
+        // The GPUs the DRA driver takes, which the plugin leaves out (a node's label may override both alike).
+        env.push(super::common::env("DRA_GPUS", spec.dra_driver.gpus()));
+    }
+    ds.main.env = Some(env);
     // Privileged: the plugin starts MPS control daemons and opens every GPU's device nodes.
     ds.main.security_context = privileged();
     ds.mount(&HostMount::same("device-plugins", DEVICE_PLUGINS_DIR));

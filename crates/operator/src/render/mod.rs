@@ -10,6 +10,7 @@ mod common;
 mod dcgm;
 mod device_plugin;
 mod discovery;
+mod dra_driver;
 mod driver;
 mod exporter;
 mod metrics;
@@ -74,6 +75,7 @@ fn render_component(
         Component::MigManager => mig_manager::render(policy, facts),
         Component::NodeStatusExporter => node_status_exporter::render(policy, facts),
         Component::Watchdog => watchdog::render(policy, facts),
+        Component::DraDriver => dra_driver::render(policy, facts),
     }
 }
 

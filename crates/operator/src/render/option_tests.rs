@@ -521,6 +521,55 @@ fn watchdog_enabled_with_defaults_and_with_every_setting() {
 }
 
 #[test]
+fn dra_driver_takes_its_gpus_from_the_device_plugin() {
+    let spec = json!({"draDriver": {"enabled": true, "gpus": "2-3", "sharedGPUs": "3"}});
+    let drivers = render_component(spec.clone(), &one_node(), Component::DraDriver);
+    assert_eq!(names(&drivers), ["nvidia-dra-driver-gpu"]);
+    let pod = &drivers[0]["spec"]["template"]["spec"];
+    let main = &pod["containers"][0];
+    assert_eq!(main["command"], json!(["gpu-node-agent"]));
+    assert_eq!(main["args"][0], "dra-driver");
+    let env = |container: &serde_json::Value, name: &str| {
+        container["env"]
+            .as_array()
+            .and_then(|env| env.iter().find(|var| var["name"] == name))
+            .map(|var| var["value"].clone())
+    };
+    assert_eq!(env(main, "DRA_GPUS"), Some(json!("2-3")));
+    assert_eq!(env(main, "DRA_SHARED_GPUS"), Some(json!("3")));
+    let mounts: Vec<&str> = main["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|mount| mount["mountPath"].as_str())
+        .collect();
+    for path in [
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+        "/run/nvidia/mps",
+    ] {
+        assert!(mounts.contains(&path), "{path} in {mounts:?}");
+    }
+    snapshot("dra_driver_enabled", &drivers);
+
+    let plugins = render_component(spec, &one_node(), Component::DevicePlugin);
+    let plugin = &plugins[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(plugin, "DRA_GPUS"),
+        Some(json!("2-3")),
+        "the plugin leaves the driver's GPUs out"
+    );
+    let alone = render_component(json!({}), &one_node(), Component::DevicePlugin);
+    let plugin = &alone[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(plugin, "DRA_GPUS"),
+        None,
+        "without a DRA driver the plugin keeps every GPU"
+    );
+}
+
+#[test]
 fn dcgm_host_port() {
     let dcgm = render_component(
         json!({"dcgm": {"hostPort": 5555}}),

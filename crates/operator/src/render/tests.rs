@@ -31,7 +31,11 @@ fn default_policy_snapshots_per_operand() {
         ]
     );
     // Off by default: snapshotted where they are switched on (option_tests).
-    let off_by_default = [Component::NodeStatusExporter, Component::Watchdog];
+    let off_by_default = [
+        Component::NodeStatusExporter,
+        Component::Watchdog,
+        Component::DraDriver,
+    ];
     for component in Component::ALL
         .into_iter()
         .filter(|c| !off_by_default.contains(c))
@@ -43,7 +47,7 @@ fn default_policy_snapshots_per_operand() {
 
 #[test]
 fn every_object_carries_the_pruning_labels_and_selects_its_own_pods() {
-    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "dcgmExporter": {"serviceMonitor": {"enabled": true}}, "watchdog": {"enabled": true, "serviceMonitor": {"enabled": true}}});
+    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "dcgmExporter": {"serviceMonitor": {"enabled": true}}, "watchdog": {"enabled": true, "serviceMonitor": {"enabled": true}}, "draDriver": {"enabled": true}});
     let objects = render(&policy(all_on), &one_node());
     for object in &objects {
         let json = object.to_json();
@@ -128,8 +132,9 @@ fn a_disabled_component_renders_nothing() {
         (Component::MigManager, "migManager"),
         (Component::NodeStatusExporter, "nodeStatusExporter"),
         (Component::Watchdog, "watchdog"),
+        (Component::DraDriver, "draDriver"),
     ];
-    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}});
+    let all_on = json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}, "draDriver": {"enabled": true}});
     let everything = render(&policy(all_on.clone()), &one_node());
     for (component, section) in sections {
         let mut spec = all_on.clone();
@@ -160,7 +165,9 @@ fn a_disabled_component_renders_nothing() {
 #[test]
 fn operands_wait_for_the_driver_and_toolkit() {
     let objects = render(
-        &policy(json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}})),
+        &policy(
+            json!({"nodeStatusExporter": {"enabled": true}, "watchdog": {"enabled": true}, "draDriver": {"enabled": true}}),
+        ),
         &one_node(),
     );
     let own_waits = [

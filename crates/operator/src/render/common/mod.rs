@@ -117,6 +117,7 @@ pub(super) fn section(
             &spec.node_status_exporter.container,
         ),
         Component::Watchdog => (&spec.watchdog.image, &spec.watchdog.container),
+        Component::DraDriver => (&spec.dra_driver.image, &spec.dra_driver.container),
     }
 }
 
