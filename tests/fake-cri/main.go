@@ -4,18 +4,23 @@
 // its calls to device plugins, node status, the pod-resources API) is the kubelet's own code.
 //
 // Every CreateContainer is recorded as one JSON line (pod, container, environment, CDI devices, mounts, device
-// nodes), so tests can see exactly what the kubelet passed on from a device plugin's Allocate answer.
+// nodes), so tests can see exactly what the kubelet passed on from a device plugin's Allocate answer or a DRA
+// driver's NodePrepareResources. With --cdi-dir the runtime resolves the CDI devices it is given against the JSON
+// specs there, as a CDI-enabled containerd or CRI-O does: the spec's and the device's container edits (environment,
+// mounts, device nodes) are applied to the container, and a name no spec defines fails the container.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -40,6 +45,72 @@ type recordingRuntime struct {
 	*fake.RemoteRuntime
 	lock    sync.Mutex
 	records *os.File
+	cdiDir  string
+}
+
+// cdiEdits is the part of a CDI spec's containerEdits the tests look at.
+type cdiEdits struct {
+	Env         []string `json:"env"`
+	DeviceNodes []struct {
+		Path string `json:"path"`
+	} `json:"deviceNodes"`
+	Mounts []struct {
+		HostPath      string `json:"hostPath"`
+		ContainerPath string `json:"containerPath"`
+	} `json:"mounts"`
+}
+
+// cdiSpec is a CDI spec file.
+type cdiSpec struct {
+	Kind           string   `json:"kind"`
+	ContainerEdits cdiEdits `json:"containerEdits"`
+	Devices        []struct {
+		Name           string   `json:"name"`
+		ContainerEdits cdiEdits `json:"containerEdits"`
+	} `json:"devices"`
+}
+
+// apply adds a CDI spec's edits to the record.
+func (e cdiEdits) apply(record *createdContainer) {
+	for _, env := range e.Env {
+		if key, value, ok := strings.Cut(env, "="); ok {
+			record.Env[key] = value
+		}
+	}
+	for _, mount := range e.Mounts {
+		record.Mounts[mount.ContainerPath] = mount.HostPath
+	}
+	for _, node := range e.DeviceNodes {
+		record.Devices = append(record.Devices, node.Path)
+	}
+}
+
+// resolveCDI applies the edits of a fully qualified CDI device ("<vendor>/<class>=<name>") from the specs in the
+// runtime's CDI directory, read afresh (DRA drivers write a spec per claim just before the container is created).
+func (r *recordingRuntime) resolveCDI(id string, record *createdContainer) error {
+	kind, name, ok := strings.Cut(id, "=")
+	if !ok {
+		return fmt.Errorf("CDI device %q is not <vendor>/<class>=<name>", id)
+	}
+	files, _ := filepath.Glob(filepath.Join(r.cdiDir, "*.json"))
+	for _, file := range files {
+		bytes, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		var spec cdiSpec
+		if json.Unmarshal(bytes, &spec) != nil || spec.Kind != kind {
+			continue
+		}
+		for _, device := range spec.Devices {
+			if device.Name == name {
+				spec.ContainerEdits.apply(record)
+				device.ContainerEdits.apply(record)
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("unresolvable CDI devices %s", id)
 }
 
 func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -56,6 +127,11 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 	}
 	for _, device := range config.GetCDIDevices() {
 		record.CDIDevices = append(record.CDIDevices, device.GetName())
+		if r.cdiDir != "" {
+			if err := r.resolveCDI(device.GetName(), &record); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for _, mount := range config.GetMounts() {
 		record.Mounts[mount.GetContainerPath()] = mount.GetHostPath()
@@ -91,6 +167,7 @@ func (r *recordingRuntime) CreateContainer(ctx context.Context, req *runtimeapi.
 func main() {
 	socket := flag.String("socket", "", "the unix socket to serve the CRI on (the kubelet's --container-runtime-endpoint)")
 	recordsPath := flag.String("records", "", "the file that receives one JSON line per created container")
+	cdiDir := flag.String("cdi-dir", "", "the CDI spec directory CDI devices are resolved from (none: recorded, not resolved)")
 	flag.Parse()
 	if *socket == "" || *recordsPath == "" {
 		log.Fatal("--socket and --records are required")
@@ -99,7 +176,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("cannot open the records file: %v", err)
 	}
-	runtime := &recordingRuntime{RemoteRuntime: fake.NewFakeRemoteRuntime(), records: records}
+	runtime := &recordingRuntime{RemoteRuntime: fake.NewFakeRemoteRuntime(), records: records, cdiDir: *cdiDir}
 	// A pulled image needs a size, or the kubelet refuses to create containers from it.
 	runtime.ImageService.SetFakeImageSize(1 << 20)
 	// What fake.RemoteRuntime.Start sets before serving: the runtime and its network are ready.

@@ -89,7 +89,8 @@ impl Inputs<'_> {
             config_map: Some(self.config_map.clone()),
         };
         let chosen =
-            device_plugin::cluster::choice(&source, &watched, args.command_line()).unwrap();
+            device_plugin::cluster::choice(Some(&source), &watched, args.command_line(), None)
+                .unwrap();
         let planned: Vec<_> = self
             .gpus
             .iter()

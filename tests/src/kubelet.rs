@@ -50,6 +50,21 @@ impl Kubelet {
     /// Starts the runtime and a kubelet that registers node `node` with `labels`, keeping its state, config and
     /// logs in `dir`; returns once the Node is Ready.
     pub fn start(node: &str, dir: &Path, labels: &[(&str, &str)]) -> Self {
+        Self::start_with(node, dir, labels, None)
+    }
+
+    /// As [`start`](Self::start), with a runtime that resolves CDI devices against the specs in `cdi_dir`, as a
+    /// CDI-enabled containerd or CRI-O does (a DRA driver's per-claim specs).
+    pub fn start_resolving_cdi(
+        node: &str,
+        dir: &Path,
+        labels: &[(&str, &str)],
+        cdi_dir: &Path,
+    ) -> Self {
+        Self::start_with(node, dir, labels, Some(cdi_dir))
+    }
+
+    fn start_with(node: &str, dir: &Path, labels: &[(&str, &str)], cdi_dir: Option<&Path>) -> Self {
         let registration = Path::new(DEVICE_PLUGIN_ROOT).join("device-plugins");
         assert!(
             UnixStream::connect(registration.join("kubelet.sock")).is_err(),
@@ -62,11 +77,16 @@ impl Kubelet {
         std::fs::create_dir_all(dir).expect("the kubelet's directory");
 
         let socket = dir.join("cri.sock");
-        let runtime = Command::new(binary("E2E_FAKE_CRI_BIN", "fake-cri"))
+        let mut runtime = Command::new(binary("E2E_FAKE_CRI_BIN", "fake-cri"));
+        runtime
             .arg("--socket")
             .arg(&socket)
             .arg("--records")
-            .arg(dir.join("containers.jsonl"))
+            .arg(dir.join("containers.jsonl"));
+        if let Some(cdi_dir) = cdi_dir {
+            runtime.arg("--cdi-dir").arg(cdi_dir);
+        }
+        let runtime = runtime
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(log_file(&dir.join("fake-cri.log")))

@@ -5,6 +5,8 @@
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
 //! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
 //! - [`service`]: plugin registration and the `v1.DRAPlugin` gRPC service on unix sockets.
+//! - [`authority`]: the front that lets the kubelet's registration requests through (their `:authority` is the
+//!   socket's path, which HTTP/2 servers in Rust refuse).
 //! - [`status`] (pure): the driver's part of GPUNode status.
 //! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`dra plan`).
 
@@ -17,6 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::cli::DraDriverArgs;
 
+pub mod authority;
 pub mod cdi;
 pub mod claims;
 pub mod planner;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crd::dra::DRIVER;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
-use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
@@ -16,13 +16,13 @@ use super::api::{
     Device, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse,
     NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
-use super::cdi;
 use super::claims::{ClaimReader, ClaimRef, Claims};
 use super::registration::registration_server::{Registration, RegistrationServer};
 use super::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
 use super::slices::DriverDevice;
+use super::{authority, cdi};
 
 /// The service the kubelet picks: the DRA plugin API v1.
 const SERVICE_V1: &str = "v1.DRAPlugin";
@@ -179,7 +179,8 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves the DRA service, then registration (the kubelet dials the service as soon as it sees the registration
-/// socket). Returns when a server stops, which is an error: the driver exits and its pod restarts.
+/// socket), both behind the [`authority`](super::authority) front. Returns when a server stops, which is an error:
+/// the driver exits and its pod restarts.
 ///
 /// # Errors
 /// When a socket cannot be bound or a server fails.
@@ -193,12 +194,11 @@ pub async fn serve<R: ClaimReader + 'static>(
         endpoint: sockets.service.clone(),
     };
     info!(socket = %sockets.service.display(), "serving the DRA plugin service");
-    let service = tonic::transport::Server::builder()
-        .add_service(DraPluginServer::new(driver))
-        .serve_with_incoming(UnixListenerStream::new(service));
-    let registration = tonic::transport::Server::builder()
-        .add_service(RegistrationServer::new(registrar))
-        .serve_with_incoming(UnixListenerStream::new(registration));
+    let service = authority::serve(service, Routes::new(DraPluginServer::new(driver)));
+    let registration = authority::serve(
+        registration,
+        Routes::new(RegistrationServer::new(registrar)),
+    );
     tokio::select! {
         served = service => served?,
         served = registration => served?,

@@ -166,6 +166,40 @@ pub fn slice(
     }
 }
 
+/// Whether two device lists publish the same: the API server writes quantities back in canonical form (`40960Mi`
+/// is stored as `40Gi`), so capacities are compared by value, the rest as is.
+#[must_use]
+pub fn same_devices(published: &[Device], wanted: &[Device]) -> bool {
+    published.len() == wanted.len()
+        && published
+            .iter()
+            .zip(wanted)
+            .all(|(a, b)| canonical(a) == canonical(b))
+}
+
+/// A device with every capacity quantity written as a plain number.
+fn canonical(device: &Device) -> Device {
+    let number = |quantity: &Quantity| {
+        Quantity(
+            crate::watchdog::budget::parse_quantity(&quantity.0)
+                .map_or_else(|_| quantity.0.clone(), |value| value.to_string()),
+        )
+    };
+    let mut device = device.clone();
+    for capacity in device.capacity.iter_mut().flat_map(BTreeMap::values_mut) {
+        capacity.value = number(&capacity.value);
+        if let Some(policy) = capacity.request_policy.as_mut() {
+            policy.default = policy.default.as_ref().map(number);
+            if let Some(range) = policy.valid_range.as_mut() {
+                range.min = number(&range.min);
+                range.max = range.max.as_ref().map(number);
+                range.step = range.step.as_ref().map(number);
+            }
+        }
+    }
+    device
+}
+
 /// The name of the driver's slice for `node`.
 #[must_use]
 pub fn slice_name(node: &str) -> String {
@@ -374,6 +408,39 @@ mod tests {
             Some(gpus[0].inventory.uuid.as_str())
         );
         assert!(first.uuid.starts_with("MIG-"));
+    }
+
+    #[test]
+    fn devices_read_back_in_canonical_form_are_the_same() {
+        let gpus = read("a100-40gb:1", &[]);
+        let wanted = devices(
+            &gpus,
+            &Partition {
+                dra: GpuSet::All,
+                shared: GpuSet::All,
+            },
+        );
+        let wanted: Vec<Device> = wanted.into_iter().map(|device| device.device).collect();
+        let mut stored = wanted.clone();
+        let memory = stored[0]
+            .capacity
+            .as_mut()
+            .unwrap()
+            .get_mut(CAPACITY_MEMORY)
+            .unwrap();
+        memory.value = Quantity("40Gi".into());
+        let policy = memory.request_policy.as_mut().unwrap();
+        policy.default = Some(Quantity("40Gi".into()));
+        policy.valid_range.as_mut().unwrap().step = Some(Quantity("1Mi".into()));
+        assert!(same_devices(&stored, &wanted));
+        stored[0]
+            .capacity
+            .as_mut()
+            .unwrap()
+            .get_mut(CAPACITY_MEMORY)
+            .unwrap()
+            .value = Quantity("39Gi".into());
+        assert!(!same_devices(&stored, &wanted));
     }
 
     #[test]

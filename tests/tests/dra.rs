@@ -1,0 +1,418 @@
+//! The DRA driver (`gpu-node-agent dra-driver`) against the local cluster: the real kube-scheduler allocates
+//! claims from the ResourceSlices the driver publishes (consumable memory and cores on shared GPUs), and on a real
+//! kubelet ([`e2e::kubelet`], fake container runtime that resolves CDI devices as containerd does) the kubelet
+//! registers the driver, calls NodePrepareResources and hands the container the claim's CDI edits.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use e2e::agents::NodeAgent;
+use e2e::kubelet::{Kubelet, gpu_pod};
+use e2e::plugin::DevicePlugin;
+use e2e::*;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(90);
+const KUBELET_NODE: &str = "e2e-dra-kubelet";
+/// The ServiceAccount the operator's DRA driver DaemonSet runs as.
+const DRIVER_ACCOUNT: &str = "nvidia-dra-driver-gpu";
+
+/// A ResourceClaimTemplate for part of a shared GPU.
+fn share_template(name: &str, memory: &str, cores: Option<u32>) -> String {
+    let mut requests = json!({"memory": memory});
+    if let Some(cores) = cores {
+        requests["cores"] = cores.to_string().into();
+    }
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": "gpu",
+            "exactly": {"deviceClassName": "shared.gpu.nvidia.com", "capacity": {"requests": requests}}
+        }]}}}
+    })
+    .to_string()
+}
+
+/// A pod on `node` whose one container takes the claim made from `template`.
+fn claim_pod(name: &str, node: &str, template: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
+                            "resources": {"claims": [{"name": "gpu"}]}}]
+        }
+    })
+    .to_string()
+}
+
+/// A quantity's value: the API server writes consumed capacity in its own form (`3000Mi` comes back `3145728k`).
+fn bytes(quantity: &Value) -> u64 {
+    let text = quantity.as_str().expect("a quantity");
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let factor: u64 = match suffix {
+        "" => 1,
+        "k" => 1000,
+        "M" => 1000_u64.pow(2),
+        "G" => 1000_u64.pow(3),
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        other => panic!("unexpected quantity suffix {other} in {text}"),
+    };
+    number.parse::<u64>().expect("an integer quantity") * factor
+}
+
+/// The driver for `node` as a local process under the chart's ServiceAccount, with the DaemonSet's command line.
+fn start_driver(node: &str, state: &Path, root: &Path, host: &Path, gpus: &str) -> NodeAgent {
+    let (root, cdi, mps, dev) = (
+        root.display().to_string(),
+        host.join("cdi").display().to_string(),
+        host.join("mps").display().to_string(),
+        host.join("dev").display().to_string(),
+    );
+    NodeAgent::start(
+        node,
+        DRIVER_ACCOUNT,
+        state,
+        &[
+            "dra-driver",
+            "--kubelet-root",
+            &root,
+            "--cdi-root",
+            &cdi,
+            "--mps-root",
+            &mps,
+            "--dev-root",
+            &dev,
+        ],
+        &[("DRA_GPUS", gpus), ("DRA_SHARED_GPUS", "all")],
+    )
+}
+
+/// The driver's slice of `node`, once published.
+fn slice_of(node: &str) -> Option<Value> {
+    let got = run(
+        "kubectl",
+        &[
+            "get",
+            "resourceslice",
+            &format!("{node}-gpu.nvidia.com"),
+            "-o",
+            "json",
+        ],
+    );
+    got.success
+        .then(|| serde_json::from_str(&got.stdout).expect("kubectl printed JSON"))
+}
+
+/// The pod once Running, else a panic with its description and `logs`.
+fn wait_running(name: &str, logs: &dyn Fn() -> String) -> Value {
+    eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+        Ok((pod["status"]["phase"] == "Running").then_some(pod))
+    })
+    .unwrap_or_else(|error| {
+        let pod = run("kubectl", &["describe", "pod", name, "-n", "default"]);
+        panic!(
+            "pod {name} never ran: {error:#}\n{}\n{}",
+            pod.stdout,
+            logs()
+        )
+    })
+}
+
+/// The claim generated for pod `name`'s entry `gpu`.
+fn claim_of(pod: &Value) -> String {
+    pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .expect("the pod's claim")
+        .to_owned()
+}
+
+/// The driver's checkpoint of prepared claims.
+fn checkpoint(root: &Path) -> Value {
+    let path = root.join("plugins/gpu.nvidia.com/checkpoint.json");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn delete_pod(name: &str) {
+    kubectl(&[
+        "delete",
+        "pod",
+        name,
+        "-n",
+        "default",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+}
+
+/// Deletes pods and templates when dropped, also when an assertion fails.
+struct Cleanup(Vec<(&'static str, String)>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for (kind, name) in &self.0 {
+            clean_up(&[kind, name, "-n", "default", "--wait=false"]);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn dra_driver_on_a_real_kubelet() {
+    chart_installed();
+    let dir = scenario_dir("e2e-dra-kubelet");
+    let state = dir.join(format!("{KUBELET_NODE}.json"));
+    let host = dir.join("host");
+    let cdi_dir = host.join("cdi");
+    std::fs::create_dir_all(&cdi_dir).expect("CDI directory");
+    let _cleanup = Cleanup(vec![
+        ("pod", "e2e-dra-a".into()),
+        ("pod", "e2e-dra-b".into()),
+        ("pod", "e2e-dra-late".into()),
+        ("pod", "e2e-dra-classic".into()),
+        ("resourceclaimtemplate", "e2e-share-3000-30".into()),
+        ("resourceclaimtemplate", "e2e-share-2g".into()),
+    ]);
+
+    step(
+        "a real kubelet joins as e2e-dra-kubelet with 2 simulated A100-40GB; GPU 1 is the DRA driver's, GPU 0 the plugin's",
+    );
+    let kubelet = Kubelet::start_resolving_cdi(KUBELET_NODE, &dir.join("kubelet"), &[], &cdi_dir);
+    kubectl(&[
+        "annotate",
+        "node",
+        KUBELET_NODE,
+        "nvidia.com/gpu.simulator=a100-40gb:2",
+        "--overwrite",
+    ]);
+    let root: PathBuf = kubelet.root();
+    let mut driver = start_driver(KUBELET_NODE, &state, &root, &host, "1");
+    let plugin = DevicePlugin::start_on(
+        Path::new(e2e::kubelet::DEVICE_PLUGIN_ROOT),
+        KUBELET_NODE,
+        &state,
+        &["--dra-gpus", "1"],
+    );
+    let logs = |driver: &NodeAgent| {
+        format!(
+            "{}\ndriver log:\n{}\nplugin log:\n{}",
+            kubelet.output(),
+            driver.output(),
+            plugin.output()
+        )
+    };
+
+    step("the driver publishes one shared device, gpu-1; the plugin advertises GPU 0 alone");
+    let slice = eventually(WAIT, || Ok(slice_of(KUBELET_NODE)))
+        .unwrap_or_else(|error| panic!("no ResourceSlice: {error:#}\n{}", logs(&driver)));
+    let devices = &slice["spec"]["devices"];
+    assert_eq!(devices.as_array().map(Vec::len), Some(1), "{slice:#}");
+    assert_eq!(devices[0]["name"], "gpu-1");
+    assert_eq!(devices[0]["allowMultipleAllocations"], true);
+    assert_eq!(devices[0]["capacity"]["memory"]["value"], "40Gi");
+    assert_eq!(
+        devices[0]["capacity"]["cores"]["requestPolicy"]["default"],
+        "0"
+    );
+    let dra_uuid = devices[0]["attributes"]["uuid"]["string"]
+        .as_str()
+        .expect("the uuid attribute")
+        .to_owned();
+    eventually(WAIT, || {
+        Ok(
+            (e2e::kubelet::allocatable(KUBELET_NODE, "nvidia.com/gpu").as_deref() == Some("1"))
+                .then_some(()),
+        )
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "allocatable nvidia.com/gpu never 1: {error:#}\n{}",
+            logs(&driver)
+        )
+    });
+
+    step(
+        "a pod with a claim of 3000Mi and 30 cores: the scheduler allocates, the kubelet prepares, the container gets the limits through CDI",
+    );
+    assert!(
+        kubectl_apply(
+            &share_template("e2e-share-3000-30", "3000Mi", Some(30)),
+            &[]
+        )
+        .success
+    );
+    assert!(
+        kubectl_apply(
+            &claim_pod("e2e-dra-a", KUBELET_NODE, "e2e-share-3000-30"),
+            &[]
+        )
+        .success
+    );
+    let pod_a = wait_running("e2e-dra-a", &|| logs(&driver));
+    let claim_a = claim_of(&pod_a);
+    let claim = kubectl_json(&["get", "resourceclaim", &claim_a, "-n", "default"]);
+    let result = &claim["status"]["allocation"]["devices"]["results"][0];
+    assert_eq!(result["device"], "gpu-1");
+    assert_eq!(
+        bytes(&result["consumedCapacity"]["memory"]),
+        3000 << 20,
+        "{claim:#}"
+    );
+    assert_eq!(result["consumedCapacity"]["cores"], "30");
+    let container = kubelet
+        .container_of("e2e-dra-a")
+        .unwrap_or_else(|| panic!("no container for e2e-dra-a\n{}", logs(&driver)));
+    let claim_uid = claim["metadata"]["uid"].as_str().expect("claim uid");
+    assert_eq!(
+        container["cdiDevices"],
+        json!([format!("k8s.gpu.nvidia.com/claim={claim_uid}-gpu-1")])
+    );
+    assert_eq!(
+        container["env"]["NVIDIA_VISIBLE_DEVICES"],
+        dra_uuid.as_str()
+    );
+    assert_eq!(
+        container["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+        "0=3000M"
+    );
+    assert_eq!(container["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+    assert_eq!(
+        container["env"]["CUDA_MPS_PIPE_DIRECTORY"],
+        "/tmp/nvidia-mps"
+    );
+    assert!(
+        container["mounts"]["/tmp/nvidia-mps"]
+            .as_str()
+            .is_some_and(|host_path| host_path.ends_with(&format!("{claim_uid}/gpu-1/pipe"))),
+        "{container}"
+    );
+
+    step("a classic nvidia.com/gpu pod on the same node gets GPU 0, never the DRA driver's GPU");
+    assert!(
+        kubectl_apply(
+            &gpu_pod("e2e-dra-classic", KUBELET_NODE, "nvidia.com/gpu", 1),
+            &[]
+        )
+        .success
+    );
+    wait_running("e2e-dra-classic", &|| logs(&driver));
+    let classic = kubelet
+        .container_of("e2e-dra-classic")
+        .expect("classic container");
+    let classic_uuid = classic["env"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        classic_uuid.starts_with("GPU-") && classic_uuid != dra_uuid,
+        "{classic}"
+    );
+
+    step(
+        "GPUNode shows gpu-1 with one claim: 3000 MiB and 30 cores allocated, the rest free; no MPS daemon on simulated GPUs",
+    );
+    eventually(WAIT, || {
+        let status = &kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"]["dra"];
+        let device = &status["devices"][0];
+        Ok((device["claims"] == 1
+            && device["memoryAllocatedMiB"] == 3000
+            && device["memoryFreeMiB"] == 37960
+            && device["coresFree"] == 70
+            && status["enforcement"]
+                .as_str()
+                .is_some_and(|text| text.starts_with("none: simulated GPUs")))
+        .then_some(()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "GPUNode dra status never matched: {error:#}\n{:#}\n{}",
+            kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"],
+            logs(&driver)
+        )
+    });
+
+    step(
+        "the driver is killed and a pod is created meanwhile: after the restart that pod runs, and the first claim is prepared once",
+    );
+    driver.kill();
+    assert!(kubectl_apply(&share_template("e2e-share-2g", "2Gi", None), &[]).success);
+    assert!(kubectl_apply(&claim_pod("e2e-dra-b", KUBELET_NODE, "e2e-share-2g"), &[]).success);
+    std::thread::sleep(Duration::from_secs(3));
+    driver = start_driver(KUBELET_NODE, &state, &root, &host, "1");
+    wait_running("e2e-dra-b", &|| logs(&driver));
+    let prepared = checkpoint(&root);
+    let claims = prepared["claims"].as_object().map(|claims| claims.len());
+    assert_eq!(claims, Some(2), "{prepared:#}");
+    let b = kubelet
+        .container_of("e2e-dra-b")
+        .expect("container of e2e-dra-b");
+    assert_eq!(b["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2048M");
+    assert_eq!(
+        b["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "100",
+        "no cores asked: not capped"
+    );
+
+    step(
+        "the kubelet restarts and wipes the node's slices: the driver publishes again, both pods keep running, nothing is prepared twice",
+    );
+    let generation = slice_of(KUBELET_NODE).expect("slice")["spec"]["pool"]["generation"].clone();
+    kubelet.restart();
+    eventually(WAIT, || {
+        Ok(slice_of(KUBELET_NODE)
+            .filter(|slice| slice["metadata"]["uid"] != Value::Null)
+            .map(drop))
+    })
+    .unwrap_or_else(|error| panic!("the slice never came back: {error:#}\n{}", logs(&driver)));
+    eprintln!("slice generation before the kubelet restart: {generation}");
+    for pod in ["e2e-dra-a", "e2e-dra-b"] {
+        let seen = kubectl_json(&["get", "pod", pod, "-n", "default"]);
+        assert_eq!(seen["status"]["phase"], "Running", "{pod}");
+    }
+    assert_eq!(
+        checkpoint(&root)["claims"]
+            .as_object()
+            .map(|claims| claims.len()),
+        Some(2)
+    );
+    assert!(
+        kubectl_apply(
+            &claim_pod("e2e-dra-late", KUBELET_NODE, "e2e-share-2g"),
+            &[]
+        )
+        .success
+    );
+    wait_running("e2e-dra-late", &|| logs(&driver));
+
+    step(
+        "deleting a pod unprepares its claim: the claim is gone, its CDI spec removed, GPUNode frees its share",
+    );
+    delete_pod("e2e-dra-a");
+    eventually(WAIT, || {
+        let gone = !run(
+            "kubectl",
+            &["get", "resourceclaim", &claim_a, "-n", "default"],
+        )
+        .success;
+        let unprepared = checkpoint(&root)["claims"].get(claim_uid).is_none();
+        Ok((gone && unprepared).then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("claim {claim_a} never went: {error:#}\n{}", logs(&driver)));
+    assert!(
+        !cdi_dir
+            .join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
+            .exists()
+    );
+}
