@@ -22,6 +22,7 @@
 pub mod accounting;
 pub mod cli;
 pub mod discovery;
+pub mod dra;
 pub mod exporter;
 pub mod mig;
 pub mod node_facts;
