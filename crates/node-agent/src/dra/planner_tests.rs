@@ -641,3 +641,43 @@ fn request_errors_name_the_key_and_the_fix() {
         "class=\"vgpu\": expected shared, gpu or mig"
     );
 }
+
+#[test]
+fn an_amount_over_max_passes_when_it_is_the_default() {
+    // §3.4.3: the default always passes, even above the range's max.
+    let mut gpu = shared_gpu("gpu-0", A100, A100_MIB);
+    let memory = gpu.capacity.as_mut().unwrap().get_mut("memory").unwrap();
+    memory.request_policy = range("40960Mi", "1Mi", "20480Mi", "1Mi");
+    let nodes = [node("node-a", vec![gpu])];
+    let plan = plan(&nodes, &requests(&["gpumem=40960", "gpumem=30000"]));
+    assert_eq!(
+        spots(&plan, 0),
+        [spot("node-a", "gpu-0", A100_MIB, Some(0))]
+    );
+    assert_eq!(
+        unplaced(&plan, 1),
+        "no shared GPU can hold 30000 MiB: gpu-0 on node-a takes at most 20480 MiB (asked 30000 MiB)"
+    );
+}
+
+#[test]
+fn valid_values_take_the_smallest_one_large_enough() {
+    let mut gpu = shared_gpu("gpu-0", A100, A100_MIB);
+    let memory = gpu.capacity.as_mut().unwrap().get_mut("memory").unwrap();
+    memory.request_policy = Some(CapacityRequestPolicy {
+        default: Some(quantity("8Gi")),
+        valid_range: None,
+        valid_values: Some(vec![quantity("1Gi"), quantity("4Gi"), quantity("8Gi")]),
+    });
+    let nodes = [node("node-a", vec![gpu])];
+    let plan = plan(
+        &nodes,
+        &requests(&["gpumem=3000", "gpumem=9Gi", "gpucores=5"]),
+    );
+    assert_eq!(spots(&plan, 0), [spot("node-a", "gpu-0", 4096, Some(0))]);
+    assert_eq!(
+        unplaced(&plan, 1),
+        "no shared GPU can hold 9216 MiB: gpu-0 on node-a takes at most 8192 MiB (asked 9216 MiB)"
+    );
+    assert_eq!(spots(&plan, 2), [spot("node-a", "gpu-0", 8192, Some(5))]);
+}
