@@ -672,7 +672,7 @@ fn valid_values_take_the_smallest_one_large_enough() {
     let nodes = [node("node-a", vec![gpu])];
     let plan = plan(
         &nodes,
-        &requests(&["gpumem=3000", "gpumem=9Gi", "gpucores=5"]),
+        &requests(&["gpumem=3000", "gpumem=9Gi", "gpucores=5", "gpumem=1Gi"]),
     );
     assert_eq!(spots(&plan, 0), [spot("node-a", "gpu-0", 4096, Some(0))]);
     assert_eq!(
@@ -680,4 +680,5 @@ fn valid_values_take_the_smallest_one_large_enough() {
         "no shared GPU can hold 9216 MiB: gpu-0 on node-a takes at most 8192 MiB (asked 9216 MiB)"
     );
     assert_eq!(spots(&plan, 2), [spot("node-a", "gpu-0", 8192, Some(5))]);
+    assert_eq!(spots(&plan, 3), [spot("node-a", "gpu-0", 1024, Some(0))]);
 }
