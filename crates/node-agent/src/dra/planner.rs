@@ -518,7 +518,8 @@ pub struct Landed {
     pub product: Option<String>,
     /// Memory the request holds there, in bytes: what it consumed on a shared GPU, all of it otherwise.
     pub memory_bytes: u64,
-    /// Cores the request consumed on a shared GPU; none on a device without a `cores` capacity.
+    /// Cores the request consumed; none on a device without a `cores` capacity (a whole GPU or MIG device, all of
+    /// whose SMs it has).
     pub cores: Option<u64>,
 }
 
@@ -600,15 +601,15 @@ pub enum Unplaced {
     },
     /// Some devices fit, but no node has as many as the count.
     #[error(
-        "count {count} needs {count} {class}s on one node with {need} free; at most {most} on one node ({node})"
+        "count {count} needs {count} {class}s on one node that each {wanted}; at most {most} do on one node ({node})"
     )]
     TooFewOnOneNode {
         /// The count.
         count: u32,
         /// The class's noun.
         class: &'static str,
-        /// What each device must give.
-        need: String,
+        /// "has 3000 MiB and 30 cores free" or "is free".
+        wanted: String,
         /// The most fitting devices on one node.
         most: usize,
         /// That node.
@@ -710,10 +711,7 @@ fn place(
                 uuid: string_attribute(device.device, ATTRIBUTE_UUID).map(str::to_owned),
                 product: string_attribute(device.device, ATTRIBUTE_PRODUCT_NAME).map(str::to_owned),
                 memory_bytes: amounts.get(CAPACITY_MEMORY).copied().unwrap_or(0),
-                cores: device
-                    .multi
-                    .then(|| amounts.get(CAPACITY_CORES).copied())
-                    .flatten(),
+                cores: amounts.get(CAPACITY_CORES).copied(),
             });
         }
         return Ok(landed);
@@ -779,12 +777,18 @@ fn why_unplaced(
                 .count();
             (fits, n.node.as_str())
         })
-        .max_by_key(|(fits, _)| *fits);
+        // The first node with the most, so that the message is the same from run to run.
+        .min_by_key(|(fits, _)| std::cmp::Reverse(*fits));
+    let wanted = if request.class == Class::Shared {
+        format!("has {} free", request.need())
+    } else {
+        "is free".to_owned()
+    };
     if let Some((most, node)) = fitting.filter(|(fits, _)| *fits > 0) {
         return Unplaced::TooFewOnOneNode {
             count: request.count,
             class,
-            need: request.need(),
+            wanted,
             most,
             node: node.to_owned(),
         };
@@ -815,11 +819,6 @@ fn why_unplaced(
     if short.len() > SHOWN {
         closest.push_str(&format!("; and {} more", short.len() - SHOWN));
     }
-    let wanted = if request.class == Class::Shared {
-        format!("has {} free", request.need())
-    } else {
-        "is free".to_owned()
-    };
     Unplaced::NoRoom {
         class,
         wanted,

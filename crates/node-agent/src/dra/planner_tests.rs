@@ -358,7 +358,7 @@ fn count_two_takes_two_devices_on_one_node() {
     );
     assert_eq!(
         unplaced(&plan, 1),
-        "count 3 needs 3 shared GPUs on one node with 8192 MiB free; at most 2 on one node (node-b)"
+        "count 3 needs 3 shared GPUs on one node that each has 8192 MiB free; at most 2 do on one node (node-b)"
     );
     assert_eq!(remaining(&plan, "node-a", "gpu-0").allocations, 0);
 }
