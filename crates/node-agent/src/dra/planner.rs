@@ -17,7 +17,11 @@
 //!   - [`Class::Mig`]: `type == "mig"`, and the `profile` attribute when the request names one.
 //! - HAMi's filters: `type`/`nouse-type` match when the device's `productName` contains the text, in any case
 //!   (HAMi's meaning); `uuid`/`nouse-uuid` compare the `uuid` attribute exactly.
-//! - Capacities: see [`consumption`].
+//! - Capacities: a capacity the request names but the device lacks rules the device out (§3.4.1). On a
+//!   multi-allocatable device every capacity is consumed: the policy's default when not named, else the amount
+//!   rounded onto the policy (§3.4.2), which must not exceed its max unless it is the default (§3.4.3); the
+//!   device fits when what is consumed plus this stays within the value of every capacity (§3.4.4). Any other
+//!   device is taken whole, once, and named capacities only filter (§3.4.5).
 //! - `count` N takes N distinct devices on one node.
 
 use std::collections::BTreeMap;
