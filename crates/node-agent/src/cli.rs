@@ -54,6 +54,9 @@ pub enum Command {
     /// The DRA driver `gpu.nvidia.com`: publishes the node's GPUs as a ResourceSlice (shared ones with consumable
     /// memory and cores) and prepares claims for the kubelet (CDI specs with MPS limits).
     DraDriver(DraDriverArgs),
+    /// Where DRA requests (HAMi's terms: `gpumem=3000,gpucores=30`) would land on nodes' GPUs as the DRA driver
+    /// publishes them, and what would remain; for admins and tests, without a cluster.
+    DraPlan(DraPlanArgs),
     /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
     /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
@@ -301,6 +304,27 @@ pub struct DraDriverArgs {
     /// `nvidia.com/dra.shared-gpus` label says otherwise.
     #[arg(long, env = "DRA_SHARED_GPUS", default_value = "none")]
     pub shared_gpus: crd::dra::GpuSet,
+}
+
+/// `gpu-node-agent dra-plan`.
+#[derive(Debug, Args)]
+pub struct DraPlanArgs {
+    /// A node and its GPUs, as the simulator names them: `NAME=MODEL:COUNT[,MODEL:COUNT]` (e.g.
+    /// `a=a100-40gb:2`); repeat for several nodes, tried in order. Without any, this machine's GPUs (NVML, or
+    /// `--simulate`).
+    #[arg(long = "node", value_name = "NAME=GPUS")]
+    pub nodes: Vec<String>,
+    /// The GPUs the driver takes on every node: `all`, `none` or indices.
+    #[arg(long, default_value = "all")]
+    pub gpus: crd::dra::GpuSet,
+    /// Which of those are shared.
+    #[arg(long, default_value = "all")]
+    pub shared_gpus: crd::dra::GpuSet,
+    /// The requests, placed in order: comma-separated `key=value` with HAMi's names (`gpumem` in MiB or as a
+    /// quantity, `gpumem-percentage`, `gpucores`, `count`, `type`, `nouse-type`, `uuid`, `nouse-uuid`, `class`
+    /// shared|gpu|mig, `profile`).
+    #[arg(required = true, value_name = "REQUEST")]
+    pub requests: Vec<crate::dra::planner::Request>,
 }
 
 impl DraDriverArgs {

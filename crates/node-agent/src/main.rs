@@ -21,6 +21,7 @@ async fn main() -> std::process::ExitCode {
             Command::StatusExporter(args) => status_exporter::run(args).await,
             Command::Watchdog(args) => watchdog::run(args, &cli.gpus).await,
             Command::DraDriver(args) => dra::run(args, &cli.gpus).await,
+            Command::DraPlan(args) => dra::plan(&args, &cli.gpus).map(|plan| print!("{plan}")),
             Command::Simulator(args) => simulator_tool::run(&args, &cli.gpus).await,
         }
     };

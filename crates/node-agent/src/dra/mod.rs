@@ -13,11 +13,12 @@
 use std::sync::Arc;
 
 use crd::dra::Partition;
-use node_runtime::backend::GpuSource;
+use gpu::simulator::Simulator;
+use node_runtime::backend::{GpuSource, Gpus};
 use node_runtime::start::NodeRole;
 use tokio::sync::{Notify, watch};
 
-use crate::cli::DraDriverArgs;
+use crate::cli::{DraDriverArgs, DraPlanArgs};
 
 pub mod authority;
 pub mod cdi;
@@ -86,5 +87,102 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
     tokio::select! {
         served = service::serve(&sockets, driver) => served,
         published = publisher.run(changed) => published,
+    }
+}
+
+/// `dra-plan`: the devices of each node as the driver would publish them, and where the requests land.
+///
+/// # Errors
+/// When a node's GPUs cannot be read or a `--node` is not `NAME=GPUS`.
+pub fn plan(args: &DraPlanArgs, source: &GpuSource) -> anyhow::Result<planner::Plan> {
+    let partition = Partition {
+        dra: args.gpus.clone(),
+        shared: args.shared_gpus.clone(),
+    };
+    let published = |name: &str, gpus: &Gpus| -> anyhow::Result<planner::NodeDevices> {
+        let views = node_runtime::inventory::read(gpus.backend())?;
+        Ok(planner::NodeDevices {
+            node: name.to_owned(),
+            devices: slices::devices(&views, &partition)
+                .into_iter()
+                .map(|device| device.device)
+                .collect(),
+        })
+    };
+    let mut nodes = Vec::new();
+    if args.nodes.is_empty() {
+        nodes.push(published("this-node", &Gpus::open(source, None, None)?)?);
+    }
+    let scratch = tempfile::tempdir()?;
+    for node in &args.nodes {
+        let (name, spec) = node.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!("--node {node:?}: write NAME=MODEL:COUNT, e.g. a=a100-40gb:2")
+        })?;
+        let spec = spec
+            .parse()
+            .map_err(|error| anyhow::anyhow!("--node {node:?}: {error}"))?;
+        let simulator = Simulator::open(scratch.path().join(format!("{name}.json")), name, &spec)?;
+        nodes.push(published(
+            name,
+            &Gpus::from_backend(std::sync::Arc::new(simulator)),
+        )?);
+    }
+    Ok(planner::plan(&nodes, &args.requests))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(nodes: &[&str], shared: &str, requests: &[&str]) -> DraPlanArgs {
+        DraPlanArgs {
+            nodes: nodes.iter().map(|node| (*node).to_owned()).collect(),
+            gpus: crd::dra::GpuSet::All,
+            shared_gpus: shared.parse().unwrap(),
+            requests: requests
+                .iter()
+                .map(|request| request.parse().unwrap())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn plan_publishes_each_nodes_gpus_as_the_driver_would_and_places_the_requests() {
+        let planned = plan(
+            &args(
+                &["a=a100-40gb:1", "h=h100-80gb:1"],
+                "all",
+                &["gpumem=3000,gpucores=30", "type=H100,gpumem=8Gi"],
+            ),
+            &GpuSource::default(),
+        )
+        .unwrap();
+        let text = planned.to_string();
+        let rows: Vec<&str> = text.lines().collect();
+        assert!(
+            rows[1].contains(" a ") && rows[1].contains("3000") && rows[1].contains("30"),
+            "{text}"
+        );
+        assert!(
+            rows[2].contains(" h ") && rows[2].contains("8192"),
+            "{text}"
+        );
+
+        let unshared = plan(
+            &args(&["a=a100-40gb:1"], "none", &["gpumem=3000"]),
+            &GpuSource::default(),
+        )
+        .unwrap();
+        assert!(unshared.to_string().contains("unplaced"), "{unshared}");
+
+        let error = plan(
+            &args(&["a100-40gb:1"], "all", &["gpumem=1"]),
+            &GpuSource::default(),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("write NAME=MODEL:COUNT"),
+            "{error}"
+        );
     }
 }
