@@ -14,6 +14,7 @@ pub mod labels;
 pub mod mig;
 pub mod node_patch;
 pub mod paths;
+pub mod quantity;
 
 pub use cluster_policy::{ClusterPolicy, ClusterPolicySpec, ClusterPolicyStatus};
 pub use gpu_node::{GPUNode, GpuNodeSpec, GpuNodeStatus};

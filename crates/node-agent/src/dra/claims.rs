@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use super::cdi::{self, PreparedDevice, ShareLimits};
 use super::slices::DriverDevice;
-use crate::watchdog::budget::parse_quantity;
+use crd::quantity::parse_bytes as parse_quantity;
 
 /// Reads a ResourceClaim: the API in the driver, a map in tests.
 pub trait ClaimReader: Send + Sync {

@@ -35,7 +35,7 @@ use crd::dra::{
 use k8s_openapi::api::resource::v1::{Device, DeviceCapacity};
 
 use crate::accounting::MIB;
-use crate::watchdog::budget::parse_quantity;
+use crd::quantity::parse_bytes as parse_quantity;
 
 /// The devices one node's ResourceSlices publish, in slice and device order.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -181,7 +181,7 @@ pub fn same_devices(published: &[Device], wanted: &[Device]) -> bool {
 fn canonical(device: &Device) -> Device {
     let number = |quantity: &Quantity| {
         Quantity(
-            crate::watchdog::budget::parse_quantity(&quantity.0)
+            crd::quantity::parse_bytes(&quantity.0)
                 .map_or_else(|_| quantity.0.clone(), |value| value.to_string()),
         )
     };

@@ -11,9 +11,9 @@ use kube::{Api, Client};
 use tracing::debug;
 
 use super::assess::ClaimShare;
-use super::budget::parse_quantity;
 use crate::accounting::Accounting;
 use crate::accounting::pods::PodIndex;
+use crd::quantity::parse_bytes as parse_quantity;
 
 use crd::dra::{ATTRIBUTE_UUID as UUID_ATTRIBUTE, CAPACITY_MEMORY as MEMORY_CAPACITY, DRIVER};
 
