@@ -4,6 +4,7 @@
 //! - `plan`: pure planning: node labels, the ClusterPolicy status.
 //! - `render`: pure rendering of every operand.
 //! - `apply`, `controller`, `leader`, `crd_install`, `uninstall`: cluster I/O at the edge.
+//! - `webhook`: the HAMi admission webhook (pure conversion, its TLS and its server).
 
 pub mod apply;
 pub mod controller;
@@ -17,3 +18,4 @@ pub mod render;
 pub mod render_command;
 pub mod telemetry;
 pub mod uninstall;
+pub mod webhook;

@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use operator::leader::LeaderElector;
 use operator::metrics::Metrics;
 use operator::model::DefaultImages;
-use operator::{controller, crd_install, health, render_command, telemetry, uninstall};
+use operator::{controller, crd_install, health, render_command, telemetry, uninstall, webhook};
 use tracing::info;
 
 #[derive(Debug, Parser)]
@@ -41,6 +41,19 @@ enum Command {
         /// This replica's identity in the leader lease (the pod name).
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
+        /// Serve the HAMi admission webhook (pods asking for nvidia.com/gpumem, gpumem-percentage or gpucores
+        /// become DRA claims); `false` removes its configuration.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "HAMI_WEBHOOK")]
+        hami_webhook: bool,
+        /// Address of the webhook's HTTPS server.
+        #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
+        webhook_listen: SocketAddr,
+        /// The Service (in the operator's namespace, port 443) through which the API server calls the webhook.
+        #[arg(long, default_value = "gpu-operator-webhook", env = "WEBHOOK_SERVICE")]
+        webhook_service: String,
+        /// The URL the API server calls instead of the Service (an operator running outside the cluster).
+        #[arg(long, env = "WEBHOOK_URL")]
+        webhook_url: Option<String>,
     },
     /// Print, as YAML, every object the operator would apply for a ClusterPolicy and a set of Nodes.
     Render {
@@ -126,7 +139,25 @@ async fn main() -> anyhow::Result<()> {
             health_addr,
             namespace,
             identity,
-        } => run(health_addr, namespace, identity).await?,
+            hami_webhook,
+            webhook_listen,
+            webhook_service,
+            webhook_url,
+        } => {
+            let webhook = hami_webhook.then(|| webhook::Settings {
+                listen: webhook_listen,
+                endpoint: webhook_url.map_or_else(
+                    || webhook::tls::Endpoint::Service {
+                        namespace: namespace.clone(),
+                        name: webhook_service,
+                        port: 443,
+                    },
+                    webhook::tls::Endpoint::Url,
+                ),
+                namespace: namespace.clone(),
+            });
+            run(health_addr, namespace, identity, webhook).await?;
+        }
     }
     Ok(())
 }
@@ -148,6 +179,7 @@ async fn run(
     health_addr: SocketAddr,
     namespace: String,
     identity: Option<String>,
+    webhook: Option<webhook::Settings>,
 ) -> anyhow::Result<()> {
     let readiness = health::Readiness::default();
     let metrics = Metrics::shared();
@@ -159,6 +191,14 @@ async fn run(
     ));
     let client = connect().await?;
     crd_install::apply_crds(&client).await?;
+    // Every replica serves the webhook (the Service sends requests to the ready one, the leader).
+    let webhook = match webhook {
+        Some(settings) => tokio::spawn(webhook::run(client.clone(), settings)),
+        None => {
+            webhook::tls::delete_configuration(&client, webhook::CONFIGURATION).await?;
+            tokio::spawn(std::future::pending::<anyhow::Result<()>>())
+        }
+    };
 
     let identity = identity.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let leases = kube::Api::<Lease>::namespaced(client.clone(), &namespace);
@@ -169,6 +209,7 @@ async fn run(
     tokio::select! {
         () = controller::run(client, namespace, DefaultImages::from_env(), metrics, ready) => {}
         lost = elector.keep() => return Err(lost).context("stopping: another replica leads now"),
+        ended = webhook => return ended.context("the webhook task panicked")?.context("the HAMi webhook failed"),
     }
     server.abort();
     Ok(())

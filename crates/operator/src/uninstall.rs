@@ -2,7 +2,9 @@
 //! release's objects together, the operator's Deployment and its RBAC among them, so a ClusterPolicy deleted by
 //! Helm would keep its finalizer with no operator left to run it, and stay Terminating with its operands, node
 //! labels and GPUNodes behind. The hook deletes the ClusterPolicies first and waits while the running operator
-//! cleans up; with `--crds` (NVIDIA's `operator.cleanupCRD`) it then deletes the operator's CRDs.
+//! cleans up; with `--crds` (NVIDIA's `operator.cleanupCRD`) it then deletes the operator's CRDs. It also deletes the
+//! HAMi webhook's configuration, which the operator made: left behind, it would refuse HAMi pods with no webhook
+//! to answer.
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,10 @@ pub enum UninstallError {
         "deleting CRD {name}: {source} (the hook's ServiceAccount needs delete on customresourcedefinitions {name})"
     )]
     DeleteCrd { name: String, source: kube::Error },
+    #[error(
+        "{0} (the hook's ServiceAccount needs delete on mutatingwebhookconfigurations gpu-operator-hami)"
+    )]
+    DeleteWebhook(#[source] crate::webhook::tls::TlsError),
 }
 
 /// Deletes every ClusterPolicy and waits up to `timeout` until the operator has finalized them all; then, when
@@ -83,6 +89,9 @@ pub async fn uninstall(
         tokio::time::sleep(POLL).await;
     }
     info!(clusterpolicies = ?deleted, took = ?started.elapsed(), "cleaned up");
+    crate::webhook::tls::delete_configuration(client, crate::webhook::CONFIGURATION)
+        .await
+        .map_err(UninstallError::DeleteWebhook)?;
     if delete_crds {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in crd::crds::all() {

@@ -1,0 +1,654 @@
+//! A HAMi pod rewritten onto DRA (pure): what each container asked HAMi for becomes a pod-level claim from a
+//! ResourceClaimTemplate (owned by the pod, deleted with it), which the kube-scheduler allocates and the DRA driver
+//! enforces.
+//!
+//! Which containers: those asking for `nvidia.com/gpumem`, `gpumem-percentage` or `gpucores` (a share of a GPU),
+//! and, in a pod with HAMi's GPU-selection annotations, those asking for `nvidia.com/gpu` (whole GPUs of a chosen
+//! model). A pod with neither keeps `nvidia.com/gpu` for the device plugin.
+//!
+//! HAMi's meaning is kept (its `pkg/device/nvidia/device.go`):
+//! - `nvidia.com/gpu` missing beside a share: one GPU (HAMi's `defaultGPUNum`);
+//! - `gpumem` is MiB and wins over `gpumem-percentage`; neither: the whole memory (HAMi's `defaultMemory: 0`);
+//!   a percentage of 0 counts as not given; over 100 is taken as 100, as HAMi clamps it;
+//! - `gpucores` missing: no share of the SMs is reserved (HAMi's `defaultCores: 0`);
+//! - GPU types match when the product name contains them, in any case (HAMi's `CheckType`); UUIDs match exactly.
+//!
+//! DRA has no relative request, so `gpumem-percentage` becomes a `firstAvailable` list with one sub-request per
+//! memory size among the eligible GPUs, each asking that share of its size.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crd::dra::{
+    ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY, CLASS_GPU,
+    CLASS_SHARED_GPU, CORES_TOTAL, DRIVER, attribute_expression, capacity_expression,
+};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodResourceClaim, ResourceClaim as ContainerClaim,
+};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, CapacityRequirements, DeviceClaim, DeviceConstraint, DeviceRequest,
+    DeviceSelector, DeviceSubRequest, ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate,
+    ResourceClaimTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// HAMi's whole-GPU count.
+pub const GPU: &str = "nvidia.com/gpu";
+/// HAMi's memory per GPU, in MiB.
+pub const GPUMEM: &str = "nvidia.com/gpumem";
+/// HAMi's memory per GPU, in percent of the GPU's.
+pub const GPUMEM_PERCENTAGE: &str = "nvidia.com/gpumem-percentage";
+/// HAMi's share of the SMs per GPU, in percent.
+pub const GPUCORES: &str = "nvidia.com/gpucores";
+/// HAMi's task priority, which has no DRA counterpart.
+const PRIORITY: &str = "nvidia.com/priority";
+/// HAMi's GPU-selection annotations.
+pub const USE_GPUTYPE: &str = "nvidia.com/use-gputype";
+/// GPU models to avoid.
+pub const NOUSE_GPUTYPE: &str = "nvidia.com/nouse-gputype";
+/// GPUs to use, by UUID.
+pub const USE_GPUUUID: &str = "nvidia.com/use-gpuuuid";
+/// GPUs to avoid, by UUID.
+pub const NOUSE_GPUUUID: &str = "nvidia.com/nouse-gpuuuid";
+/// The selection annotations, which make a pod's `nvidia.com/gpu` containers the webhook's.
+pub const SELECTION_ANNOTATIONS: [&str; 4] =
+    [USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID];
+/// HAMi's placement policies among a node's GPUs and among nodes.
+const GPU_POLICY: &str = "hami.io/gpu-scheduler-policy";
+const NODE_POLICY: &str = "hami.io/node-scheduler-policy";
+/// The environment HAMi's virtual device memory is switched on with.
+const OVERSUBSCRIBE_ENV: &str = "CUDA_OVERSUBSCRIBE";
+/// The label on converted pods.
+pub const CONVERTED_LABEL: &str = "nvidia.com/gpu-sharing";
+/// The request name in every template.
+const REQUEST: &str = "gpu";
+
+/// One GPU the DRA driver publishes, as admission sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraGpu {
+    /// Its node.
+    pub node: String,
+    /// NVML's product name.
+    pub product_name: String,
+    /// Its UUID.
+    pub uuid: String,
+    /// Its memory in bytes.
+    pub memory_bytes: u64,
+    /// Whether claims share it (the shared class).
+    pub shared: bool,
+}
+
+/// What admission does to a HAMi pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversion {
+    /// The rewritten pod.
+    pub pod: Pod,
+    /// The templates its claims come from, to create in its namespace when missing.
+    pub templates: Vec<ResourceClaimTemplate>,
+    /// Admission warnings (`kubectl` prints them).
+    pub warnings: Vec<String>,
+}
+
+/// Why a HAMi pod is refused. Each says which field and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HamiError {
+    /// A resource value is not what HAMi takes.
+    #[error("container {container}: {resource} {value:?} is not valid: {expected}")]
+    Value {
+        /// The container.
+        container: String,
+        /// The resource.
+        resource: &'static str,
+        /// What it says.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// An annotation is empty or has characters no GPU name or UUID has.
+    #[error(
+        "annotation {annotation} {value:?} is not valid: write comma-separated GPU {what} (letters, digits, spaces, '.', '_', '-')"
+    )]
+    Annotation {
+        /// The annotation.
+        annotation: &'static str,
+        /// Its value.
+        value: String,
+        /// Models or UUIDs.
+        what: &'static str,
+    },
+    /// HAMi's virtual device memory was asked for.
+    #[error(
+        "container {container}: {why}; HAMi's virtual device memory (GPU memory spilling into host RAM) is not offered \
+         here: it needs CUDA calls intercepted in the container, which this operator does not do. Ask for at most a \
+         GPU's memory"
+    )]
+    Oversubscription {
+        /// The container.
+        container: String,
+        /// What asked for it.
+        why: String,
+    },
+    /// No GPU of the cluster can hold the request.
+    #[error(
+        "container {container}: {why}; the pod would stay Pending. The cluster's DRA GPUs: {have}"
+    )]
+    Unsatisfiable {
+        /// The container.
+        container: String,
+        /// Why none fits.
+        why: String,
+        /// What the cluster has.
+        have: String,
+    },
+}
+
+/// What one container asks HAMi for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ask {
+    count: u32,
+    /// A share (memory, percentage or cores given), or whole GPUs.
+    share: bool,
+    memory: Memory,
+    cores: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    Whole,
+    Mib(u64),
+    Percent(u64),
+}
+
+/// The pod-wide GPU selection from HAMi's annotations, lowercased types and exact UUIDs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Selection {
+    use_types: Vec<String>,
+    nouse_types: Vec<String>,
+    use_uuids: Vec<String>,
+    nouse_uuids: Vec<String>,
+}
+
+impl Selection {
+    fn read(annotations: &BTreeMap<String, String>) -> Result<Self, HamiError> {
+        let list =
+            |annotation: &'static str, what: &'static str| -> Result<Vec<String>, HamiError> {
+                let Some(value) = annotations.get(annotation) else {
+                    return Ok(Vec::new());
+                };
+                let invalid = || HamiError::Annotation {
+                    annotation,
+                    value: value.clone(),
+                    what,
+                };
+                let items: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                let allowed = |c: char| c.is_ascii_alphanumeric() || " ._-".contains(c);
+                if items.is_empty() || items.iter().any(|item| !item.chars().all(allowed)) {
+                    return Err(invalid());
+                }
+                Ok(items)
+            };
+        let lower =
+            |items: Vec<String>| items.into_iter().map(|item| item.to_lowercase()).collect();
+        Ok(Self {
+            use_types: lower(list(USE_GPUTYPE, "models")?),
+            nouse_types: lower(list(NOUSE_GPUTYPE, "models")?),
+            use_uuids: list(USE_GPUUUID, "UUIDs")?,
+            nouse_uuids: list(NOUSE_GPUUUID, "UUIDs")?,
+        })
+    }
+
+    fn admits(&self, gpu: &DraGpu) -> bool {
+        let product = gpu.product_name.to_lowercase();
+        let named = |types: &[String]| types.iter().any(|t| product.contains(t.as_str()));
+        (self.use_types.is_empty() || named(&self.use_types))
+            && !named(&self.nouse_types)
+            && (self.use_uuids.is_empty() || self.use_uuids.contains(&gpu.uuid))
+            && !self.nouse_uuids.contains(&gpu.uuid)
+    }
+
+    /// The CEL selectors with the same meaning as [`Selection::admits`].
+    fn selectors(&self) -> Vec<String> {
+        let product = format!(
+            "{}.lowerAscii()",
+            attribute_expression(ATTRIBUTE_PRODUCT_NAME)
+        );
+        let uuid = attribute_expression(ATTRIBUTE_UUID);
+        let contains_any = |types: &[String]| {
+            types
+                .iter()
+                .map(|t| format!("{product}.contains(\"{t}\")"))
+                .collect::<Vec<_>>()
+                .join(" || ")
+        };
+        let quoted = |uuids: &[String]| {
+            uuids
+                .iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut selectors = Vec::new();
+        if !self.use_types.is_empty() {
+            selectors.push(contains_any(&self.use_types));
+        }
+        if !self.nouse_types.is_empty() {
+            selectors.push(format!("!({})", contains_any(&self.nouse_types)));
+        }
+        if !self.use_uuids.is_empty() {
+            selectors.push(format!("{uuid} in [{}]", quoted(&self.use_uuids)));
+        }
+        if !self.nouse_uuids.is_empty() {
+            selectors.push(format!("!({uuid} in [{}])", quoted(&self.nouse_uuids)));
+        }
+        selectors
+    }
+
+    fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// Rewrites a HAMi pod onto DRA claims; `None` when it asks HAMi for nothing. `gpus` are the GPUs the DRA driver
+/// publishes across the cluster, against which the request is checked.
+///
+/// # Errors
+/// When a value is not HAMi's, HAMi's virtual memory is asked for, or no GPU of the cluster can hold a request.
+pub fn convert(pod: &Pod, gpus: &[DraGpu]) -> Result<Option<Conversion>, HamiError> {
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let selection = Selection::read(&annotations)?;
+    let mut converted = pod.clone();
+    let spec = converted.spec.get_or_insert_with(Default::default);
+    let mut templates: Vec<ResourceClaimTemplate> = Vec::new();
+    let mut claims: Vec<PodResourceClaim> = Vec::new();
+    let mut warnings = BTreeSet::new();
+    let init = spec.init_containers.get_or_insert_with(Vec::new);
+    for container in init.iter_mut().chain(spec.containers.iter_mut()) {
+        let Some(ask) = ask_of(container, !selection.is_empty(), &mut warnings)? else {
+            continue;
+        };
+        let template = template_for(&container.name, &ask, &selection, gpus)?;
+        let template_name = template.metadata.name.clone().unwrap_or_default();
+        let entry = claim_entry_name(&container.name);
+        strip(container);
+        container
+            .resources
+            .get_or_insert_with(Default::default)
+            .claims
+            .get_or_insert_with(Vec::new)
+            .push(ContainerClaim {
+                name: entry.clone(),
+                request: None,
+            });
+        claims.push(PodResourceClaim {
+            name: entry,
+            resource_claim_template_name: Some(template_name),
+            resource_claim_name: None,
+        });
+        if !templates.contains(&template) {
+            templates.push(template);
+        }
+    }
+    if spec.init_containers.as_ref().is_some_and(Vec::is_empty) {
+        spec.init_containers = None;
+    }
+    if claims.is_empty() {
+        return Ok(None);
+    }
+    spec.resource_claims
+        .get_or_insert_with(Vec::new)
+        .extend(claims);
+    if annotations.get(GPU_POLICY).map(String::as_str) == Some("spread") {
+        warnings.insert(format!(
+            "{GPU_POLICY}: spread cannot be expressed with DRA (the scheduler takes a node's GPUs first fit, which \
+             packs them as binpack does); the pod is admitted with binpack placement"
+        ));
+    }
+    if annotations.contains_key(NODE_POLICY) {
+        warnings.insert(format!(
+            "{NODE_POLICY} is ignored: the kube-scheduler's own scoring places the pod among nodes"
+        ));
+    }
+    converted
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CONVERTED_LABEL.to_owned(), "hami-dra".to_owned());
+    Ok(Some(Conversion {
+        pod: converted,
+        templates,
+        warnings: warnings.into_iter().collect(),
+    }))
+}
+
+/// What a container asks for, or `None` when it is not the webhook's.
+fn ask_of(
+    container: &Container,
+    selected: bool,
+    warnings: &mut BTreeSet<String>,
+) -> Result<Option<Ask>, HamiError> {
+    let name = &container.name;
+    let resources = container.resources.clone().unwrap_or_default();
+    let value = |resource: &str| {
+        resources
+            .limits
+            .as_ref()
+            .and_then(|limits| limits.get(resource))
+            .or_else(|| {
+                resources
+                    .requests
+                    .as_ref()
+                    .and_then(|requests| requests.get(resource))
+            })
+            .map(|quantity| quantity.0.trim().to_owned())
+    };
+    let integer =
+        |resource: &'static str, expected: &'static str| -> Result<Option<u64>, HamiError> {
+            value(resource)
+                .map(|text| {
+                    text.parse::<u64>().map_err(|_| HamiError::Value {
+                        container: name.clone(),
+                        resource,
+                        value: text.clone(),
+                        expected,
+                    })
+                })
+                .transpose()
+        };
+    if let Some(env) = container.env.iter().flatten().find(|env| {
+        env.name == OVERSUBSCRIBE_ENV
+            && env
+                .value
+                .as_deref()
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }) {
+        return Err(HamiError::Oversubscription {
+            container: name.clone(),
+            why: format!("{}={}", env.name, env.value.as_deref().unwrap_or_default()),
+        });
+    }
+    let memory = integer(GPUMEM, "MiB as a whole number, e.g. 3000")?.filter(|mib| *mib > 0);
+    let percent =
+        integer(GPUMEM_PERCENTAGE, "a whole percentage, 1 to 100")?.filter(|pct| *pct > 0);
+    let cores = integer(GPUCORES, "a whole percentage of the SMs, 0 to 100")?;
+    if let Some(cores) = cores.filter(|cores| *cores > CORES_TOTAL) {
+        return Err(HamiError::Value {
+            container: name.clone(),
+            resource: GPUCORES,
+            value: cores.to_string(),
+            expected: "a whole percentage of the SMs, 0 to 100",
+        });
+    }
+    let share = value(GPUMEM).is_some() || value(GPUMEM_PERCENTAGE).is_some() || cores.is_some();
+    let count = integer(GPU, "a whole number of GPUs, at least 1")?;
+    if !(share || selected && count.is_some()) {
+        return Ok(None);
+    }
+    let count = match count {
+        Some(0) => {
+            return Err(HamiError::Value {
+                container: name.clone(),
+                resource: GPU,
+                value: "0".into(),
+                expected: "a whole number of GPUs, at least 1",
+            });
+        }
+        Some(count) => u32::try_from(count).unwrap_or(u32::MAX),
+        None => 1,
+    };
+    if memory.is_some() && percent.is_some() {
+        warnings.insert(format!(
+            "container {name}: {GPUMEM} and {GPUMEM_PERCENTAGE} are both set; {GPUMEM} is used, as HAMi does"
+        ));
+    }
+    if percent.is_some_and(|pct| pct > 100) {
+        warnings.insert(format!(
+            "container {name}: {GPUMEM_PERCENTAGE} over 100 is taken as 100, as HAMi does"
+        ));
+    }
+    if value(PRIORITY).is_some() {
+        warnings.insert(format!(
+            "container {name}: {PRIORITY} is ignored: DRA has no task priority on a shared GPU"
+        ));
+    }
+    let memory = match (memory, percent) {
+        (Some(mib), _) => Memory::Mib(mib),
+        (None, Some(pct)) => Memory::Percent(pct.min(100)),
+        (None, None) => Memory::Whole,
+    };
+    Ok(Some(Ask {
+        count,
+        share,
+        memory,
+        cores,
+    }))
+}
+
+/// Removes HAMi's resources from a converted container: the claim stands for them.
+fn strip(container: &mut Container) {
+    if let Some(resources) = container.resources.as_mut() {
+        for list in [resources.limits.as_mut(), resources.requests.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            for resource in [GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY] {
+                list.remove(resource);
+            }
+        }
+    }
+}
+
+/// The pod's claim entry for a container: `hami-<container>`, a DNS label.
+fn claim_entry_name(container: &str) -> String {
+    let name = format!("hami-{container}");
+    if name.len() <= 63 {
+        return name;
+    }
+    format!("{}-{:08x}", &name[..54], fnv1a(container.as_bytes()) as u32)
+}
+
+/// The template of one container's ask, checked against the cluster's GPUs.
+fn template_for(
+    container: &str,
+    ask: &Ask,
+    selection: &Selection,
+    gpus: &[DraGpu],
+) -> Result<ResourceClaimTemplate, HamiError> {
+    let unsatisfiable = |why: String| HamiError::Unsatisfiable {
+        container: container.to_owned(),
+        why,
+        have: summary(gpus),
+    };
+    let kind = if ask.share { "shared GPU" } else { "GPU" };
+    let eligible: Vec<&DraGpu> = gpus
+        .iter()
+        .filter(|gpu| gpu.shared || !ask.share)
+        .filter(|gpu| selection.admits(gpu))
+        .collect();
+    if eligible.is_empty() {
+        return Err(unsatisfiable(format!(
+            "no {kind} matches its GPU type and UUID annotations"
+        )));
+    }
+    let mut per_node: BTreeMap<&str, u32> = BTreeMap::new();
+    for gpu in &eligible {
+        *per_node.entry(gpu.node.as_str()).or_default() += 1;
+    }
+    let most = per_node.values().copied().max().unwrap_or(0);
+    if ask.count > most {
+        return Err(unsatisfiable(format!(
+            "it asks for {} {kind}s on one node, and no node has more than {most} that match",
+            ask.count
+        )));
+    }
+    if let Memory::Mib(mib) = ask.memory {
+        let largest = eligible
+            .iter()
+            .map(|gpu| gpu.memory_bytes)
+            .max()
+            .unwrap_or(0);
+        if mib << 20 > largest {
+            let why = format!(
+                "{GPUMEM} {mib} MiB is more than any matching {kind} has (at most {} MiB)",
+                largest >> 20
+            );
+            return Err(HamiError::Oversubscription {
+                container: container.to_owned(),
+                why,
+            });
+        }
+    }
+    let class = if ask.share {
+        CLASS_SHARED_GPU
+    } else {
+        CLASS_GPU
+    };
+    let mut selectors = selection.selectors();
+    let capacity = |memory: Option<u64>| {
+        let mut requests = BTreeMap::new();
+        if let Some(bytes) = memory {
+            requests.insert(
+                CAPACITY_MEMORY.to_owned(),
+                Quantity(format!("{}Mi", bytes >> 20)),
+            );
+        }
+        if let Some(cores) = ask.cores {
+            requests.insert(CAPACITY_CORES.to_owned(), Quantity(cores.to_string()));
+        }
+        (!requests.is_empty()).then_some(CapacityRequirements {
+            requests: Some(requests),
+        })
+    };
+    let cel = |expressions: &[String]| {
+        (!expressions.is_empty()).then(|| {
+            expressions
+                .iter()
+                .map(|expression| DeviceSelector {
+                    cel: Some(CELDeviceSelector {
+                        expression: expression.clone(),
+                    }),
+                })
+                .collect()
+        })
+    };
+    let count = Some(i64::from(ask.count));
+    let request = match ask.memory {
+        Memory::Percent(pct) => {
+            let sizes: BTreeSet<u64> = eligible.iter().map(|gpu| gpu.memory_bytes).collect();
+            let first_available = sizes
+                .iter()
+                .rev()
+                .map(|size| {
+                    let mut expressions = selectors.clone();
+                    expressions.push(format!(
+                        "{}.compareTo(quantity(\"{size}\")) == 0",
+                        capacity_expression(CAPACITY_MEMORY)
+                    ));
+                    // A share of this size, whole MiB (the driver's step), rounded down as HAMi does.
+                    let share = (size * pct / 100) >> 20 << 20;
+                    DeviceSubRequest {
+                        name: format!("mem-{}mi", size >> 20),
+                        device_class_name: class.to_owned(),
+                        count,
+                        selectors: cel(&expressions),
+                        capacity: capacity(Some(share)),
+                        ..DeviceSubRequest::default()
+                    }
+                })
+                .collect();
+            DeviceRequest {
+                name: REQUEST.to_owned(),
+                first_available: Some(first_available),
+                exactly: None,
+            }
+        }
+        memory => {
+            let bytes = match memory {
+                Memory::Mib(mib) => Some(mib << 20),
+                _ => None,
+            };
+            DeviceRequest {
+                name: REQUEST.to_owned(),
+                exactly: Some(ExactDeviceRequest {
+                    device_class_name: class.to_owned(),
+                    count,
+                    selectors: cel(&std::mem::take(&mut selectors)),
+                    capacity: if ask.share { capacity(bytes) } else { None },
+                    ..ExactDeviceRequest::default()
+                }),
+                first_available: None,
+            }
+        }
+    };
+    let constraints = (ask.count > 1).then(|| {
+        vec![DeviceConstraint {
+            requests: Some(vec![REQUEST.to_owned()]),
+            distinct_attribute: Some(format!("{DRIVER}/{ATTRIBUTE_UUID}")),
+            match_attribute: None,
+        }]
+    });
+    let spec = ResourceClaimSpec {
+        devices: Some(DeviceClaim {
+            requests: Some(vec![request]),
+            constraints,
+            config: None,
+        }),
+    };
+    let digest = serde_json::to_vec(&spec)
+        .map(|bytes| fnv1a(&bytes))
+        .unwrap_or(0);
+    Ok(ResourceClaimTemplate {
+        metadata: ObjectMeta {
+            name: Some(format!("hami-gpu-{digest:016x}")),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "gpu-operator".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ResourceClaimTemplateSpec {
+            metadata: None,
+            spec: Some(spec),
+        }),
+    })
+}
+
+/// What the cluster's DRA GPUs are, for error messages: `2 × NVIDIA A100-SXM4-40GB (40960 MiB, shared)`.
+fn summary(gpus: &[DraGpu]) -> String {
+    if gpus.is_empty() {
+        return "none (is the DRA driver enabled, draDriver.enabled in the ClusterPolicy?)"
+            .to_owned();
+    }
+    let mut kinds: BTreeMap<(String, u64, bool), usize> = BTreeMap::new();
+    for gpu in gpus {
+        *kinds
+            .entry((gpu.product_name.clone(), gpu.memory_bytes >> 20, gpu.shared))
+            .or_default() += 1;
+    }
+    kinds
+        .iter()
+        .map(|((product, mib, shared), count)| {
+            format!(
+                "{count} × {product} ({mib} MiB, {})",
+                if *shared { "shared" } else { "whole" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// FNV-1a, 64 bits: a stable name for a template's content.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+#[path = "hami_tests.rs"]
+mod tests;

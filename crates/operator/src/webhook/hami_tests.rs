@@ -1,0 +1,352 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A cluster with one shared A100-40GB node, one shared H100-80GB node and one node whose A100 is not shared.
+fn cluster() -> Vec<DraGpu> {
+    let gpu = |node: &str, product: &str, mib: u64, index: u32, shared: bool| DraGpu {
+        node: node.into(),
+        product_name: product.into(),
+        uuid: format!("GPU-{node}-{index}"),
+        memory_bytes: mib << 20,
+        shared,
+    };
+    vec![
+        gpu("a100", "NVIDIA A100-SXM4-40GB", 40960, 0, true),
+        gpu("a100", "NVIDIA A100-SXM4-40GB", 40960, 1, true),
+        gpu("h100", "NVIDIA H100 80GB HBM3", 81920, 0, true),
+        gpu("h100", "NVIDIA H100 80GB HBM3", 81920, 1, true),
+        gpu("whole", "NVIDIA A100-SXM4-40GB", 40960, 0, false),
+    ]
+}
+
+/// A pod of HAMi's examples (examples/nvidia in HAMi's repository), as HAMi publishes it but for its comments.
+fn hami_pod(annotations: Value, limits: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "gpu-pod", "annotations": annotations},
+        "spec": {"containers": [{
+            "name": "ubuntu-container", "image": "ubuntu:22.04",
+            "command": ["bash", "-c", "sleep 86400"],
+            "resources": {"limits": limits},
+        }]}
+    }))
+    .unwrap()
+}
+
+fn converted(pod: &Pod) -> Conversion {
+    convert(pod, &cluster()).unwrap().expect("a HAMi pod")
+}
+
+fn json_of<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap()
+}
+
+#[test]
+fn default_use_3000_mib_and_30_cores_becomes_one_shared_gpu_claim() {
+    let pod = hami_pod(
+        json!({}),
+        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}),
+    );
+    let conversion = converted(&pod);
+    assert_eq!(conversion.templates.len(), 1);
+    let template = json_of(&conversion.templates[0]);
+    let request = &template["spec"]["spec"]["devices"]["requests"][0];
+    assert_eq!(request["name"], "gpu");
+    assert_eq!(
+        request["exactly"],
+        json!({"deviceClassName": "shared.gpu.nvidia.com", "count": 1,
+               "capacity": {"requests": {"memory": "3000Mi", "cores": "30"}}})
+    );
+    assert!(
+        template["spec"]["spec"]["devices"]
+            .get("constraints")
+            .is_none()
+    );
+    let name = template["metadata"]["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("hami-gpu-") && name.len() == "hami-gpu-".len() + 16,
+        "{name}"
+    );
+
+    let pod = json_of(&conversion.pod);
+    assert_eq!(
+        pod["spec"]["resourceClaims"],
+        json!([{"name": "hami-ubuntu-container", "resourceClaimTemplateName": name}])
+    );
+    let resources = &pod["spec"]["containers"][0]["resources"];
+    assert_eq!(
+        resources["limits"],
+        json!({}),
+        "HAMi's resources leave the container"
+    );
+    assert_eq!(
+        resources["claims"],
+        json!([{"name": "hami-ubuntu-container"}])
+    );
+    assert_eq!(pod["metadata"]["labels"][CONVERTED_LABEL], "hami-dra");
+    assert!(conversion.warnings.is_empty());
+}
+
+#[test]
+fn memory_fraction_50_percent_asks_half_of_each_memory_size_with_two_distinct_gpus() {
+    let pod = hami_pod(
+        json!({}),
+        json!({"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50, "nvidia.com/gpucores": 30}),
+    );
+    let template = json_of(&converted(&pod).templates[0]);
+    let devices = &template["spec"]["spec"]["devices"];
+    let options = devices["requests"][0]["firstAvailable"].as_array().unwrap();
+    let summary: Vec<(Value, Value, Value)> = options
+        .iter()
+        .map(|option| {
+            (
+                option["name"].clone(),
+                option["capacity"]["requests"]["memory"].clone(),
+                option["selectors"][0]["cel"]["expression"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                json!("mem-81920mi"),
+                json!("40960Mi"),
+                json!(
+                    r#"device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("85899345920")) == 0"#
+                )
+            ),
+            (
+                json!("mem-40960mi"),
+                json!("20480Mi"),
+                json!(
+                    r#"device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("42949672960")) == 0"#
+                )
+            ),
+        ]
+    );
+    assert_eq!(options[0]["count"], 2);
+    assert_eq!(options[0]["capacity"]["requests"]["cores"], "30");
+    assert_eq!(
+        devices["constraints"],
+        json!([{"requests": ["gpu"], "distinctAttribute": "gpu.nvidia.com/uuid"}])
+    );
+}
+
+#[test]
+fn gpu_types_select_case_insensitive_substrings_as_hami_does() {
+    let pod = hami_pod(
+        json!({"nvidia.com/use-gputype": "A100,V100"}),
+        json!({"nvidia.com/gpu": 2}),
+    );
+    let template = json_of(&converted(&pod).templates[0]);
+    let exactly = &template["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+    assert_eq!(
+        exactly["deviceClassName"], "gpu.nvidia.com",
+        "whole GPUs of the chosen model"
+    );
+    assert_eq!(
+        exactly["selectors"][0]["cel"]["expression"],
+        r#"device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("a100") || device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("v100")"#
+    );
+    assert!(exactly.get("capacity").is_none());
+
+    let avoid = hami_pod(
+        json!({"nvidia.com/nouse-gputype": "A100"}),
+        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}),
+    );
+    let template = json_of(&converted(&avoid).templates[0]);
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"],
+        r#"!(device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("a100"))"#
+    );
+
+    let uuids = hami_pod(
+        json!({"nvidia.com/use-gpuuuid": "GPU-h100-0, GPU-h100-1", "nvidia.com/nouse-gpuuuid": "GPU-a100-0"}),
+        json!({"nvidia.com/gpu": 1}),
+    );
+    let template = json_of(&converted(&uuids).templates[0]);
+    let selectors = &template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"];
+    assert_eq!(
+        selectors[0]["cel"]["expression"],
+        r#"device.attributes["gpu.nvidia.com"].uuid in ["GPU-h100-0", "GPU-h100-1"]"#
+    );
+    assert_eq!(
+        selectors[1]["cel"]["expression"],
+        r#"!(device.attributes["gpu.nvidia.com"].uuid in ["GPU-a100-0"])"#
+    );
+}
+
+#[test]
+fn a_plain_gpu_pod_stays_the_device_plugins() {
+    let normal = hami_pod(json!({}), json!({"nvidia.com/gpu": 1}));
+    assert_eq!(convert(&normal, &cluster()), Ok(None));
+    let policy_only = hami_pod(
+        json!({"hami.io/gpu-scheduler-policy": "binpack"}),
+        json!({"nvidia.com/gpu": 1}),
+    );
+    assert_eq!(convert(&policy_only, &cluster()), Ok(None));
+    let no_gpu = hami_pod(
+        json!({"nvidia.com/use-gputype": "A100"}),
+        json!({"cpu": "1"}),
+    );
+    assert_eq!(convert(&no_gpu, &cluster()), Ok(None));
+}
+
+#[test]
+fn identical_asks_share_a_template_and_different_ones_do_not() {
+    let a = converted(&hami_pod(json!({}), json!({"nvidia.com/gpumem": 3000})));
+    let b = converted(&hami_pod(
+        json!({}),
+        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "3000"}),
+    ));
+    let c = converted(&hami_pod(json!({}), json!({"nvidia.com/gpumem": 3001})));
+    assert_eq!(
+        a.templates, b.templates,
+        "nvidia.com/gpu defaults to 1, as HAMi's defaultGPUNum"
+    );
+    assert_ne!(a.templates[0].metadata.name, c.templates[0].metadata.name);
+}
+
+#[test]
+fn hami_defaults_and_clamps_are_kept_with_warnings() {
+    let both = converted(&hami_pod(
+        json!({"hami.io/gpu-scheduler-policy": "spread", "hami.io/node-scheduler-policy": "binpack"}),
+        json!({"nvidia.com/gpumem": 2000, "nvidia.com/gpumem-percentage": 50, "nvidia.com/priority": 1}),
+    ));
+    let template = json_of(&both.templates[0]);
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"],
+        json!({"memory": "2000Mi"}),
+        "gpumem wins over the percentage; no cores asked"
+    );
+    let warnings = both.warnings.join("\n");
+    for expected in [
+        "nvidia.com/gpumem is used",
+        "spread cannot be expressed",
+        "hami.io/node-scheduler-policy is ignored",
+        "nvidia.com/priority is ignored",
+    ] {
+        assert!(warnings.contains(expected), "{expected} in {warnings}");
+    }
+    let limits = &json_of(&both.pod)["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(limits, &json!({}));
+
+    let clamped = converted(&hami_pod(
+        json!({}),
+        json!({"nvidia.com/gpumem-percentage": 150}),
+    ));
+    let template = json_of(&clamped.templates[0]);
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"][1]["capacity"]["requests"]
+            ["memory"],
+        "40960Mi"
+    );
+    assert!(clamped.warnings[0].contains("taken as 100"));
+
+    let whole_memory = converted(&hami_pod(json!({}), json!({"nvidia.com/gpucores": 40})));
+    let template = json_of(&whole_memory.templates[0]);
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"],
+        json!({"cores": "40"}),
+        "no memory asked: the device's default, all of it"
+    );
+}
+
+#[test]
+fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
+    let error = |limits: Value, annotations: Value| {
+        convert(&hami_pod(annotations, limits), &cluster())
+            .unwrap_err()
+            .to_string()
+    };
+    let too_big = error(json!({"nvidia.com/gpumem": 90000}), json!({}));
+    assert!(
+        too_big.contains("90000 MiB is more than any matching shared GPU has (at most 81920 MiB)"),
+        "{too_big}"
+    );
+    assert!(too_big.contains("virtual device memory"), "{too_big}");
+
+    let no_model = error(
+        json!({"nvidia.com/gpumem": 1000}),
+        json!({"nvidia.com/use-gputype": "V100"}),
+    );
+    assert!(no_model.contains("no shared GPU matches"), "{no_model}");
+    assert!(
+        no_model.contains("2 × NVIDIA A100-SXM4-40GB (40960 MiB, shared)"),
+        "{no_model}"
+    );
+
+    let too_many = error(
+        json!({"nvidia.com/gpu": 3, "nvidia.com/gpumem": 1000}),
+        json!({}),
+    );
+    assert!(too_many.contains("no node has more than 2"), "{too_many}");
+
+    let cores = error(json!({"nvidia.com/gpucores": 130}), json!({}));
+    assert!(
+        cores.contains("nvidia.com/gpucores \"130\" is not valid"),
+        "{cores}"
+    );
+    let suffix = error(json!({"nvidia.com/gpumem": "3Gi"}), json!({}));
+    assert!(suffix.contains("MiB as a whole number"), "{suffix}");
+    let zero = error(
+        json!({"nvidia.com/gpu": 0, "nvidia.com/gpucores": 10}),
+        json!({}),
+    );
+    assert!(zero.contains("at least 1"), "{zero}");
+    let quote = error(
+        json!({"nvidia.com/gpu": 1}),
+        json!({"nvidia.com/use-gputype": "A100\")"}),
+    );
+    assert!(
+        quote.contains("annotation nvidia.com/use-gputype"),
+        "{quote}"
+    );
+
+    let none = convert(
+        &hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000})),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(none.contains("draDriver.enabled"), "{none}");
+}
+
+#[test]
+fn oversubscription_asked_through_the_environment_is_refused() {
+    let mut pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000}));
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "CUDA_OVERSUBSCRIBE".into(),
+        value: Some("true".into()),
+        value_from: None,
+    }]);
+    let error = convert(&pod, &cluster()).unwrap_err().to_string();
+    assert!(
+        error.contains("CUDA_OVERSUBSCRIBE=true") && error.contains("not offered"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_whole_gpu_may_come_from_a_whole_or_a_shared_gpu_but_a_share_only_from_a_shared_one() {
+    let whole_only = vec![DraGpu {
+        node: "n".into(),
+        product_name: "NVIDIA A100-SXM4-40GB".into(),
+        uuid: "GPU-1".into(),
+        memory_bytes: 40 << 30,
+        shared: false,
+    }];
+    let typed = hami_pod(
+        json!({"nvidia.com/use-gputype": "a100"}),
+        json!({"nvidia.com/gpu": 1}),
+    );
+    assert!(convert(&typed, &whole_only).unwrap().is_some());
+    let share = hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000}));
+    let error = convert(&share, &whole_only).unwrap_err().to_string();
+    assert!(
+        error.contains("1 × NVIDIA A100-SXM4-40GB (40960 MiB, whole)"),
+        "{error}"
+    );
+}
