@@ -444,8 +444,29 @@ impl Operator {
         operator
     }
 
-    /// Starts the operator without waiting: a second replica stays unready while another one leads.
+    /// Starts the operator without waiting: a second replica stays unready while another one leads. Its HAMi
+    /// webhook is off: a test that needs it starts the operator with [`Operator::with_webhook`].
     pub fn launch(identity: &str) -> Self {
+        Self::spawn(identity, &[("HAMI_WEBHOOK", "false")])
+    }
+
+    /// Starts the operator with its HAMi webhook, which the API server calls at `https://127.0.0.1:<port>`, and
+    /// waits until it is ready.
+    pub fn with_webhook(identity: &str, port: u16) -> Self {
+        let address = format!("127.0.0.1:{port}");
+        let url = format!("https://{address}");
+        let operator = Self::spawn(
+            identity,
+            &[
+                ("WEBHOOK_LISTEN", address.as_str()),
+                ("WEBHOOK_URL", url.as_str()),
+            ],
+        );
+        operator.wait_ready(Duration::from_secs(90));
+        operator
+    }
+
+    fn spawn(identity: &str, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let child = Command::new(operator_bin())
             .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
@@ -453,6 +474,7 @@ impl Operator {
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("POD_NAME", identity)
             .env("RUST_LOG", "info,operator=debug")
+            .envs(env.iter().copied())
             .spawn()
             .expect("start gpu-operator");
         Self { child, port }

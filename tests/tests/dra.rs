@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use e2e::agents::NodeAgent;
+use e2e::agents::{NodeAgent, add_simulated_node};
 use e2e::kubelet::{Kubelet, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
@@ -415,4 +415,314 @@ fn dra_driver_on_a_real_kubelet() {
             .join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
             .exists()
     );
+}
+
+/// A pod of HAMi's examples (examples/nvidia in HAMi's repository): its spec as HAMi publishes it, our name.
+fn hami_example(name: &str, annotations: Value, limits: Value) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"containers": [{
+            "name": "ubuntu-container", "image": "ubuntu:22.04",
+            "command": ["bash", "-c", "sleep 86400"],
+            "resources": {"limits": limits},
+        }]}
+    })
+    .to_string()
+}
+
+/// A pod of our own on `node`: `gpumem` MiB and `gpucores` percent of one GPU, written as for HAMi.
+fn hami_share(name: &str, node: &str, gpumem: u32, gpucores: Option<u32>) -> String {
+    let mut limits = json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": gpumem});
+    if let Some(cores) = gpucores {
+        limits["nvidia.com/gpucores"] = cores.into();
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "work", "image": "ubuntu:22.04", "resources": {"limits": limits}}]
+        }
+    })
+    .to_string()
+}
+
+/// The node a pod was bound to, and its claim's allocation results.
+fn placement(name: &str) -> (String, Vec<Value>) {
+    let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+    let claim = claim_of(&pod);
+    let claim = kubectl_json(&["get", "resourceclaim", &claim, "-n", "default"]);
+    let results = claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    (
+        pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        results,
+    )
+}
+
+/// The pod's PodScheduled condition once the scheduler gave up on it for now.
+fn wait_unschedulable(name: &str) -> Value {
+    eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+        let condition = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|condition| condition["type"] == "PodScheduled" && condition["status"] == "False")
+            .cloned();
+        Ok(condition.filter(|condition| condition["reason"] == "Unschedulable"))
+    })
+    .unwrap_or_else(|error| panic!("pod {name} was never reported unschedulable: {error:#}"))
+}
+
+/// Removes the webhook configuration and the test's nodes and pods when dropped.
+struct HamiCleanup(Vec<String>);
+
+impl Drop for HamiCleanup {
+    fn drop(&mut self) {
+        clean_up(&[
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "nvidia.com/gpu-sharing=hami-dra",
+            "--wait=false",
+        ]);
+        for node in &self.0 {
+            clean_up(&["node", node, "--wait=false"]);
+        }
+        clean_up(&["mutatingwebhookconfiguration", "gpu-operator-hami"]);
+    }
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn hami_pods_are_scheduled_as_dra_claims() {
+    chart_installed();
+    let dir = scenario_dir("e2e-hami");
+    let nodes = ["e2e-hami-a100", "e2e-hami-h100", "e2e-hami-pack"];
+    let _cleanup = HamiCleanup(nodes.iter().map(|node| (*node).to_owned()).collect());
+    let _operator = Operator::with_webhook("e2e-hami", free_port());
+
+    step(
+        "two kwok nodes, 2 A100-40GB and 2 H100-80GB, every GPU shared; a DRA driver for each publishes their slices",
+    );
+    let mut drivers = Vec::new();
+    for (node, gpus) in [
+        ("e2e-hami-a100", "a100-40gb:2"),
+        ("e2e-hami-h100", "h100-80gb:2"),
+    ] {
+        add_simulated_node("gpu-a100-0", node, gpus, &[]);
+        let state = dir.join(format!("{node}.json"));
+        let root = dir.join(format!("{node}-kubelet"));
+        drivers.push(start_driver(
+            node,
+            &state,
+            &root,
+            &dir.join(format!("{node}-host")),
+            "all",
+        ));
+        eventually(WAIT, || Ok(slice_of(node).map(drop))).unwrap_or_else(|error| {
+            panic!(
+                "no slice for {node}: {error:#}\n{}",
+                drivers.last().unwrap().output()
+            )
+        });
+    }
+
+    step(
+        "HAMi's specify_card_type_to_use with use-gputype A100 (2 whole GPUs): lands on the A100 node",
+    );
+    let apply = |manifest: String| {
+        let applied = kubectl_apply(&manifest, &[]);
+        assert!(applied.success, "{}{}", applied.stdout, applied.stderr);
+        applied
+    };
+    apply(hami_example(
+        "hami-type-a100",
+        json!({"nvidia.com/use-gputype": "A100"}),
+        json!({"nvidia.com/gpu": 2}),
+    ));
+    wait_running("hami-type-a100", &String::new);
+    let (node, results) = placement("hami-type-a100");
+    assert_eq!(
+        (node.as_str(), results.len()),
+        ("e2e-hami-a100", 2),
+        "{results:#?}"
+    );
+    delete_pod("hami-type-a100");
+
+    step(
+        "HAMi's specify_card_type_not_use with nouse-gputype A100 (2 whole GPUs): lands elsewhere, on the H100 node",
+    );
+    apply(hami_example(
+        "hami-nouse-a100",
+        json!({"nvidia.com/nouse-gputype": "A100"}),
+        json!({"nvidia.com/gpu": 2}),
+    ));
+    wait_running("hami-nouse-a100", &String::new);
+    assert_eq!(placement("hami-nouse-a100").0, "e2e-hami-h100");
+    delete_pod("hami-nouse-a100");
+
+    step("HAMi's default_use (gpumem 3000, gpucores 30): one share of 3000 MiB and 30 cores");
+    apply(hami_example(
+        "hami-default-use",
+        json!({}),
+        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}),
+    ));
+    wait_running("hami-default-use", &String::new);
+    let (_, results) = placement("hami-default-use");
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        bytes(&results[0]["consumedCapacity"]["memory"]),
+        3000 << 20,
+        "{results:#?}"
+    );
+    assert_eq!(results[0]["consumedCapacity"]["cores"], "30");
+    let pod = kubectl_json(&["get", "pod", "hami-default-use", "-n", "default"]);
+    assert_eq!(
+        pod["metadata"]["labels"]["nvidia.com/gpu-sharing"],
+        "hami-dra"
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["limits"],
+        Value::Null,
+        "{pod:#}"
+    );
+
+    step(
+        "HAMi's use_memory_fraction (2 GPUs, gpumem-percentage 50, gpucores 30): half of each GPU's memory, two GPUs of one node",
+    );
+    apply(hami_example(
+        "hami-fraction",
+        json!({}),
+        json!({"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50, "nvidia.com/gpucores": 30}),
+    ));
+    wait_running("hami-fraction", &String::new);
+    let (node, results) = placement("hami-fraction");
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert_ne!(results[0]["device"], results[1]["device"]);
+    let half = if node == "e2e-hami-a100" {
+        20480
+    } else {
+        81559 / 2
+    };
+    for result in &results {
+        assert_eq!(
+            bytes(&result["consumedCapacity"]["memory"]),
+            half << 20,
+            "{node}: {result:#}"
+        );
+    }
+    delete_pod("hami-default-use");
+    delete_pod("hami-fraction");
+
+    step("a request no GPU can hold is refused at admission, saying why");
+    let refused = kubectl_apply(
+        &hami_example(
+            "hami-too-big",
+            json!({}),
+            json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 90000}),
+        ),
+        &[],
+    );
+    assert!(!refused.success);
+    assert!(
+        refused.stderr.contains("virtual device memory"),
+        "{}",
+        refused.stderr
+    );
+
+    step(
+        "packing: 13 pods of 3000 MiB run on one 40 GB GPU, the 14th stays Pending with the scheduler's reason",
+    );
+    add_simulated_node("gpu-a100-0", "e2e-hami-pack", "a100-40gb:1", &[]);
+    let pack_state = dir.join("e2e-hami-pack.json");
+    drivers.push(start_driver(
+        "e2e-hami-pack",
+        &pack_state,
+        &dir.join("e2e-hami-pack-kubelet"),
+        &dir.join("e2e-hami-pack-host"),
+        "all",
+    ));
+    eventually(WAIT, || Ok(slice_of("e2e-hami-pack").map(drop))).expect("the pack node's slice");
+    for index in 0..14 {
+        apply(hami_share(
+            &format!("hami-pack-{index}"),
+            "e2e-hami-pack",
+            3000,
+            None,
+        ));
+    }
+    for index in 0..13 {
+        wait_running(&format!("hami-pack-{index}"), &String::new);
+    }
+    let pending = wait_unschedulable("hami-pack-13");
+    eprintln!("the 14th pod: {pending}");
+    assert!(
+        pending["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("claim")),
+        "{pending:#}"
+    );
+
+    step("deleting a pod frees its share: the 14th starts, and the deleted pod's claim is gone");
+    let (_, freed) = placement("hami-pack-0");
+    let freed_claim = claim_of(&kubectl_json(&[
+        "get",
+        "pod",
+        "hami-pack-0",
+        "-n",
+        "default",
+    ]));
+    assert_eq!(freed.len(), 1);
+    delete_pod("hami-pack-0");
+    wait_running("hami-pack-13", &String::new);
+    eventually(WAIT, || {
+        Ok((!run(
+            "kubectl",
+            &["get", "resourceclaim", &freed_claim, "-n", "default"],
+        )
+        .success)
+            .then_some(()))
+    })
+    .expect("the deleted pod's claim is garbage-collected");
+    for index in 1..14 {
+        clean_up(&[
+            "pod",
+            &format!("hami-pack-{index}"),
+            "-n",
+            "default",
+            "--wait=false",
+        ]);
+    }
+    eventually(WAIT, || {
+        let left = kubectl_json(&["get", "resourceclaims", "-n", "default"]);
+        Ok(left["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+            .then_some(()))
+    })
+    .expect("every packing claim is gone");
+
+    step("cores: two pods of 40 % share the GPU, a third cannot");
+    for index in 0..3 {
+        apply(hami_share(
+            &format!("hami-cores-{index}"),
+            "e2e-hami-pack",
+            1000,
+            Some(40),
+        ));
+    }
+    wait_running("hami-cores-0", &String::new);
+    wait_running("hami-cores-1", &String::new);
+    wait_unschedulable("hami-cores-2");
+    drop(drivers);
 }

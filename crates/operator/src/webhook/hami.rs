@@ -347,11 +347,13 @@ fn ask_of(
             })
             .map(|quantity| quantity.0.trim().to_owned())
     };
+    // The API server writes quantities back in canonical form (3000 arrives as `3k`), and HAMi reads their
+    // integer value.
     let integer =
         |resource: &'static str, expected: &'static str| -> Result<Option<u64>, HamiError> {
             value(resource)
                 .map(|text| {
-                    text.parse::<u64>().map_err(|_| HamiError::Value {
+                    crd::quantity::parse_bytes(&text).map_err(|_| HamiError::Value {
                         container: name.clone(),
                         resource,
                         value: text.clone(),

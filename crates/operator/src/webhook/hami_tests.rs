@@ -199,7 +199,8 @@ fn identical_asks_share_a_template_and_different_ones_do_not() {
     let a = converted(&hami_pod(json!({}), json!({"nvidia.com/gpumem": 3000})));
     let b = converted(&hami_pod(
         json!({}),
-        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "3000"}),
+        // As the API server writes 3000 back.
+        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "3k"}),
     ));
     let c = converted(&hami_pod(json!({}), json!({"nvidia.com/gpumem": 3001})));
     assert_eq!(
@@ -289,8 +290,13 @@ fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
         cores.contains("nvidia.com/gpucores \"130\" is not valid"),
         "{cores}"
     );
-    let suffix = error(json!({"nvidia.com/gpumem": "3Gi"}), json!({}));
-    assert!(suffix.contains("MiB as a whole number"), "{suffix}");
+    let milli = error(json!({"nvidia.com/gpumem": "3000m"}), json!({}));
+    assert!(milli.contains("MiB as a whole number"), "{milli}");
+    let gibibytes = error(json!({"nvidia.com/gpumem": "3Gi"}), json!({}));
+    assert!(
+        gibibytes.contains("3221225472 MiB is more than"),
+        "{gibibytes}"
+    );
     let zero = error(
         json!({"nvidia.com/gpu": 0, "nvidia.com/gpucores": 10}),
         json!({}),
