@@ -345,6 +345,55 @@ fn dra_driver_on_a_real_kubelet() {
     });
 
     step(
+        "the exporter attributes GPU 1's series to the claim's pod with NVIDIA's dra_* labels, from the kubelet's pod resources",
+    );
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let root_text = root.display().to_string();
+    let exporter = NodeAgent::start(
+        KUBELET_NODE,
+        "nvidia-dcgm-exporter",
+        &state,
+        &[
+            "exporter",
+            "--listen",
+            &listen,
+            "--collect-interval",
+            "1",
+            "--kubelet-root",
+            &root_text,
+        ],
+        &[],
+    );
+    let expected = [
+        "pod=\"e2e-dra-a\"".to_owned(),
+        format!("dra_claim_name=\"{claim_a}\""),
+        "dra_claim_namespace=\"default\"".to_owned(),
+        "dra_driver_name=\"gpu.nvidia.com\"".to_owned(),
+        "dra_device_name=\"gpu-1\"".to_owned(),
+    ];
+    let line = eventually(WAIT, || {
+        let body = http_get(port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        Ok(body
+            .lines()
+            .find(|line| {
+                line.starts_with("DCGM_FI_DEV_FB_USED{")
+                    && expected.iter().all(|label| line.contains(label.as_str()))
+            })
+            .map(str::to_owned))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "no attributed series: {error:#}\nexporter log:\n{}",
+            exporter.output()
+        )
+    });
+    eprintln!("{line}");
+    drop(exporter);
+
+    step(
         "the driver is killed and a pod is created meanwhile: after the restart that pod runs, and the first claim is prepared once",
     );
     driver.kill();

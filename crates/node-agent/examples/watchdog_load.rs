@@ -123,6 +123,7 @@ fn pod_resources(pods: &[PodRef], uuids: &[String], replicas: u32) -> PodResourc
                         resource_name: RESOURCE.into(),
                         device_ids: vec![format!("{}::{replica}", uuids[gpu as usize])],
                     }],
+                    dynamic_resources: Vec::new(),
                 }],
             }
         })

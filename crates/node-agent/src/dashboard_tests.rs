@@ -223,6 +223,7 @@ fn watchdog_scrape() -> String {
             containers: vec![crate::pod_resources::ContainerDevices {
                 name: "main".into(),
                 devices: [("nvidia.com/gpu".to_owned(), ["GPU-0::1".to_owned()].into())].into(),
+                claims: Vec::new(),
             }],
         }],
         &[(

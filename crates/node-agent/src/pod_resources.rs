@@ -53,6 +53,23 @@ pub struct ContainerDevices {
     pub name: String,
     /// Device IDs by resource name (`nvidia.com/gpu` → `GPU-...::3`, ...).
     pub devices: BTreeMap<String, BTreeSet<String>>,
+    /// Devices it holds through DRA claims.
+    pub claims: Vec<ClaimDevice>,
+}
+
+/// One device a container holds through a ResourceClaim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ClaimDevice {
+    /// The claim's namespace.
+    pub claim_namespace: String,
+    /// The claim's name.
+    pub claim_name: String,
+    /// The DRA driver.
+    pub driver: String,
+    /// Its pool.
+    pub pool: String,
+    /// The device's name in the pool.
+    pub device: String,
 }
 
 impl PodDevices {
@@ -139,9 +156,27 @@ pub async fn list(kubelet_root: &Path) -> Result<Vec<PodDevices>, PodResourcesEr
                             .or_default()
                             .extend(held.device_ids);
                     }
+                    let claims = container
+                        .dynamic_resources
+                        .into_iter()
+                        .flat_map(|claim| {
+                            let (namespace, name) = (claim.claim_namespace, claim.claim_name);
+                            claim
+                                .claim_resources
+                                .into_iter()
+                                .map(move |held| ClaimDevice {
+                                    claim_namespace: namespace.clone(),
+                                    claim_name: name.clone(),
+                                    driver: held.driver_name,
+                                    pool: held.pool_name,
+                                    device: held.device_name,
+                                })
+                        })
+                        .collect();
                     ContainerDevices {
                         name: container.name,
                         devices,
+                        claims,
                     }
                 })
                 .collect(),
@@ -251,6 +286,32 @@ pub(crate) mod tests {
                     device_ids: ids.iter().map(|id| (*id).into()).collect(),
                 })
                 .collect(),
+            dynamic_resources: Vec::new(),
+        }
+    }
+
+    /// A container holding `device` of this node's DRA driver through claim `namespace/claim`.
+    pub(crate) fn claiming(
+        name: &str,
+        namespace: &str,
+        claim: &str,
+        device: &str,
+    ) -> fake::ContainerResources {
+        fake::ContainerResources {
+            name: name.into(),
+            devices: Vec::new(),
+            dynamic_resources: vec![fake::DynamicResource {
+                claim_name: claim.into(),
+                claim_namespace: namespace.into(),
+                claim_resources: vec![fake::ClaimResource {
+                    cdi_devices: vec![fake::CdiDevice {
+                        name: format!("k8s.gpu.nvidia.com/claim=uid-{device}"),
+                    }],
+                    driver_name: crd::dra::DRIVER.into(),
+                    pool_name: "node-1".into(),
+                    device_name: device.into(),
+                }],
+            }],
         }
     }
 
@@ -291,10 +352,26 @@ pub(crate) mod tests {
                         namespace: "default".into(),
                         containers: vec![container("main", &[])],
                     },
+                    fake::PodResources {
+                        name: "share".into(),
+                        namespace: "team".into(),
+                        containers: vec![claiming("work", "team", "share-gpu-x1", "gpu-1")],
+                    },
                 ],
             },
         );
-        let pods = list(root.path()).await.unwrap();
+        let mut pods = list(root.path()).await.unwrap();
+        let share = pods.pop().unwrap();
+        assert_eq!(
+            share.containers[0].claims,
+            [ClaimDevice {
+                claim_namespace: "team".into(),
+                claim_name: "share-gpu-x1".into(),
+                driver: "gpu.nvidia.com".into(),
+                pool: "node-1".into(),
+                device: "gpu-1".into(),
+            }]
+        );
         let set = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect();
         assert_eq!(
             pods,
@@ -308,6 +385,7 @@ pub(crate) mod tests {
                                 "nvidia.com/gpu".into(),
                                 set(&["GPU-a::1", "GPU-a::2"])
                             )]),
+                            claims: Vec::new(),
                         },
                         ContainerDevices {
                             name: "side".into(),
@@ -315,6 +393,7 @@ pub(crate) mod tests {
                                 ("nvidia.com/gpu".into(), set(&["GPU-b::0"])),
                                 ("nvidia.com/mig-1g.10gb".into(), set(&["MIG-c"])),
                             ]),
+                            claims: Vec::new(),
                         },
                     ],
                 },
@@ -323,6 +402,7 @@ pub(crate) mod tests {
                     containers: vec![ContainerDevices {
                         name: "main".into(),
                         devices: BTreeMap::new(),
+                        claims: Vec::new(),
                     }],
                 },
             ]

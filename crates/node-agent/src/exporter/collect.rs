@@ -175,7 +175,7 @@ impl Collector {
             );
         }
         self.xids.record(&pass.events, Instant::now());
-        let holders = self.holders(&mut problems).await;
+        let holders = self.holders(&pass.gpus, &mut problems).await;
         let processes = self.processes(&mut problems).await;
         self.problems.update(problems);
         families(
@@ -220,6 +220,7 @@ impl Collector {
                         namespace: container.namespace,
                         pod: container.pod,
                         container: container.container,
+                        claim: None,
                     }),
                     Owner::OutsidePods | Owner::UnknownPod(_) => None,
                 },
@@ -229,9 +230,9 @@ impl Collector {
     }
 
     /// Who holds which device; nobody when the kubelet cannot say (the series then have no pod labels).
-    async fn holders(&mut self, problems: &mut BTreeSet<String>) -> Holders {
+    async fn holders(&mut self, gpus: &[GpuReading], problems: &mut BTreeSet<String>) -> Holders {
         match pod_resources::list(&self.kubelet_root).await {
-            Ok(answer) => Holders::new(&answer),
+            Ok(answer) => Holders::new(&answer, gpus),
             Err(error @ PodResourcesError::SocketMissing { .. }) => {
                 if !std::mem::replace(&mut self.told_no_kubelet, true) {
                     info!(%error, "exporting without pod, namespace and container labels");

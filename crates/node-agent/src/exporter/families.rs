@@ -36,7 +36,9 @@ use prometheus_client::registry::Registry;
 use super::config::Selection;
 use super::fields::{Field, Kind};
 use super::xid::XidGauge;
-use crate::pod_resources::PodDevices;
+use crate::dra::slices::DeviceName;
+use crate::pod_resources::{ClaimDevice, PodDevices};
+use crd::dra::DRIVER;
 
 /// One MIG GPU instance as read at one collection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +123,8 @@ pub struct Holder {
     pub pod: String,
     /// The container.
     pub container: String,
+    /// The DRA claim it holds the device through, for the `dra_*` labels NVIDIA's exporter gives such series.
+    pub claim: Option<ClaimDevice>,
 }
 
 /// Which containers hold which GPU or MIG device, from the kubelet's pod-resources answer.
@@ -131,22 +135,34 @@ pub struct Holders {
 }
 
 impl Holders {
-    /// Reads the answer. Devices of other resources (NICs, ...) never match a GPU UUID, so need no filtering.
+    /// Reads the answer. Devices of other resources (NICs, ...) never match a GPU UUID, so need no filtering;
+    /// devices held through claims of this node's DRA driver are found among `gpus` by their device names.
     #[must_use]
-    pub fn new(answer: &[PodDevices]) -> Self {
+    pub fn new(answer: &[PodDevices], gpus: &[GpuReading]) -> Self {
         let mut by_uuid: BTreeMap<String, BTreeSet<Holder>> = BTreeMap::new();
         for pod in answer {
             let (namespace, name) = pod.namespace_and_name();
             for container in &pod.containers {
+                let holder = |claim: Option<&ClaimDevice>| Holder {
+                    namespace: namespace.to_owned(),
+                    pod: name.to_owned(),
+                    container: container.name.clone(),
+                    claim: claim.cloned(),
+                };
                 for id in container.devices.values().flatten() {
                     by_uuid
                         .entry(device_uuid(id).to_owned())
                         .or_default()
-                        .insert(Holder {
-                            namespace: namespace.to_owned(),
-                            pod: name.to_owned(),
-                            container: container.name.clone(),
-                        });
+                        .insert(holder(None));
+                }
+                for claim in container
+                    .claims
+                    .iter()
+                    .filter(|claim| claim.driver == DRIVER)
+                {
+                    for uuid in claimed_uuids(&claim.device, gpus) {
+                        by_uuid.entry(uuid).or_default().insert(holder(Some(claim)));
+                    }
                 }
             }
         }
@@ -160,6 +176,43 @@ impl Holders {
             .filter_map(|uuid| self.by_uuid.get(uuid))
             .flatten()
             .collect()
+    }
+}
+
+/// The UUIDs of a device of this node's DRA driver: a whole GPU's, or a MIG device's.
+fn claimed_uuids(device: &str, gpus: &[GpuReading]) -> Vec<String> {
+    let gpu = |index: u32| gpus.iter().find(|gpu| gpu.inventory.index == index);
+    match DeviceName::parse(device) {
+        Some(DeviceName::Gpu(index)) => gpu(index)
+            .map(|gpu| vec![gpu.inventory.uuid.clone()])
+            .unwrap_or_default(),
+        Some(DeviceName::Mig {
+            gpu: index,
+            gpu_instance,
+            ..
+        }) => gpu(index)
+            .and_then(|gpu| {
+                gpu.instances
+                    .iter()
+                    .find(|instance| instance.id == gpu_instance)
+            })
+            .map(|instance| instance.device_uuids.clone())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// The labels of a holder: NVIDIA's pod, namespace and container, and for a DRA claim its `dra_*` labels.
+fn holder_labels(holder: &Holder, labels: &mut Labels) {
+    labels.push(("pod", holder.pod.clone()));
+    labels.push(("namespace", holder.namespace.clone()));
+    labels.push(("container", holder.container.clone()));
+    if let Some(claim) = &holder.claim {
+        labels.push(("dra_claim_name", claim.claim_name.clone()));
+        labels.push(("dra_claim_namespace", claim.claim_namespace.clone()));
+        labels.push(("dra_driver_name", claim.driver.clone()));
+        labels.push(("dra_pool_name", claim.pool.clone()));
+        labels.push(("dra_device_name", claim.device.clone()));
     }
 }
 
@@ -461,9 +514,7 @@ fn dcgm_families(node: &NodeReading<'_>, selection: &Selection) -> Vec<MetricFam
                 .into_iter()
                 .map(|holder| {
                     let mut labels = base.clone();
-                    labels.push(("pod", holder.pod.clone()));
-                    labels.push(("namespace", holder.namespace.clone()));
-                    labels.push(("container", holder.container.clone()));
+                    holder_labels(holder, &mut labels);
                     labels
                 })
                 .collect()

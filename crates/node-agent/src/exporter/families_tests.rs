@@ -306,6 +306,85 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
     );
 }
 
+#[test]
+fn series_of_a_gpu_held_through_dra_claims_carry_nvidias_dra_labels_per_claim() {
+    let (_dir, simulator) = simulated("a100-40gb:2", &[]);
+    let pass = read_gpus(simulator.as_ref()).unwrap();
+    let claim = |pod: &str, claim: &str, device: &str| PodDevices {
+        pod: format!("team/{pod}"),
+        containers: vec![ContainerDevices {
+            name: "work".into(),
+            devices: BTreeMap::new(),
+            claims: vec![crate::pod_resources::ClaimDevice {
+                claim_namespace: "team".into(),
+                claim_name: claim.into(),
+                driver: crd::dra::DRIVER.into(),
+                pool: "node-1".into(),
+                device: device.into(),
+            }],
+        }],
+    };
+    let answer = [
+        claim("a", "a-gpu-1", "gpu-1"),
+        claim("b", "b-gpu-1", "gpu-1"),
+        claim("c", "c-gone", "gpu-9"),
+    ];
+    let families = collect(
+        &simulator,
+        &Holders::new(&answer, &pass.gpus),
+        &XidGauge::new(Duration::from_secs(300)),
+        &Selection::default(),
+    );
+    let used = family(&families, Field::FbUsed).unwrap();
+    let of_gpu = |gpu: &str| -> Vec<&Labels> {
+        used.series
+            .iter()
+            .map(|series| &series.labels)
+            .filter(|labels| {
+                labels
+                    .iter()
+                    .any(|(name, value)| *name == "gpu" && value == gpu)
+            })
+            .collect()
+    };
+    let shared = of_gpu("1");
+    assert_eq!(
+        shared.len(),
+        2,
+        "one series per claim sharing GPU 1: {shared:?}"
+    );
+    let label = |labels: &Labels, name: &str| {
+        labels
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.clone())
+    };
+    assert_eq!(label(shared[0], "pod").as_deref(), Some("a"));
+    assert_eq!(
+        label(shared[0], "dra_claim_name").as_deref(),
+        Some("a-gpu-1")
+    );
+    assert_eq!(
+        label(shared[0], "dra_claim_namespace").as_deref(),
+        Some("team")
+    );
+    assert_eq!(
+        label(shared[0], "dra_driver_name").as_deref(),
+        Some("gpu.nvidia.com")
+    );
+    assert_eq!(
+        label(shared[0], "dra_device_name").as_deref(),
+        Some("gpu-1")
+    );
+    assert_eq!(
+        label(shared[1], "dra_claim_name").as_deref(),
+        Some("b-gpu-1")
+    );
+    let unclaimed = of_gpu("0");
+    assert_eq!(unclaimed.len(), 1);
+    assert_eq!(label(unclaimed[0], "dra_claim_name"), None);
+}
+
 fn pod(namespace_and_name: &str, containers: &[(&str, &str, &[&str])]) -> PodDevices {
     PodDevices {
         pod: namespace_and_name.into(),
@@ -318,6 +397,7 @@ fn pod(namespace_and_name: &str, containers: &[(&str, &str, &[&str])]) -> PodDev
                     ids.iter().map(|id| (*id).to_owned()).collect(),
                 ))
                 .collect(),
+                claims: Vec::new(),
             })
             .collect(),
     }
@@ -362,7 +442,7 @@ fn every_container_holding_a_gpu_or_replica_is_attributed() {
     ];
     let families = collect(
         &simulator,
-        &Holders::new(&answer),
+        &Holders::new(&answer, &[]),
         &XidGauge::new(Duration::from_secs(300)),
         &Selection::default(),
     );
@@ -423,7 +503,7 @@ fn mig_devices_are_attributed_to_their_instance() {
     )];
     let families = collect(
         &simulator,
-        &Holders::new(&answer),
+        &Holders::new(&answer, &[]),
         &XidGauge::new(Duration::from_secs(300)),
         &Selection::default(),
     );
@@ -510,7 +590,7 @@ fn the_text_keeps_dcgms_names_for_counters_too() {
     )];
     let families = collect(
         &simulator,
-        &Holders::new(&answer),
+        &Holders::new(&answer, &[]),
         &XidGauge::new(Duration::from_secs(300)),
         &Selection::default(),
     );

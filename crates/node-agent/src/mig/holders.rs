@@ -111,6 +111,7 @@ mod tests {
                         )
                     })
                     .collect(),
+                claims: Vec::new(),
             }],
         }
     }

@@ -140,6 +140,7 @@ impl Node {
                         "nvidia.com/gpu".to_owned(),
                         BTreeSet::from([format!("{}::{replica}", self.uuid)]),
                     )]),
+                    claims: Vec::new(),
                 }],
             })
             .collect();
