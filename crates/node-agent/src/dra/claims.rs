@@ -417,6 +417,22 @@ impl Claims {
         Ok(())
     }
 
+    /// Starts again the MPS daemons of the claims prepared before this driver started: a daemon runs in the
+    /// driver's container and ends with it, while the claims' containers keep running. A daemon that cannot be
+    /// started is logged; the memory watchdog still bounds the claim.
+    pub async fn restore_daemons(&self) {
+        let state = self.state.lock().await;
+        for (uid, claim) in &state.claims {
+            for device in &claim.devices {
+                if let Some(limits) = &device.limits
+                    && let Err(error) = self.start_daemon(device, limits).await
+                {
+                    warn!(claim = %uid, device = %device.device, %error, "cannot restart the claim's MPS daemon");
+                }
+            }
+        }
+    }
+
     /// Makes the claim's MPS directories (the container's mounts need them) and, on real GPUs, starts its control
     /// daemon with the claim's limits as the daemon's defaults. A daemon left by an earlier, interrupted try is
     /// stopped first.

@@ -278,3 +278,29 @@ fn results_of_other_drivers_and_pools_are_not_ours() {
     let limits = devices[0].limits.as_ref().unwrap();
     assert_eq!((limits.memory_mib, limits.cores), (2048, 0));
 }
+
+#[tokio::test]
+async fn a_restarted_driver_sets_up_its_prepared_claims_daemons_again() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim(
+            "a",
+            vec![result(
+                "gpu",
+                "gpu-1",
+                &[("memory", "1Gi"), ("cores", "10")],
+            )],
+        ),
+    )]));
+    let devices = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    let pipe = devices[0].limits.as_ref().unwrap().mps_dir.join("pipe");
+    // What a node reboot leaves of /run: nothing.
+    std::fs::remove_dir_all(node.host().mps_root).unwrap();
+    node.claims().restore_daemons().await;
+    assert!(pipe.is_dir(), "the containers' pipe mount exists again");
+}

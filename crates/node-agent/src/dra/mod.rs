@@ -73,6 +73,7 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
         events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
         reported: std::collections::BTreeSet::new(),
     };
+    claims.restore_daemons().await;
     // The devices are known before the kubelet can call: a claim is never refused for want of them.
     let (devices, _) = publisher.devices(&role.node)?;
     publisher.devices.send_replace(devices);
