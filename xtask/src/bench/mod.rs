@@ -5,6 +5,7 @@
 
 mod audit;
 mod contender;
+mod dra;
 mod observe;
 mod plot;
 mod proc_stats;
@@ -52,6 +53,9 @@ pub struct Args {
     /// Measure only the GPU memory watchdog (on a fresh cluster), keeping the other results of bench.json.
     #[arg(long)]
     watchdog_only: bool,
+    /// Measure only fractional GPUs through DRA (on a fresh cluster), keeping the other results of bench.json.
+    #[arg(long)]
+    dra_only: bool,
 }
 
 fn say(message: impl AsRef<str>) {
@@ -81,19 +85,31 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             "gpu-node-agent",
             "--example",
             "watchdog_load",
+            "--example",
+            "prepare_latency",
         ]
         .map(String::from),
     )?;
-    if args.watchdog_only {
+    if args.watchdog_only || args.dra_only {
         let earlier = std::fs::read(out.join("bench.json")).context(
-            "--watchdog-only keeps the other results of bench.json, which does not exist yet",
+            "--watchdog-only and --dra-only keep the other results of bench.json, which does not exist yet",
         )?;
         let mut results: Results = serde_json::from_slice(&earlier)?;
-        cluster::down()?;
-        let info = cluster::ensure_up()?;
-        let measured = watchdog::measure(root, &info, &environment(root, args.ours_only)?);
-        cluster::down()?;
-        results.watchdog = Some(measured?);
+        let environment = environment(root, args.ours_only)?;
+        if args.watchdog_only {
+            cluster::down()?;
+            let info = cluster::ensure_up()?;
+            let measured = watchdog::measure(root, &info, &environment);
+            cluster::down()?;
+            results.watchdog = Some(measured?);
+        }
+        if args.dra_only {
+            cluster::down()?;
+            let info = cluster::ensure_up()?;
+            let measured = dra::measure(root, &info, &environment);
+            cluster::down()?;
+            results.dra = Some(measured?);
+        }
         write_outputs(&out, &results)?;
         print!("{}", report::render(&results));
         return Ok(());
@@ -123,6 +139,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         rows: Vec::new(),
         allocate: Some(allocate),
         watchdog: None,
+        dra: None,
     };
     let mut outcome = Ok(());
     'counts: for nodes in counts {
@@ -171,6 +188,16 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         match watchdog::measure(root, &info, &results.environment) {
             Ok(usage) => results.watchdog = Some(usage),
             Err(error) => outcome = Err(error.context("measuring the watchdog failed")),
+        }
+    }
+    if outcome.is_ok() {
+        cluster::down()?;
+        let info = cluster::ensure_up()?;
+        match dra::measure(root, &info, &results.environment) {
+            Ok(measured) => results.dra = Some(measured),
+            Err(error) => {
+                outcome = Err(error.context("measuring fractional GPUs through DRA failed"))
+            }
         }
     }
     say("stopping the cluster");

@@ -114,6 +114,9 @@ pub struct Results {
     /// The GPU memory watchdog's CPU and RSS.
     #[serde(default)]
     pub watchdog: Option<super::watchdog::WatchdogUsage>,
+    /// Scheduling throughput of fractional GPU pods and the DRA driver's prepare latency.
+    #[serde(default)]
+    pub dra: Option<super::dra::DraBench>,
 }
 
 impl Results {
@@ -209,6 +212,36 @@ pub fn render(results: &Results) -> String {
             watchdog.peak_rss_mib,
             watchdog.date,
             watchdog.commit,
+        );
+    }
+    if let Some(dra) = &results.dra {
+        let _ = writeln!(
+            text,
+            "\n## Fractional GPUs through DRA\n\nThe real kube-scheduler allocating claims of 3000 MiB and 10 % of the SMs \
+             (class `shared.gpu.nvidia.com`) from {} simulated A100-40GB on {} kwok nodes, each with a release \
+             `gpu-node-agent dra-driver` publishing its slice; time from `kubectl create` of the pods to the last one \
+             Running (kwok runs a bound pod).\n\n| pods | seconds | pods/s |\n|---:|---:|---:|",
+            dra.gpus, dra.nodes,
+        );
+        for run in &dra.runs {
+            let _ = writeln!(
+                text,
+                "| {} | {:.1} | {:.1} |",
+                run.pods, run.seconds, run.pods_per_second
+            );
+        }
+        let _ = writeln!(
+            text,
+            "\nNodePrepareResources over the driver's socket, for {} of the allocated claims (each reads its claim from \
+             the API server and writes a CDI spec and the checkpoint): p50 {} µs, p99 {} µs; NodeUnprepareResources: \
+             p50 {} µs, p99 {} µs. Measured {} at commit {}.",
+            dra.prepared_claims,
+            dra.prepare_p50_us,
+            dra.prepare_p99_us,
+            dra.unprepare_p50_us,
+            dra.unprepare_p99_us,
+            dra.date,
+            dra.commit,
         );
     }
     text
@@ -426,6 +459,7 @@ mod tests {
                 p99_us: 150,
             }),
             watchdog: None,
+            dra: None,
         }
     }
 

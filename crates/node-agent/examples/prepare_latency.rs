@@ -1,0 +1,98 @@
+//! NodePrepareResources latency of running DRA drivers, for `cargo xtask bench`: it plays the kubelet, calling each
+//! claim's driver over its unix socket to prepare the claim and then to unprepare it, as the kubelet does for a
+//! pod that starts and ends. The claims are real, allocated by the kube-scheduler, so every prepare reads its
+//! claim from the API server and writes its CDI spec and checkpoint.
+//!
+//! `--claims FILE`: a JSON list of `{"socket", "namespace", "name", "uid"}`. Prints
+//! `{"claims": n, "prepare_p50_us": .., "prepare_p99_us": .., "unprepare_p50_us": .., "unprepare_p99_us": ..}`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use clap::Parser;
+use node_agent::dra::api::dra_plugin_client::DraPluginClient;
+use node_agent::dra::api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
+use node_runtime::grpc::connect;
+use serde::Deserialize;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// The claims to prepare, with their driver's socket.
+    #[arg(long)]
+    claims: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+struct Target {
+    socket: PathBuf,
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+/// p50 and p99 in microseconds (nearest rank).
+fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
+    samples.sort();
+    let at = |fraction: f64| {
+        let position = ((samples.len() - 1) as f64 * fraction).round() as usize;
+        samples[position].as_micros()
+    };
+    (at(0.5), at(0.99))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let targets: Vec<Target> = serde_json::from_slice(&std::fs::read(&args.claims)?)?;
+    ensure!(!targets.is_empty(), "no claims to prepare");
+    let (mut prepare, mut unprepare) = (Vec::new(), Vec::new());
+    for target in &targets {
+        let mut client = DraPluginClient::new(
+            connect(&target.socket)
+                .await
+                .with_context(|| format!("connecting to {}", target.socket.display()))?,
+        );
+        let claim = Claim {
+            namespace: target.namespace.clone(),
+            uid: target.uid.clone(),
+            name: target.name.clone(),
+        };
+        let started = Instant::now();
+        let prepared = client
+            .node_prepare_resources(NodePrepareResourcesRequest {
+                claims: vec![claim.clone()],
+            })
+            .await?
+            .into_inner();
+        prepare.push(started.elapsed());
+        let answer = &prepared.claims[&target.uid];
+        ensure!(
+            answer.error.is_empty() && !answer.devices.is_empty(),
+            "claim {}/{} was not prepared: {}",
+            target.namespace,
+            target.name,
+            answer.error
+        );
+        let started = Instant::now();
+        client
+            .node_unprepare_resources(NodeUnprepareResourcesRequest {
+                claims: vec![claim],
+            })
+            .await?;
+        unprepare.push(started.elapsed());
+    }
+    let (prepare_p50, prepare_p99) = percentiles(prepare);
+    let (unprepare_p50, unprepare_p99) = percentiles(unprepare);
+    println!(
+        "{}",
+        serde_json::json!({
+            "claims": targets.len(),
+            "prepare_p50_us": prepare_p50,
+            "prepare_p99_us": prepare_p99,
+            "unprepare_p50_us": unprepare_p50,
+            "unprepare_p99_us": unprepare_p99,
+        })
+    );
+    Ok(())
+}
