@@ -184,6 +184,8 @@ fn dra_driver_on_a_real_kubelet() {
         ("pod", "e2e-dra-b".into()),
         ("pod", "e2e-dra-late".into()),
         ("pod", "e2e-dra-classic".into()),
+        ("pod", "training".into()),
+        ("pod", "notebook".into()),
         ("resourceclaimtemplate", "e2e-share-3000-30".into()),
         ("resourceclaimtemplate", "e2e-share-2g".into()),
     ]);
@@ -464,6 +466,21 @@ fn dra_driver_on_a_real_kubelet() {
             .join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
             .exists()
     );
+
+    step("the README's example, examples/dra/shared-gpu-claims.yaml: both pods share GPU 1 with their own limits");
+    let example = repo_root().join("examples/dra/shared-gpu-claims.yaml");
+    let applied = run("kubectl", &["apply", "-n", "default", "-f", &example.display().to_string()]);
+    assert!(applied.success, "{}", applied.stderr);
+    for pod in ["training", "notebook"] {
+        wait_running(pod, &|| logs(&driver));
+    }
+    let training = kubelet.container_of("training").expect("training's container");
+    assert_eq!(training["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=3000M");
+    assert_eq!(training["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+    let notebook = kubelet.container_of("notebook").expect("notebook's container");
+    assert_eq!(notebook["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2048M");
+    assert_eq!(notebook["env"]["NVIDIA_VISIBLE_DEVICES"], dra_uuid.as_str());
+    run("kubectl", &["delete", "-n", "default", "--wait=false", "-f", &example.display().to_string()]);
 }
 
 /// A pod of HAMi's examples (examples/nvidia in HAMi's repository): its spec as HAMi publishes it, our name.

@@ -194,6 +194,18 @@ fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
             json!({"watchdog": {"defaultBudget": "half"}}),
             "watchdog.defaultBudget must be replicaShare or none",
         ),
+        (
+            // Ours: NVIDIA has no DRA driver section.
+            "DRA driver GPU set",
+            json!({"draDriver": {"enabled": true, "gpus": "gpu0"}}),
+            "draDriver.gpus must be all, none, or GPU indices and ranges such as 0,2-3",
+        ),
+        (
+            // Ours.
+            "DRA driver shared GPU set",
+            json!({"draDriver": {"sharedGPUs": "1-"}}),
+            "draDriver.sharedGPUs must be all, none, or GPU indices and ranges such as 0,2-3",
+        ),
     ]
 }
 
@@ -219,7 +231,8 @@ fn cel_rules_reject_bad_input_with_their_message() {
         "driver": {"image": "registry.local/driver@sha256:0123", "upgradePolicy": {"maxUnavailable": 2}},
         "daemonsets": {"updateStrategy": "OnDelete", "rollingUpdate": {"maxUnavailable": "25%"}},
         "mig": {"strategy": "mixed"}, "migManager": {"config": {"default": ""}},
-        "watchdog": {"enabled": true, "dryRun": true, "intervalSeconds": 1, "gracePeriodSeconds": 0, "killGracePeriodSeconds": 600, "defaultBudget": "none"}
+        "watchdog": {"enabled": true, "dryRun": true, "intervalSeconds": 1, "gracePeriodSeconds": 0, "killGracePeriodSeconds": 600, "defaultBudget": "none"},
+        "draDriver": {"enabled": true, "gpus": "0,2-3", "sharedGPUs": "all"}
     }});
     let result = kubectl_apply(&valid.to_string(), &["--dry-run=server"]);
     assert!(result.success, "valid policy rejected: {}", result.stderr);
