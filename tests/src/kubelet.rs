@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{clean_up, eventually, free_port, kubectl_json, run};
+use crate::{clean_up, eventually, free_port, kubectl, kubectl_json, run};
 
 /// Where every kubelet serves device-plugin registration, whatever its `--root-dir`.
 pub const DEVICE_PLUGIN_ROOT: &str = "/var/lib/kubelet";
@@ -229,6 +229,21 @@ impl Drop for Kubelet {
 /// A pod asking for `count` of `resource` on `node`, left to the scheduler and the kubelet. It mounts no
 /// ServiceAccount token (see the module docs) and stops at once when deleted.
 pub fn gpu_pod(name: &str, node: &str, resource: &str, count: u32) -> String {
+    pod_on(
+        name,
+        node,
+        &serde_json::json!({"limits": {resource: count}}),
+        &[],
+    )
+}
+
+/// A pod on `node` whose one container has `resources`, with `claims` (name, ResourceClaimTemplate) as its
+/// `resourceClaims`, as [`gpu_pod`] makes it.
+pub fn pod_on(name: &str, node: &str, resources: &Value, claims: &[(&str, &str)]) -> String {
+    let claims: Vec<Value> = claims
+        .iter()
+        .map(|(claim, template)| serde_json::json!({"name": claim, "resourceClaimTemplateName": template}))
+        .collect();
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
@@ -236,11 +251,25 @@ pub fn gpu_pod(name: &str, node: &str, resource: &str, count: u32) -> String {
             "automountServiceAccountToken": false,
             "nodeSelector": {"kubernetes.io/hostname": node},
             "terminationGracePeriodSeconds": 0,
+            "resourceClaims": claims,
             "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                            "resources": {"limits": {resource: count}}}]
+                            "resources": resources}]
         }
     })
     .to_string()
+}
+
+/// Deletes pod `name` (namespace `default`) and waits until it is gone.
+pub fn delete_pod(name: &str) {
+    kubectl(&[
+        "delete",
+        "pod",
+        name,
+        "-n",
+        "default",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
 }
 
 /// The node's allocatable amount of `resource`, as the scheduler sees it.

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::agents::{add_simulated_node, node_agent_bin};
-use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, delete_pod, gpu_pod};
 use e2e::plugin::{DevicePlugin, inject_xid};
 use e2e::*;
 use serde_json::{Value, json};
@@ -305,18 +305,6 @@ fn visible_devices(container: &Value) -> Vec<String> {
         .collect();
     assert_eq!(container["cdiDevices"], json!(cdi), "{container}");
     visible
-}
-
-fn delete_pod(name: &str) {
-    kubectl(&[
-        "delete",
-        "pod",
-        name,
-        "-n",
-        "default",
-        "--wait=true",
-        "--timeout=60s",
-    ]);
 }
 
 /// Applies a mig-parted config to the simulated GPUs of `node` with the admin tool.

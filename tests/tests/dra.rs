@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use e2e::agents::{NodeAgent, add_simulated_node};
-use e2e::kubelet::{Kubelet, gpu_pod};
+use e2e::kubelet::{Kubelet, delete_pod, gpu_pod, pod_on};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
 use serde_json::{Value, json};
@@ -36,19 +36,12 @@ fn share_template(name: &str, memory: &str, cores: Option<u32>) -> String {
 
 /// A pod on `node` whose one container takes the claim made from `template`.
 fn claim_pod(name: &str, node: &str, template: &str) -> String {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "automountServiceAccountToken": false,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04",
-                            "resources": {"claims": [{"name": "gpu"}]}}]
-        }
-    })
-    .to_string()
+    pod_on(
+        name,
+        node,
+        &json!({"claims": [{"name": "gpu"}]}),
+        &[("gpu", template)],
+    )
 }
 
 /// A quantity's value: the API server writes consumed capacity in its own form (`3000Mi` comes back `3145728k`).
@@ -145,18 +138,6 @@ fn checkpoint(root: &Path) -> Value {
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null)
-}
-
-fn delete_pod(name: &str) {
-    kubectl(&[
-        "delete",
-        "pod",
-        name,
-        "-n",
-        "default",
-        "--wait=true",
-        "--timeout=60s",
-    ]);
 }
 
 /// Deletes pods and templates when dropped, also when an assertion fails.
@@ -467,20 +448,51 @@ fn dra_driver_on_a_real_kubelet() {
             .exists()
     );
 
-    step("the README's example, examples/dra/shared-gpu-claims.yaml: both pods share GPU 1 with their own limits");
+    step(
+        "the README's example, examples/dra/shared-gpu-claims.yaml: both pods share GPU 1 with their own limits",
+    );
     let example = repo_root().join("examples/dra/shared-gpu-claims.yaml");
-    let applied = run("kubectl", &["apply", "-n", "default", "-f", &example.display().to_string()]);
+    let applied = run(
+        "kubectl",
+        &[
+            "apply",
+            "-n",
+            "default",
+            "-f",
+            &example.display().to_string(),
+        ],
+    );
     assert!(applied.success, "{}", applied.stderr);
     for pod in ["training", "notebook"] {
         wait_running(pod, &|| logs(&driver));
     }
-    let training = kubelet.container_of("training").expect("training's container");
-    assert_eq!(training["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=3000M");
+    let training = kubelet
+        .container_of("training")
+        .expect("training's container");
+    assert_eq!(
+        training["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+        "0=3000M"
+    );
     assert_eq!(training["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
-    let notebook = kubelet.container_of("notebook").expect("notebook's container");
-    assert_eq!(notebook["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2048M");
+    let notebook = kubelet
+        .container_of("notebook")
+        .expect("notebook's container");
+    assert_eq!(
+        notebook["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+        "0=2048M"
+    );
     assert_eq!(notebook["env"]["NVIDIA_VISIBLE_DEVICES"], dra_uuid.as_str());
-    run("kubectl", &["delete", "-n", "default", "--wait=false", "-f", &example.display().to_string()]);
+    run(
+        "kubectl",
+        &[
+            "delete",
+            "-n",
+            "default",
+            "--wait=false",
+            "-f",
+            &example.display().to_string(),
+        ],
+    );
 }
 
 /// A pod of HAMi's examples (examples/nvidia in HAMi's repository): its spec as HAMi publishes it, our name.

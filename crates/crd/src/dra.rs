@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
+use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
+
 /// The DRA driver's name: ResourceSlices' `spec.driver`, allocation results' `driver`, and the attribute domain.
 pub const DRIVER: &str = "gpu.nvidia.com";
 
@@ -62,6 +64,29 @@ pub fn attribute_expression(attribute: &str) -> String {
 #[must_use]
 pub fn capacity_expression(capacity: &str) -> String {
     format!("device.capacity[\"{DRIVER}\"].{capacity}")
+}
+
+/// Every device of this driver in `slices`, with the slice that publishes it.
+pub fn driver_devices<'a>(
+    slices: impl IntoIterator<Item = &'a ResourceSlice>,
+) -> impl Iterator<Item = (&'a ResourceSlice, &'a Device)> {
+    slices
+        .into_iter()
+        .filter(|slice| slice.spec.driver == DRIVER)
+        .flat_map(|slice| {
+            slice
+                .spec
+                .devices
+                .iter()
+                .flatten()
+                .map(move |device| (slice, device))
+        })
+}
+
+/// A text attribute of a device, e.g. its `uuid`.
+#[must_use]
+pub fn text_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
+    device.attributes.as_ref()?.get(name)?.string.as_deref()
 }
 
 /// Node label naming the GPUs of the node the DRA driver takes (the device plugin advertises the others); it

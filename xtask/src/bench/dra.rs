@@ -84,7 +84,7 @@ pub fn measure(
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
 
-    say("DRA: the chart's DeviceClasses and a driver per node");
+    say("DRA: the chart's DeviceClasses and CRDs, and a driver per node");
     let classes = command::output(
         &env,
         "helm",
@@ -99,6 +99,12 @@ pub fn measure(
     let classes_file = work.join("deviceclasses.yaml");
     std::fs::write(&classes_file, classes)?;
     kubectl(&["apply", "-f", &classes_file.display().to_string()])?;
+    // The drivers write their GPUNode status.
+    kubectl(&[
+        "apply",
+        "-f",
+        &root.join("charts/gpu-operator/crds").display().to_string(),
+    ])?;
     let binary = command::target_dir(root).join("release/gpu-node-agent");
     let mut drivers = Drivers(Vec::new());
     for node in &nodes {
@@ -273,23 +279,12 @@ fn prepare_latency(
     ));
     let file = work.join("claims.json");
     std::fs::write(&file, serde_json::to_vec(&targets)?)?;
-    let output = Command::new(command::target_dir(root).join("release/examples/prepare_latency"))
-        .args(["--claims", &file.display().to_string()])
-        .output()
-        .context("cannot run the prepare_latency example")?;
-    if !output.status.success() {
-        bail!(
-            "the prepare_latency example failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|line| line.starts_with('{'))
-        .context("the prepare_latency example printed no JSON")?;
-    Ok(serde_json::from_str(line)?)
+    let line = super::example_json(
+        root,
+        "prepare_latency",
+        &["--claims", &file.display().to_string()],
+    )?;
+    Ok(serde_json::from_str(&line)?)
 }
 
 /// The items of a list that pass `keep`.

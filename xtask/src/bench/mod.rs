@@ -259,27 +259,34 @@ fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
 }
 
 fn allocate_latency(root: &Path, calls: u32) -> anyhow::Result<Allocate> {
-    let calls = calls.to_string();
-    // Built by `run` with the release environment; `cargo run` here would rebuild it without.
+    let line = example_json(root, "allocate_latency", &["--calls", &calls.to_string()])?;
+    serde_json::from_str(&line).with_context(|| format!("cannot parse {line:?}"))
+}
+
+/// Runs a release example built by `run` (`cargo run` here would rebuild it without the release environment) and
+/// returns the JSON line it printed last.
+fn example_json(root: &Path, example: &str, args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new(
-        command::target_dir(root).join("release/examples/allocate_latency"),
+        command::target_dir(root)
+            .join("release/examples")
+            .join(example),
     )
-    .args(["--calls", &calls])
+    .args(args)
     .current_dir(root)
     .output()
-    .context("cannot run the allocate_latency example")?;
+    .with_context(|| format!("cannot run the {example} example"))?;
     anyhow::ensure!(
         output.status.success(),
-        "the allocate_latency example failed: {}",
+        "the {example} example failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
+    stdout
         .lines()
         .rev()
         .find(|line| line.starts_with('{'))
-        .context("the allocate_latency example printed no JSON")?;
-    serde_json::from_str(line).with_context(|| format!("cannot parse {line:?}"))
+        .map(str::to_owned)
+        .with_context(|| format!("the {example} example printed no JSON"))
 }
 
 /// A fresh cluster with `nodes` kwok nodes in two OS pools.

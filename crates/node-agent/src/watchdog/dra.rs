@@ -48,25 +48,13 @@ pub fn consumed(claim: &ResourceClaim) -> Vec<(DeviceKey, u64)> {
 /// Each device of the slices by its GPU UUID attribute.
 #[must_use]
 pub fn device_uuids(slices: &[ResourceSlice]) -> BTreeMap<DeviceKey, String> {
-    slices
-        .iter()
-        .filter(|slice| slice.spec.driver == DRIVER)
-        .flat_map(|slice| {
-            let pool = slice.spec.pool.name.clone();
-            slice
-                .spec
-                .devices
-                .iter()
-                .flatten()
-                .filter_map(move |device| {
-                    let uuid = device
-                        .attributes
-                        .as_ref()?
-                        .get(UUID_ATTRIBUTE)?
-                        .string
-                        .clone()?;
-                    Some(((pool.clone(), device.name.clone()), uuid))
-                })
+    crd::dra::driver_devices(slices)
+        .filter_map(|(slice, device)| {
+            let uuid = crd::dra::text_attribute(device, UUID_ATTRIBUTE)?;
+            Some((
+                (slice.spec.pool.name.clone(), device.name.clone()),
+                uuid.to_owned(),
+            ))
         })
         .collect()
 }

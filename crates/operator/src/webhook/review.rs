@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use crd::dra::{
-    ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY, DRIVER, TYPE_GPU,
-};
+use crd::dra::{ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY, TYPE_GPU};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
 use kube::Client;
@@ -38,29 +36,18 @@ impl std::fmt::Debug for Admission {
 /// The whole GPUs the driver's slices publish, shared or not (pure).
 #[must_use]
 pub fn dra_gpus(slices: &[Arc<ResourceSlice>]) -> Vec<DraGpu> {
-    slices
-        .iter()
-        .filter(|slice| slice.spec.driver == DRIVER)
-        .flat_map(|slice| {
-            let node = slice.spec.node_name.clone().unwrap_or_default();
-            slice
-                .spec
-                .devices
-                .iter()
-                .flatten()
-                .filter_map(move |device| {
-                    let attributes = device.attributes.as_ref()?;
-                    let text = |name: &str| attributes.get(name)?.string.clone();
-                    (text(ATTRIBUTE_TYPE)? == TYPE_GPU).then_some(())?;
-                    let memory = device.capacity.as_ref()?.get(CAPACITY_MEMORY)?;
-                    Some(DraGpu {
-                        node: node.clone(),
-                        product_name: text(ATTRIBUTE_PRODUCT_NAME)?,
-                        uuid: text(ATTRIBUTE_UUID)?,
-                        memory_bytes: crd::quantity::parse_bytes(&memory.value.0).ok()?,
-                        shared: device.allow_multiple_allocations == Some(true),
-                    })
-                })
+    crd::dra::driver_devices(slices.iter().map(AsRef::as_ref))
+        .filter_map(|(slice, device)| {
+            let text = |name: &str| crd::dra::text_attribute(device, name).map(str::to_owned);
+            (text(ATTRIBUTE_TYPE)? == TYPE_GPU).then_some(())?;
+            let memory = device.capacity.as_ref()?.get(CAPACITY_MEMORY)?;
+            Some(DraGpu {
+                node: slice.spec.node_name.clone().unwrap_or_default(),
+                product_name: text(ATTRIBUTE_PRODUCT_NAME)?,
+                uuid: text(ATTRIBUTE_UUID)?,
+                memory_bytes: crd::quantity::parse_bytes(&memory.value.0).ok()?,
+                shared: device.allow_multiple_allocations == Some(true),
+            })
         })
         .collect()
 }
@@ -137,6 +124,7 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
 mod tests {
     use std::collections::BTreeMap;
 
+    use crd::dra::DRIVER;
     use k8s_openapi::api::resource::v1::{
         Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSliceSpec,
     };
