@@ -67,9 +67,7 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
         },
         devices: watch::channel(Vec::new()).0,
         claims: claims.clone(),
-        gpu_node: role
-            .gpu_node_writer(crd::gpu_node::field_manager::DRA_DRIVER)
-            .await?,
+        gpu_node: gpu_node_writer(&role).await,
         events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
         reported: std::collections::BTreeSet::new(),
     };
@@ -88,6 +86,24 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
     tokio::select! {
         served = service::serve(&sockets, driver) => served,
         published = publisher.run(changed) => published,
+    }
+}
+
+/// The GPUNode writer, retried with the one backoff until the GPUNode can be read or created: the kubelet must not
+/// wait on a status object (its API can lag behind the CRD, as on a fresh cluster).
+async fn gpu_node_writer(role: &NodeRole) -> node_runtime::gpunode::GpuNodeWriter {
+    let mut backoff = node_runtime::Backoff::default();
+    loop {
+        match role
+            .gpu_node_writer(crd::gpu_node::field_manager::DRA_DRIVER)
+            .await
+        {
+            Ok(writer) => return writer,
+            Err(error) => {
+                tracing::warn!(%error, "cannot create the GPUNode yet; retrying");
+                backoff.wait().await;
+            }
+        }
     }
 }
 
