@@ -259,6 +259,22 @@ pub fn pod_on(name: &str, node: &str, resources: &Value, claims: &[(&str, &str)]
     .to_string()
 }
 
+/// Pod `name` (namespace `default`) once Running, else a panic with its description and `logs`.
+pub fn wait_running(name: &str, timeout: Duration, logs: &dyn Fn() -> String) -> Value {
+    eventually(timeout, || {
+        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+        Ok((pod["status"]["phase"] == "Running").then_some(pod))
+    })
+    .unwrap_or_else(|error| {
+        let pod = run("kubectl", &["describe", "pod", name, "-n", "default"]);
+        panic!(
+            "pod {name} never ran: {error:#}\n{}\n{}",
+            pod.stdout,
+            logs()
+        )
+    })
+}
+
 /// Deletes pod `name` (namespace `default`) and waits until it is gone.
 pub fn delete_pod(name: &str) {
     kubectl(&[

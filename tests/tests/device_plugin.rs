@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::agents::{add_simulated_node, node_agent_bin};
-use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, delete_pod, gpu_pod};
+use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, delete_pod, gpu_pod, wait_running};
 use e2e::plugin::{DevicePlugin, inject_xid};
 use e2e::*;
 use serde_json::{Value, json};
@@ -266,24 +266,11 @@ fn run_gpu_pod(
     logs: &dyn Fn() -> String,
 ) -> (Value, String) {
     assert!(kubectl_apply(&gpu_pod(name, KUBELET_NODE, resource, count), &[]).success);
-    let uid = eventually(WAIT, || {
-        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
-        let running = pod["status"]["phase"] == "Running";
-        Ok(running.then(|| {
-            pod["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        }))
-    })
-    .unwrap_or_else(|error| {
-        let pod = run("kubectl", &["describe", "pod", name, "-n", "default"]);
-        panic!(
-            "pod {name} never ran: {error:#}\n{}\n{}",
-            pod.stdout,
-            logs()
-        )
-    });
+    let pod = wait_running(name, WAIT, logs);
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let container = kubelet
         .container_of(name)
         .unwrap_or_else(|| panic!("the runtime never created {name}'s container\n{}", logs()));

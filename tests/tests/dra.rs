@@ -109,18 +109,7 @@ fn slice_of(node: &str) -> Option<Value> {
 
 /// The pod once Running, else a panic with its description and `logs`.
 fn wait_running(name: &str, logs: &dyn Fn() -> String) -> Value {
-    eventually(WAIT, || {
-        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
-        Ok((pod["status"]["phase"] == "Running").then_some(pod))
-    })
-    .unwrap_or_else(|error| {
-        let pod = run("kubectl", &["describe", "pod", name, "-n", "default"]);
-        panic!(
-            "pod {name} never ran: {error:#}\n{}\n{}",
-            pod.stdout,
-            logs()
-        )
-    })
+    e2e::kubelet::wait_running(name, WAIT, logs)
 }
 
 /// The claim generated for pod `name`'s entry `gpu`.

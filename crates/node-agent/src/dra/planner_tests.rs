@@ -79,15 +79,11 @@ fn shared_gpu_with_step(name: &str, product: &str, memory_mib: u64, step: &str) 
     }
 }
 
-/// A whole GPU: only a memory capacity, no policy, not multi-allocatable.
-fn whole_gpu(name: &str, product: &str, memory_mib: u64) -> Device {
+/// A device taken whole: only a memory capacity, no policy, not multi-allocatable.
+fn unshared(name: &str, pairs: &[(&str, &str)], memory_mib: u64) -> Device {
     Device {
         name: name.to_owned(),
-        attributes: Some(attributes(&[
-            ("type", "gpu"),
-            ("uuid", &format!("GPU-{name}")),
-            ("productName", product),
-        ])),
+        attributes: Some(attributes(pairs)),
         capacity: Some(BTreeMap::from([(
             "memory".to_owned(),
             DeviceCapacity {
@@ -99,24 +95,28 @@ fn whole_gpu(name: &str, product: &str, memory_mib: u64) -> Device {
     }
 }
 
+/// A whole GPU.
+fn whole_gpu(name: &str, product: &str, memory_mib: u64) -> Device {
+    let uuid = format!("GPU-{name}");
+    unshared(
+        name,
+        &[("type", "gpu"), ("uuid", &uuid), ("productName", product)],
+        memory_mib,
+    )
+}
+
 fn mig(name: &str, profile: &str, memory_mib: u64) -> Device {
-    Device {
-        name: name.to_owned(),
-        attributes: Some(attributes(&[
+    let uuid = format!("MIG-{name}");
+    unshared(
+        name,
+        &[
             ("type", "mig"),
-            ("uuid", &format!("MIG-{name}")),
+            ("uuid", &uuid),
             ("productName", A100),
             ("profile", profile),
-        ])),
-        capacity: Some(BTreeMap::from([(
-            "memory".to_owned(),
-            DeviceCapacity {
-                value: quantity(&format!("{memory_mib}Mi")),
-                request_policy: None,
-            },
-        )])),
-        ..Device::default()
-    }
+        ],
+        memory_mib,
+    )
 }
 
 fn node(name: &str, devices: Vec<Device>) -> NodeDevices {
