@@ -299,6 +299,15 @@ impl OwnInstall {
     /// Removes the release in place (with an operator running for the ClusterPolicies' finalizer), installs the
     /// chart with `values` (`install` must succeed), and starts the operator as `identity`.
     pub fn start(values: &[&str], identity: &str) -> Self {
+        Self::start_with(values, identity, Operator::start)
+    }
+
+    /// As [`OwnInstall::start`], with the operator `start` starts (e.g. one serving the HAMi webhook).
+    pub fn start_with(
+        values: &[&str],
+        identity: &str,
+        start: impl FnOnce(&str) -> Operator,
+    ) -> Self {
         if run("helm", &["status", RELEASE, "-n", NAMESPACE]).success {
             let cleaner = Operator::start(&format!("{identity}-cleanup"));
             delete_cluster_policies();
@@ -312,7 +321,7 @@ impl OwnInstall {
         }
         install_chart(values);
         Self {
-            operator: Some(Operator::start(identity)),
+            operator: Some(start(identity)),
         }
     }
 }

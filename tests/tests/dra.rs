@@ -572,11 +572,14 @@ impl Drop for HamiCleanup {
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn hami_pods_are_scheduled_as_dra_claims() {
-    chart_installed();
     let dir = scenario_dir("e2e-hami");
     let nodes = ["e2e-hami-a100", "e2e-hami-h100", "e2e-hami-pack"];
     let _cleanup = HamiCleanup(nodes.iter().map(|node| (*node).to_owned()).collect());
-    let _operator = Operator::with_webhook("e2e-hami", free_port());
+    // The operator reconciles the chart's ClusterPolicy too: its own install, restored afterwards, keeps that from
+    // the suites that follow.
+    let _install = OwnInstall::start_with(&GUIDE_VALUES, "e2e-hami", |identity| {
+        Operator::with_webhook(identity, free_port())
+    });
 
     step(
         "two kwok nodes, 2 A100-40GB and 2 H100-80GB, every GPU shared; a DRA driver for each publishes their slices",

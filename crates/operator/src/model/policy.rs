@@ -262,12 +262,13 @@ fn nvidia_image_names(component: Component) -> &'static [&'static str] {
         Component::OperatorValidator | Component::NodeStatusExporter => {
             &["gpu-operator", "gpu-operator-validator"]
         }
-        // NVIDIA's images are what runs for these; NVIDIA has no watchdog, and its DRA driver is not an operand.
-        Component::Driver
-        | Component::ContainerToolkit
-        | Component::Dcgm
-        | Component::Watchdog
-        | Component::DraDriver => &[],
+        // NVIDIA's chart names its DRA driver's image in a draDriver section of its values (for its GPUCluster
+        // resource), which ours reads too.
+        Component::DraDriver => &["dra-driver-nvidia-gpu", "k8s-dra-driver-gpu"],
+        // NVIDIA's images are what runs for these; NVIDIA has no watchdog.
+        Component::Driver | Component::ContainerToolkit | Component::Dcgm | Component::Watchdog => {
+            &[]
+        }
     }
 }
 
@@ -569,6 +570,9 @@ mod tests {
         spec.node_status_exporter.image = nvidia_image("nvcr.io/nvidia", "gpu-operator", "v26.7.0");
         spec.driver.image = nvidia_image("nvcr.io/nvidia", "driver", "595.91.07");
         spec.toolkit.image = nvidia_image("nvcr.io/nvidia/k8s", "container-toolkit", "v1.20.0");
+        // From the values' draDriver section, which our chart reads into ours.
+        spec.dra_driver.enabled = Some(true);
+        spec.dra_driver.image = nvidia_image("nvcr.io/nvidia", "dra-driver-nvidia-gpu", "v0.5.0");
         spec
     }
 
@@ -595,6 +599,7 @@ mod tests {
                 "VALIDATOR_IMAGE",
                 "nodeStatusExporter",
             ),
+            (Component::DraDriver, "VALIDATOR_IMAGE", "draDriver"),
         ] {
             assert_eq!(policy.image(component), builtin.0[variable], "{component}");
             let warnings = &policy.component_warnings[&component];
