@@ -8,7 +8,7 @@
 //! - [`authority`]: the front that lets the kubelet's registration requests through (their `:authority` is the
 //!   socket's path, which HTTP/2 servers in Rust refuse).
 //! - [`status`] (pure): the driver's part of GPUNode status.
-//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`dra plan`).
+//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`dra-plan`): its allocation in `planner`, requests in `planner::request`, the tables in `planner::table`.
 
 use std::sync::Arc;
 

@@ -25,17 +25,21 @@
 //! - `count` N takes N distinct devices on one node.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
 use crd::dra::{
     ATTRIBUTE_MIG_PROFILE, ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_CORES,
-    CAPACITY_MEMORY, CORES_TOTAL, TYPE_GPU, TYPE_MIG,
+    CAPACITY_MEMORY, TYPE_GPU, TYPE_MIG, text_attribute,
 };
 use k8s_openapi::api::resource::v1::{Device, DeviceCapacity};
 
 use crate::accounting::MIB;
 use crd::quantity::parse_bytes as parse_quantity;
+
+mod request;
+mod table;
+
+pub use request::{Class, MemoryRequest, Request, RequestError};
+use table::{format_amount, format_bytes};
 
 /// The devices one node's ResourceSlices publish, in slice and device order.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -46,354 +50,7 @@ pub struct NodeDevices {
     pub devices: Vec<Device>,
 }
 
-/// One request, in the terms HAMi users write (the webhook turns HAMi pods into the same thing).
-///
-/// Parsed from comma-separated `key=value` pairs ([`FromStr`]):
-///
-/// | key (HAMi's name also accepted)    | value                                                               |
-/// |------------------------------------|---------------------------------------------------------------------|
-/// | `count` (`gpu`)                    | devices, on one node; default 1                                     |
-/// | `gpumem`                           | memory per device: a number of MiB (as HAMi), or a quantity (`8Gi`) |
-/// | `gpumem-percentage`                | memory per device as a percentage of that device's memory, 1–100    |
-/// | `gpucores`                         | percent of the GPU's SMs, 0–100                                     |
-/// | `type` (`use-gputype`)             | productName contains this, any case; a list, any may match          |
-/// | `nouse-type` (`nouse-gputype`)     | productName contains none of these, any case                        |
-/// | `uuid` (`use-gpuuuid`)             | the device's uuid is one of these                                   |
-/// | `nouse-uuid` (`nouse-gpuuuid`)     | the device's uuid is none of these                                  |
-/// | `class`                            | `shared` (default), `gpu` (a whole GPU) or `mig`; or the class name |
-/// | `profile`                          | the MIG profile, e.g. `1g.5gb` (class `mig` only)                   |
-///
-/// Keys may carry HAMi's `nvidia.com/` prefix. A list key takes several values by repeating it
-/// (`type=A100,type=V100`) or, as in HAMi's annotations, by bare words after it (`type=A100,V100`).
-/// `gpumem-percentage` and `gpucores` apply to class `shared` only; `gpumem` on a whole GPU or MIG device asks
-/// for a device with at least that much memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// How the request is shown: the text it was parsed from.
-    pub label: String,
-    /// Devices wanted, all on one node.
-    pub count: u32,
-    /// Memory per device; none takes the capacity's default (all of a shared GPU's memory).
-    pub memory: Option<MemoryRequest>,
-    /// Percent of the SMs per device; none takes the capacity's default (0 on shared GPUs).
-    pub cores: Option<u64>,
-    /// productName must contain one of these (any case).
-    pub use_types: Vec<String>,
-    /// productName must contain none of these (any case).
-    pub nouse_types: Vec<String>,
-    /// uuid must be one of these.
-    pub uuids: Vec<String>,
-    /// uuid must be none of these.
-    pub nouse_uuids: Vec<String>,
-    /// Which kind of device.
-    pub class: Class,
-    /// The MIG profile (class [`Class::Mig`]).
-    pub profile: Option<String>,
-}
-
-/// Memory asked of each device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryRequest {
-    /// Bytes.
-    Bytes(u64),
-    /// Percent of the device's memory (1–100), rounded down to whole MiB.
-    Percent(u8),
-}
-
-/// Which kind of device a request takes (the DeviceClass it names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Class {
-    /// A share of a GPU that allows multiple allocations (`shared.gpu.nvidia.com`).
-    #[default]
-    Shared,
-    /// A whole GPU (`gpu.nvidia.com`).
-    WholeGpu,
-    /// A MIG device (`mig.nvidia.com`).
-    Mig,
-}
-
-impl Class {
-    fn noun(self) -> &'static str {
-        match self {
-            Class::Shared => "shared GPU",
-            Class::WholeGpu => "GPU",
-            Class::Mig => "MIG device",
-        }
-    }
-
-    fn keyword(self) -> &'static str {
-        match self {
-            Class::Shared => "shared",
-            Class::WholeGpu => "gpu",
-            Class::Mig => "mig",
-        }
-    }
-}
-
-/// Why a request's text is not a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    /// Nothing was written.
-    #[error("the request is empty; write key=value pairs such as gpumem=3000,gpucores=30")]
-    Empty,
-    /// A word that is neither `key=value` nor a further value of a list key.
-    #[error(
-        "{token:?} is not key=value; write e.g. gpumem=3000 (bare words only continue a type, nouse-type, uuid or nouse-uuid list)"
-    )]
-    NotKeyValue {
-        /// The word.
-        token: String,
-    },
-    /// An unknown key.
-    #[error(
-        "unknown key {key:?}; use count, gpumem, gpumem-percentage, gpucores, type, nouse-type, uuid, nouse-uuid, class or profile"
-    )]
-    UnknownKey {
-        /// The key.
-        key: String,
-    },
-    /// A key with a value it does not take.
-    #[error("{key}={value:?}: expected {expected}")]
-    BadValue {
-        /// The key.
-        key: &'static str,
-        /// The value.
-        value: String,
-        /// What the key takes.
-        expected: &'static str,
-    },
-    /// A single-valued key written twice.
-    #[error("{key} is given twice; keep one")]
-    Duplicate {
-        /// The key.
-        key: &'static str,
-    },
-    /// Both ways of asking for memory.
-    #[error("gpumem and gpumem-percentage are both given; keep one")]
-    TwoMemories,
-    /// A key that the request's class does not take.
-    #[error("{key} does not apply to class={class}; {fix}")]
-    NotForClass {
-        /// The key.
-        key: &'static str,
-        /// The request's class keyword.
-        class: &'static str,
-        /// What to write instead.
-        fix: &'static str,
-    },
-}
-
-const EXPECT_COUNT: &str = "a whole number of devices, 1 or more";
-const EXPECT_MEMORY: &str = "a positive number of MiB (3000) or a quantity (8Gi, 3000Mi)";
-const EXPECT_PERCENT: &str = "a whole percentage from 1 to 100";
-const EXPECT_CORES: &str = "a whole percentage from 0 to 100";
-const EXPECT_CLASS: &str = "shared, gpu or mig";
-const EXPECT_TEXT: &str = "a non-empty value";
-
-impl FromStr for Request {
-    type Err = RequestError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let label = text.trim();
-        let mut request = Request {
-            label: label.to_owned(),
-            count: 1,
-            memory: None,
-            cores: None,
-            use_types: Vec::new(),
-            nouse_types: Vec::new(),
-            uuids: Vec::new(),
-            nouse_uuids: Vec::new(),
-            class: Class::Shared,
-            profile: None,
-        };
-        let mut seen: Vec<&'static str> = Vec::new();
-        let mut once = |key: &'static str| {
-            if seen.contains(&key) {
-                return Err(RequestError::Duplicate { key });
-            }
-            seen.push(key);
-            Ok(())
-        };
-        // The list a bare word continues: the last list key written, as in HAMi's `use-gputype: "A100,V100"`.
-        let mut list: Option<ListKey> = None;
-        let mut any = false;
-        for token in label.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-            any = true;
-            let Some((key, value)) = token.split_once('=') else {
-                let Some(key) = list else {
-                    return Err(RequestError::NotKeyValue {
-                        token: token.to_owned(),
-                    });
-                };
-                request.list_mut(key).push(token.to_owned());
-                continue;
-            };
-            let key = key.trim().to_ascii_lowercase();
-            let key = key.strip_prefix("nvidia.com/").unwrap_or(&key);
-            let value = value.trim();
-            list = None;
-            match key {
-                "count" | "gpu" => {
-                    once("count")?;
-                    request.count = value
-                        .parse()
-                        .ok()
-                        .filter(|count| *count > 0)
-                        .ok_or_else(|| bad("count", value, EXPECT_COUNT))?;
-                }
-                "gpumem" => {
-                    once("gpumem")?;
-                    request.memory = Some(MemoryRequest::Bytes(parse_memory(value)?));
-                }
-                "gpumem-percentage" => {
-                    once("gpumem-percentage")?;
-                    let percent = value
-                        .parse()
-                        .ok()
-                        .filter(|p| (1..=100).contains(p))
-                        .ok_or_else(|| bad("gpumem-percentage", value, EXPECT_PERCENT))?;
-                    request.memory = Some(MemoryRequest::Percent(percent));
-                }
-                "gpucores" => {
-                    once("gpucores")?;
-                    request.cores = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|c| *c <= CORES_TOTAL)
-                            .ok_or_else(|| bad("gpucores", value, EXPECT_CORES))?,
-                    );
-                }
-                "class" => {
-                    once("class")?;
-                    request.class = match value.to_ascii_lowercase().as_str() {
-                        "shared" | "shared.gpu.nvidia.com" => Class::Shared,
-                        "gpu" | "gpu.nvidia.com" => Class::WholeGpu,
-                        "mig" | "mig.nvidia.com" => Class::Mig,
-                        _ => return Err(bad("class", value, EXPECT_CLASS)),
-                    };
-                }
-                "profile" => {
-                    once("profile")?;
-                    if value.is_empty() {
-                        return Err(bad("profile", value, EXPECT_TEXT));
-                    }
-                    request.profile = Some(value.to_owned());
-                }
-                _ => {
-                    let key = ListKey::parse(key).ok_or_else(|| RequestError::UnknownKey {
-                        key: key.to_owned(),
-                    })?;
-                    if value.is_empty() {
-                        return Err(bad(key.name(), value, EXPECT_TEXT));
-                    }
-                    request.list_mut(key).push(value.to_owned());
-                    list = Some(key);
-                }
-            }
-        }
-        if !any {
-            return Err(RequestError::Empty);
-        }
-        if seen.contains(&"gpumem") && seen.contains(&"gpumem-percentage") {
-            return Err(RequestError::TwoMemories);
-        }
-        request.check_class()?;
-        Ok(request)
-    }
-}
-
-fn bad(key: &'static str, value: &str, expected: &'static str) -> RequestError {
-    RequestError::BadValue {
-        key,
-        value: value.to_owned(),
-        expected,
-    }
-}
-
-/// `gpumem`: a plain number is MiB, as in HAMi; anything else is a Kubernetes quantity of bytes.
-fn parse_memory(value: &str) -> Result<u64, RequestError> {
-    let bytes = if value.bytes().all(|b| b.is_ascii_digit()) {
-        value
-            .parse::<u64>()
-            .ok()
-            .and_then(|mib| mib.checked_mul(MIB))
-    } else {
-        parse_quantity(value).ok()
-    };
-    bytes
-        .filter(|b| *b > 0)
-        .ok_or_else(|| bad("gpumem", value, EXPECT_MEMORY))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListKey {
-    UseTypes,
-    NouseTypes,
-    Uuids,
-    NouseUuids,
-}
-
-impl ListKey {
-    fn parse(key: &str) -> Option<Self> {
-        Some(match key {
-            "type" | "use-gputype" => ListKey::UseTypes,
-            "nouse-type" | "nouse-gputype" => ListKey::NouseTypes,
-            "uuid" | "use-gpuuuid" => ListKey::Uuids,
-            "nouse-uuid" | "nouse-gpuuuid" => ListKey::NouseUuids,
-            _ => return None,
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            ListKey::UseTypes => "type",
-            ListKey::NouseTypes => "nouse-type",
-            ListKey::Uuids => "uuid",
-            ListKey::NouseUuids => "nouse-uuid",
-        }
-    }
-}
-
 impl Request {
-    fn list_mut(&mut self, key: ListKey) -> &mut Vec<String> {
-        match key {
-            ListKey::UseTypes => &mut self.use_types,
-            ListKey::NouseTypes => &mut self.nouse_types,
-            ListKey::Uuids => &mut self.uuids,
-            ListKey::NouseUuids => &mut self.nouse_uuids,
-        }
-    }
-
-    fn check_class(&self) -> Result<(), RequestError> {
-        let class = self.class.keyword();
-        if self.class != Class::Shared {
-            if matches!(self.memory, Some(MemoryRequest::Percent(_))) {
-                return Err(RequestError::NotForClass {
-                    key: "gpumem-percentage",
-                    class,
-                    fix: "a whole GPU or MIG device has all of its memory; use class=shared for a share",
-                });
-            }
-            if self.cores.is_some() {
-                return Err(RequestError::NotForClass {
-                    key: "gpucores",
-                    class,
-                    fix: "a whole GPU or MIG device has all of its SMs; use class=shared for a share",
-                });
-            }
-        }
-        if self.class != Class::Mig && self.profile.is_some() {
-            return Err(RequestError::NotForClass {
-                key: "profile",
-                class,
-                fix: "add class=mig",
-            });
-        }
-        Ok(())
-    }
-
     /// What each device must have free, for messages: "3000 MiB and 30 cores".
     fn need(&self) -> String {
         let memory = match self.memory {
@@ -409,14 +66,14 @@ impl Request {
 
     /// The device's class, ignoring the filters.
     fn in_class(&self, device: &Device) -> bool {
-        let type_matches = |wanted: &str| string_attribute(device, ATTRIBUTE_TYPE) == Some(wanted);
+        let type_matches = |wanted: &str| text_attribute(device, ATTRIBUTE_TYPE) == Some(wanted);
         match self.class {
             Class::Shared => type_matches(TYPE_GPU) && multi_allocatable(device),
             Class::WholeGpu => type_matches(TYPE_GPU),
             Class::Mig => {
                 type_matches(TYPE_MIG)
                     && self.profile.as_deref().is_none_or(|profile| {
-                        string_attribute(device, ATTRIBUTE_MIG_PROFILE) == Some(profile)
+                        text_attribute(device, ATTRIBUTE_MIG_PROFILE) == Some(profile)
                     })
             }
         }
@@ -425,11 +82,11 @@ impl Request {
     /// HAMi's filters: productName contains a `type` and no `nouse-type` (any case); the uuid is listed and not
     /// excluded.
     fn passes_filters(&self, device: &Device) -> bool {
-        let product = string_attribute(device, ATTRIBUTE_PRODUCT_NAME)
+        let product = text_attribute(device, ATTRIBUTE_PRODUCT_NAME)
             .unwrap_or_default()
             .to_lowercase();
         let contains = |text: &String| product.contains(&text.to_lowercase());
-        let uuid = string_attribute(device, ATTRIBUTE_UUID);
+        let uuid = text_attribute(device, ATTRIBUTE_UUID);
         let listed = |uuids: &[String]| uuid.is_some_and(|uuid| uuids.iter().any(|u| u == uuid));
         (self.use_types.is_empty() || self.use_types.iter().any(contains))
             && !self.nouse_types.iter().any(contains)
@@ -655,7 +312,7 @@ pub fn plan(nodes: &[NodeDevices], requests: &[Request]) -> Plan {
                 DeviceRemaining {
                     node: node.node.clone(),
                     device: device.device.name.clone(),
-                    product: string_attribute(device.device, ATTRIBUTE_PRODUCT_NAME)
+                    product: text_attribute(device.device, ATTRIBUTE_PRODUCT_NAME)
                         .map(str::to_owned),
                     allocations: consumed.allocations,
                     memory: usage(CAPACITY_MEMORY),
@@ -712,8 +369,8 @@ fn place(
             landed.push(Landed {
                 node: nodes[n].node.clone(),
                 device: device.device.name.clone(),
-                uuid: string_attribute(device.device, ATTRIBUTE_UUID).map(str::to_owned),
-                product: string_attribute(device.device, ATTRIBUTE_PRODUCT_NAME).map(str::to_owned),
+                uuid: text_attribute(device.device, ATTRIBUTE_UUID).map(str::to_owned),
+                product: text_attribute(device.device, ATTRIBUTE_PRODUCT_NAME).map(str::to_owned),
                 memory_bytes: amounts.get(CAPACITY_MEMORY).copied().unwrap_or(0),
                 cores: amounts.get(CAPACITY_CORES).copied(),
             });
@@ -759,8 +416,8 @@ fn why_unplaced(
     if passing.is_empty() {
         let mut seen: Vec<&str> = Vec::new();
         for (_, device, _) in &in_class {
-            let product = string_attribute(device.device, ATTRIBUTE_PRODUCT_NAME)
-                .unwrap_or("(no productName)");
+            let product =
+                text_attribute(device.device, ATTRIBUTE_PRODUCT_NAME).unwrap_or("(no productName)");
             if !seen.contains(&product) {
                 seen.push(product);
             }
@@ -1058,143 +715,5 @@ fn multi_allocatable(device: &Device) -> bool {
     device.allow_multiple_allocations == Some(true)
 }
 
-fn string_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
-    device.attributes.as_ref()?.get(name)?.string.as_deref()
-}
-
-/// `3000 MiB` for whole MiB, bytes otherwise.
-fn format_bytes(bytes: u64) -> String {
-    if bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{bytes} bytes")
-    }
-}
-
-/// An amount of a capacity in its own units: memory in MiB, cores as cores.
-fn format_amount(key: &str, amount: u64) -> String {
-    match key {
-        CAPACITY_MEMORY => format_bytes(amount),
-        CAPACITY_CORES => format!("{amount} cores"),
-        _ => format!("{amount} {key}"),
-    }
-}
-
-impl fmt::Display for Plan {
-    /// Two tables: each request's devices (memory in MiB, cores; `-` for a device without the capacity), or why
-    /// it has none; then each device's memory and cores, used/free.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut placements = Table::new([
-            "REQUEST",
-            "NODE",
-            "DEVICE",
-            "PRODUCT",
-            "MEMORY MiB",
-            "CORES",
-        ]);
-        for placement in &self.placements {
-            match &placement.outcome {
-                Ok(landed) => {
-                    for device in landed {
-                        placements.row(vec![
-                            placement.request.clone(),
-                            device.node.clone(),
-                            device.device.clone(),
-                            device.product.clone().unwrap_or_else(|| "-".to_owned()),
-                            (device.memory_bytes / MIB).to_string(),
-                            device
-                                .cores
-                                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
-                        ]);
-                    }
-                }
-                Err(why) => placements.note(placement.request.clone(), format!("unplaced: {why}")),
-            }
-        }
-        placements.write(f)?;
-        writeln!(f)?;
-        let mut devices = Table::new([
-            "NODE",
-            "DEVICE",
-            "PRODUCT",
-            "MEMORY USED/FREE MiB",
-            "CORES USED/FREE",
-        ]);
-        for device in &self.remaining {
-            devices.row(vec![
-                device.node.clone(),
-                device.device.clone(),
-                device.product.clone().unwrap_or_else(|| "-".to_owned()),
-                device.memory.map_or_else(
-                    || "-".to_owned(),
-                    |m| format!("{}/{}", m.used / MIB, m.free() / MIB),
-                ),
-                device
-                    .cores
-                    .map_or_else(|| "-".to_owned(), |c| format!("{}/{}", c.used, c.free())),
-            ]);
-        }
-        devices.write(f)
-    }
-}
-
-/// Left-aligned columns two spaces apart; a note row fills the first column and runs on past the others.
-struct Table {
-    header: Vec<String>,
-    rows: Vec<Row>,
-}
-
-enum Row {
-    Cells(Vec<String>),
-    Note(String, String),
-}
-
-impl Table {
-    fn new<const N: usize>(header: [&str; N]) -> Self {
-        Self {
-            header: header.iter().map(|h| (*h).to_owned()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(Row::Cells(cells));
-    }
-
-    fn note(&mut self, first: String, text: String) {
-        self.rows.push(Row::Note(first, text));
-    }
-
-    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            match row {
-                Row::Cells(cells) => {
-                    for (width, cell) in widths.iter_mut().zip(cells) {
-                        *width = (*width).max(cell.chars().count());
-                    }
-                }
-                Row::Note(first, _) => widths[0] = widths[0].max(first.chars().count()),
-            }
-        }
-        let line = |f: &mut fmt::Formatter<'_>, cells: &[String]| {
-            let mut text = String::new();
-            for (cell, width) in cells.iter().zip(&widths) {
-                text.push_str(&format!("{cell:<width$}  "));
-            }
-            writeln!(f, "{}", text.trim_end())
-        };
-        line(f, &self.header)?;
-        for row in &self.rows {
-            match row {
-                Row::Cells(cells) => line(f, cells)?,
-                Row::Note(first, text) => line(f, &[first.clone(), text.clone()])?,
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
-#[path = "planner_tests.rs"]
 mod tests;
