@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 const KUBELET_NODE: &str = "e2e-dra-kubelet";
+/// How long the driver under test keeps a GPU Unhealthy after its last XID.
+const HEALTH_RECOVERY: Duration = Duration::from_secs(30);
 /// The ServiceAccount the operator's DRA driver DaemonSet runs as.
 const DRIVER_ACCOUNT: &str = "nvidia-dra-driver-gpu";
 
@@ -86,6 +88,9 @@ fn start_driver(node: &str, state: &Path, root: &Path, host: &Path, gpus: &str) 
             &mps,
             "--dev-root",
             &dev,
+            // Short enough that the test sees a GPU recover, long enough that it sees it Unhealthy first.
+            "--health-recovery-seconds",
+            &HEALTH_RECOVERY.as_secs().to_string(),
         ],
         &[("DRA_GPUS", gpus), ("DRA_SHARED_GPUS", "all")],
     )
@@ -153,6 +158,7 @@ fn dra_driver_on_a_real_kubelet() {
         ("pod", "e2e-dra-a".into()),
         ("pod", "e2e-dra-b".into()),
         ("pod", "e2e-dra-late".into()),
+        ("pod", "e2e-dra-tainted".into()),
         ("pod", "e2e-dra-classic".into()),
         ("pod", "training".into()),
         ("pod", "notebook".into()),
@@ -316,6 +322,12 @@ fn dra_driver_on_a_real_kubelet() {
         )
     });
 
+    assert_eq!(
+        slice_of(KUBELET_NODE).expect("slice")["spec"]["pool"]["generation"],
+        slice["spec"]["pool"]["generation"],
+        "claims came and were prepared, the devices did not change: the slice was not written again"
+    );
+
     step(
         "the exporter attributes GPU 1's series to the claim's pod with NVIDIA's dra_* labels, from the kubelet's pod resources",
     );
@@ -364,6 +376,54 @@ fn dra_driver_on_a_real_kubelet() {
     });
     eprintln!("{line}");
     drop(exporter);
+
+    step(
+        "XID 79 on GPU 1: the kubelet shows the pod's device Unhealthy (the driver's health stream), the slice taints gpu-1 so a new claim waits; once the GPU is quiet all clears and the claim is allocated",
+    );
+    e2e::plugin::inject_xid(KUBELET_NODE, &state, 1, 79);
+    let resource_id = format!("k8s.gpu.nvidia.com/claim={claim_uid}-gpu-1");
+    let device_health = |health: &str| {
+        let pod = kubectl_json(&["get", "pod", "e2e-dra-a", "-n", "default"]);
+        let statuses = &pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"];
+        (statuses[0]["name"] == "claim:gpu"
+            && statuses[0]["resources"][0]["resourceID"] == resource_id.as_str()
+            && statuses[0]["resources"][0]["health"] == health)
+            .then(|| statuses[0]["resources"][0].clone())
+    };
+    let unhealthy = eventually(WAIT, || Ok(device_health("Unhealthy"))).unwrap_or_else(|error| {
+        panic!(
+            "the kubelet never showed the device Unhealthy: {error:#}\n{:#}\n{}",
+            kubectl_json(&["get", "pod", "e2e-dra-a", "-n", "default"])["status"],
+            logs(&driver)
+        )
+    });
+    assert_eq!(unhealthy["message"], "GPU 1 reported critical XID 79");
+    let taints = &slice_of(KUBELET_NODE).expect("slice")["spec"]["devices"][0]["taints"];
+    assert_eq!(taints[0]["key"], "gpu.nvidia.com/xid", "{taints}");
+    assert_eq!(taints[0]["value"], "79");
+    assert_eq!(taints[0]["effect"], "NoSchedule");
+    assert_eq!(
+        kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"]["dra"]["devices"][0]["unhealthy"],
+        "GPU 1 reported critical XID 79"
+    );
+    assert!(
+        kubectl_apply(
+            &claim_pod("e2e-dra-tainted", KUBELET_NODE, "e2e-share-3000-30"),
+            &[]
+        )
+        .success
+    );
+    let waiting = wait_unschedulable("e2e-dra-tainted");
+    eprintln!("while tainted: {}", waiting["message"]);
+    eventually(WAIT, || Ok(device_health("Healthy"))).unwrap_or_else(|error| {
+        panic!("the device never became Healthy again: {error:#}\n{}", logs(&driver))
+    });
+    assert_eq!(
+        slice_of(KUBELET_NODE).expect("slice")["spec"]["devices"][0]["taints"],
+        Value::Null
+    );
+    wait_running("e2e-dra-tainted", &|| logs(&driver));
+    delete_pod("e2e-dra-tainted");
 
     step(
         "the driver is killed and a pod is created meanwhile: after the restart that pod runs, and the first claim is prepared once",

@@ -15,11 +15,11 @@ use device_plugin::api::registration_server::{Registration, RegistrationServer};
 use device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, Empty, KUBELET_SOCKET, RegisterRequest,
 };
-use device_plugin::health::Checks;
 use device_plugin::manager::{Options, Report, run};
 use gpu::Simulator;
 use node_runtime::backend::Gpus;
 use node_runtime::grpc::connect;
+use node_runtime::health::{Checks, HealthTracker};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -97,8 +97,7 @@ async fn main() -> anyhow::Result<()> {
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),
         start_mps: false,
-        checks: Checks::parse(None)?,
-        recovery: Duration::from_secs(2),
+        health: HealthTracker::new(Checks::parse(None)?, Duration::from_secs(2)),
         mig_poll: Duration::from_secs(60),
         health_poll: Duration::from_secs(60),
     };

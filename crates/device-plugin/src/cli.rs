@@ -20,9 +20,9 @@ use tokio::sync::watch;
 
 use crate::api::DEVICE_PLUGINS_DIR;
 use crate::cluster::{ConfigSource, config_updates, publish_reports};
-use crate::health::{Checks, DISABLE_ENV};
 use crate::manager::{self, Options, Report};
 use crate::plan::{PlannedGpu, advertise};
+use node_runtime::health::HealthArgs;
 
 /// `gpu-device-plugin`: the kubelet device plugin for NVIDIA GPUs.
 #[derive(Debug, Parser)]
@@ -77,9 +77,9 @@ pub struct RunArgs {
     /// Where the CDI spec is written.
     #[arg(long, default_value = CDI_DIR)]
     pub cdi_dir: PathBuf,
-    /// Seconds without a new XID after which an Unhealthy GPU is Healthy again; 0: never (as NVIDIA's plugin).
-    #[arg(long, default_value_t = 60)]
-    pub health_recovery_seconds: u64,
+    /// When GPUs are Unhealthy.
+    #[command(flatten)]
+    pub health: HealthArgs,
     /// Seconds between reads of the MIG devices (the driver has no event for MIG changes).
     #[arg(long, default_value_t = 10)]
     pub mig_poll_seconds: u64,
@@ -124,7 +124,7 @@ pub struct PlanArgs {
 /// # Errors
 /// When the cluster, the Node or the GPUs cannot be reached at start.
 pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
-    let checks = Checks::parse(std::env::var(DISABLE_ENV).ok().as_deref())?;
+    let health = args.health.tracker()?;
     let role = NodeRole::start(source, &args.node_name).await?;
     let config_source = args.config_map.clone().map(|config_map| ConfigSource {
         namespace: args.namespace.clone(),
@@ -146,8 +146,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         cdi_dir: args.cdi_dir,
         mps_root: args.mps_root,
         start_mps: gpus.simulator().is_none(),
-        checks,
-        recovery: Duration::from_secs(args.health_recovery_seconds),
+        health,
         mig_poll: Duration::from_secs(args.mig_poll_seconds.max(1)),
         health_poll: Duration::from_secs(1),
     };
@@ -250,7 +249,7 @@ mod tests {
             (Some("time-slicing-config"), Some("any"))
         );
         assert!(run.cdi);
-        assert_eq!(run.health_recovery_seconds, 60);
+        assert_eq!(run.health.health_recovery_seconds, 60);
         assert_eq!(run.cdi_dir, PathBuf::from("/var/run/cdi"));
     }
 

@@ -2,7 +2,7 @@
 //! kubelet, follows config, MIG and health changes without a restart, and reports into GPUNode status.
 //!
 //! Decisions are pure functions: [`plan`] (what is advertised), [`allocate`] (what a container gets),
-//! [`preferred`] (which devices to give), [`health`] (which GPUs are Unhealthy), [`cdi`] (the CDI spec),
+//! [`preferred`] (which devices to give), [`cdi`] (the CDI spec),
 //! [`mps::daemons`] (which MPS daemons run). Which config a node uses and the MIG strategy in effect are decided by
 //! `crd::config::device_plugin::node_config`, as feature discovery decides them. I/O sits at the edge: [`server`]
 //! (gRPC per resource), [`kubelet`] (registration, kubelet.sock watch), [`manager`] (the main loop), [`cluster`]
@@ -14,7 +14,6 @@ pub mod api;
 pub mod cdi;
 pub mod cli;
 pub mod cluster;
-pub mod health;
 pub mod kubelet;
 pub mod manager;
 pub mod mps;

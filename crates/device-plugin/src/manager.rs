@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd::config::device_plugin::{NodeConfig, ResourceName};
-use gpu::HealthEvent;
 use node_runtime::backend::Gpus;
 use node_runtime::inventory::{self, GpuView};
 use tokio::sync::watch;
@@ -25,11 +24,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::allocate::AllocateSettings;
 use crate::api::KUBELET_SOCKET;
 use crate::cdi;
-use crate::health::{Checks, HealthTracker};
 use crate::kubelet::{register, watch_kubelet_socket};
 use crate::mps::{self, MpsDaemons};
 use crate::plan::{Plan, PlannedGpu, advertise};
 use crate::server::{RunningServer, Snapshot};
+use node_runtime::health::HealthTracker;
 
 /// How the plugin runs, from the command line.
 #[derive(Debug, Clone)]
@@ -44,10 +43,8 @@ pub struct Options {
     pub mps_root: PathBuf,
     /// Whether MPS control daemons are started (real GPUs only: they need the driver).
     pub start_mps: bool,
-    /// Which XIDs count.
-    pub checks: Checks,
-    /// Quiet period after which a GPU is Healthy again; zero: never.
-    pub recovery: Duration,
+    /// Which XIDs count, and when a GPU is Healthy again.
+    pub health: HealthTracker,
     /// How often MIG devices are re-read.
     pub mig_poll: Duration,
     /// How often XID events are drained.
@@ -94,7 +91,7 @@ pub async fn run(
         running: BTreeMap::new(),
         unregistered: BTreeSet::new(),
     };
-    let mut tracker = HealthTracker::new(options.checks.clone(), options.recovery);
+    let mut tracker = options.health.clone();
     let mut gpus = read_gpus(&gpus_source).await?;
     let mut mig_tick = tokio::time::interval(options.mig_poll);
     let mut health_tick = tokio::time::interval(options.health_poll);
@@ -144,7 +141,7 @@ pub async fn run(
                 Err(error) => warn!(%error, "cannot read the GPUs; keeping the last reading"),
             },
             _ = health_tick.tick() => {
-                for event in drain_health_events(&gpus_source).await {
+                for event in gpus_source.health_events().await {
                     if tracker.record(&event, Instant::now().into_std()) {
                         warn!(gpu = event.gpu_index, xid = ?event.xid, "critical XID: devices of the GPU are Unhealthy");
                     }
@@ -412,14 +409,4 @@ fn numa_node(pci_bus_id: &str) -> Option<i64> {
     let short = format!("{:0>4}:{rest}", domain.trim_start_matches('0')).to_lowercase();
     let text = std::fs::read_to_string(format!("/sys/bus/pci/devices/{short}/numa_node")).ok()?;
     text.trim().parse().ok().filter(|node: &i64| *node >= 0)
-}
-
-/// The XID events queued since the last call; a failing queue is logged and reads as none.
-async fn drain_health_events(gpus: &Gpus) -> Vec<HealthEvent> {
-    gpus.run(|gpus| gpus.backend().health_events())
-        .await
-        .unwrap_or_else(|error| {
-            warn!(%error, "cannot read health events");
-            Vec::new()
-        })
 }

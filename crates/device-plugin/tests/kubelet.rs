@@ -12,12 +12,12 @@ use device_plugin::api::registration_server::{Registration, RegistrationServer};
 use device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, Empty, HEALTHY, KUBELET_SOCKET, RegisterRequest,
 };
-use device_plugin::health::Checks;
 use device_plugin::manager::{ConfigUpdate, Options, Report, run};
 use gpu::GpuBackend;
 use gpu::Simulator;
 use node_runtime::backend::Gpus;
 use node_runtime::grpc::connect;
+use node_runtime::health::{Checks, HealthTracker};
 use tokio::net::UnixSocket;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -145,8 +145,7 @@ fn options(dir: &Path) -> Options {
         cdi_dir: dir.join("cdi"),
         mps_root: dir.join("mps"),
         start_mps: false,
-        checks: Checks::parse(None).unwrap(),
-        recovery: Duration::from_secs(2),
+        health: HealthTracker::new(Checks::parse(None).unwrap(), Duration::from_secs(2)),
         mig_poll: Duration::from_millis(200),
         health_poll: Duration::from_millis(50),
     }

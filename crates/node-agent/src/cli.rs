@@ -304,6 +304,10 @@ pub struct DraDriverArgs {
     /// `nvidia.com/dra.shared-gpus` label says otherwise.
     #[arg(long, env = "DRA_SHARED_GPUS", default_value = "none")]
     pub shared_gpus: crd::dra::GpuSet,
+    /// When GPUs are Unhealthy (their devices tainted, and reported so to the kubelet); `DP_DISABLE_HEALTHCHECKS`
+    /// applies as in the device plugin.
+    #[command(flatten)]
+    pub health: node_runtime::health::HealthArgs,
 }
 
 /// `gpu-node-agent dra-plan`.

@@ -181,6 +181,16 @@ impl Gpus {
                 |error| Err(GpuError::Other(format!("GPU task failed: {error}")).into()),
             )
     }
+
+    /// The XID events queued since the last call; a failing queue is logged and reads as none.
+    pub async fn health_events(&self) -> Vec<gpu::HealthEvent> {
+        self.run(|gpus| gpus.backend().health_events())
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "cannot read health events");
+                Vec::new()
+            })
+    }
 }
 
 #[cfg(test)]

@@ -10,12 +10,14 @@
 //! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
 //! - [`process`]: logging (text or JSON), the stop signals and the exit status.
 //! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).
+//! - [`health`]: which GPUs are Unhealthy, from their XIDs (pure), as the device plugin and the DRA driver judge it.
 //! - [`mps`]: MPS control daemons with per-client limits as their defaults.
 //! - `testing` (feature `testing`): a simulated node for the binaries' unit tests.
 
 pub mod backend;
 pub mod gpunode;
 pub mod grpc;
+pub mod health;
 pub mod inventory;
 pub mod kube_io;
 pub mod mps;

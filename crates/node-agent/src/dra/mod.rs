@@ -4,7 +4,9 @@
 //! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
 //! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
-//! - [`service`]: plugin registration and the `v1.DRAPlugin` gRPC service on unix sockets.
+//! - [`service`]: plugin registration and the `v1.DRAPlugin` and `v1.DRAResourceHealth` gRPC services on unix
+//!   sockets.
+//! - [`health`]: the GPUs' XIDs as device health: for the kubelet (the health stream) and the scheduler (taints).
 //! - [`authority`]: the front that lets the kubelet's registration requests through (their `:authority` is the
 //!   socket's path, which HTTP/2 servers in Rust refuse).
 //! - [`status`] (pure): the driver's part of GPUNode status.
@@ -23,6 +25,7 @@ use crate::cli::{DraDriverArgs, DraPlanArgs};
 pub mod authority;
 pub mod cdi;
 pub mod claims;
+pub mod health;
 pub mod planner;
 pub mod publish;
 pub mod service;
@@ -33,6 +36,12 @@ pub mod status;
 pub mod api {
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The kubelet's DRA resource health API, v1 (server for the driver, client for tests).
+pub mod health_api {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(env!("OUT_DIR"), "/dra_health/v1.rs"));
 }
 
 /// The kubelet's plugin registration API (server for the driver, client for tests).
@@ -53,10 +62,12 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
         dev_root: args.dev_root.clone(),
         checkpoint: args.plugin_dir().join("checkpoint.json"),
     };
+    let tracker = args.health.tracker()?;
     let start_mps = role.gpus.simulator().is_none();
     let claims = Arc::new(
         claims::Claims::open(&args.node.node_name, host, start_mps).map_err(anyhow::Error::msg)?,
     );
+    let faults = watch::channel(node_runtime::health::Faults::new()).0;
     let publisher = publish::Publisher {
         client: role.client.clone(),
         node: args.node.node_name.clone(),
@@ -66,6 +77,7 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
             shared: args.shared_gpus.clone(),
         },
         devices: watch::channel(Vec::new()).0,
+        faults: faults.subscribe(),
         claims: claims.clone(),
         gpu_node: gpu_node_writer(&role).await,
         events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
@@ -82,10 +94,16 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
         devices: publisher.devices.subscribe(),
         changed: changed.clone(),
     };
+    let health = health::HealthService {
+        pool: args.node.node_name.clone(),
+        devices: publisher.devices.subscribe(),
+    };
     let sockets = service::Sockets::under(&args.kubelet_root);
+    let monitor = health::monitor(role.gpus.clone(), tracker, faults, changed.clone());
     tokio::select! {
-        served = service::serve(&sockets, driver) => served,
+        served = service::serve(&sockets, driver, health) => served,
         published = publisher.run(changed) => published,
+        () = monitor => anyhow::bail!("the health monitor stopped"),
     }
 }
 

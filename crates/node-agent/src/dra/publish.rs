@@ -1,6 +1,7 @@
 //! Keeps the driver's ResourceSlice and its GPUNode status true: on every change of the Node (its partition
-//! labels), of the slice (the kubelet deletes a node's slices when it starts), of the prepared claims, and every
-//! minute (MIG changes), it reads the GPUs, publishes the devices to the gRPC service and writes what differs.
+//! labels), of the slice (the kubelet deletes a node's slices when it starts), of the prepared claims, of the GPUs'
+//! health, and every minute (MIG changes), it reads the GPUs, publishes the devices to the gRPC services and writes
+//! what differs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use node_runtime::gpunode::{GpuNodeWriter, inventory_status};
+use node_runtime::health::Faults;
 use node_runtime::kube_io::{self, NodeEvents};
 use node_runtime::run_loop::run_on_changes;
 use tokio::sync::{Notify, watch};
 use tracing::info;
 
 use super::claims::Claims;
+use super::health;
 use super::slices::{self, DriverDevice};
 use super::status;
 
@@ -40,8 +43,10 @@ pub struct Publisher {
     pub gpus: node_runtime::backend::Gpus,
     /// The ClusterPolicy's partition, which node labels override.
     pub defaults: Partition,
-    /// Where the gRPC service reads the devices from.
+    /// Where the gRPC services read the devices from.
     pub devices: watch::Sender<Vec<DriverDevice>>,
+    /// The Unhealthy GPUs, whose devices are tainted.
+    pub faults: watch::Receiver<Faults>,
     /// The prepared claims.
     pub claims: Arc<Claims>,
     /// GPUNode status writer.
@@ -74,7 +79,9 @@ impl Publisher {
             })
             .collect();
         let views = node_runtime::inventory::read(self.gpus.backend())?;
-        Ok((slices::devices(&views, &partition), warnings))
+        let mut devices = slices::devices(&views, &partition);
+        health::taint_unhealthy(&mut devices, &self.faults.borrow());
+        Ok((devices, warnings))
     }
 
     /// Runs until the watches end: one pass per change, and every minute.
@@ -110,10 +117,7 @@ impl Publisher {
         let stored = inputs.slice.as_ref();
         let generation = stored.map_or(0, |slice| slice.spec.pool.generation);
         let wanted = slices::slice(&self.node, &uid, generation, &devices);
-        let same = stored.is_some_and(|slice| {
-            slice.spec.devices == wanted.spec.devices
-                && slice.owner_references() == wanted.owner_references()
-        });
+        let same = stored.is_some_and(|slice| slices::same_slice(slice, &wanted));
         if !same {
             // A new generation tells the scheduler to forget the pool's older slices.
             let wanted = slices::slice(&self.node, &uid, generation + 1, &devices);

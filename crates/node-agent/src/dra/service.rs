@@ -1,5 +1,6 @@
-//! The driver's two gRPC services on unix sockets: plugin registration in the kubelet's `plugins_registry`
-//! directory, and the DRA plugin service (`v1.DRAPlugin`) the kubelet calls to prepare and unprepare claims.
+//! The driver's gRPC services on unix sockets: plugin registration in the kubelet's `plugins_registry` directory,
+//! and on the driver's own socket the DRA plugin service (`v1.DRAPlugin`) the kubelet calls to prepare and unprepare
+//! claims, beside the health service (`v1.DRAResourceHealth`) it watches.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use super::api::{
     NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
 use super::claims::{ClaimReader, ClaimRef, Claims};
+use super::health::HealthService;
+use super::health_api::dra_resource_health_server::DraResourceHealthServer;
 use super::registration::registration_server::{Registration, RegistrationServer};
 use super::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
@@ -26,6 +29,8 @@ use super::{authority, cdi};
 
 /// The service the kubelet picks: the DRA plugin API v1.
 const SERVICE_V1: &str = "v1.DRAPlugin";
+/// The health service, v1: the kubelet streams device health from a driver that lists it.
+const HEALTH_V1: &str = "v1.DRAResourceHealth";
 /// The plugin type the kubelet's plugin watcher routes to its DRA handler.
 const PLUGIN_TYPE: &str = "DRAPlugin";
 
@@ -148,7 +153,7 @@ impl Registration for Registrar {
             r#type: PLUGIN_TYPE.to_owned(),
             name: DRIVER.to_owned(),
             endpoint: self.endpoint.display().to_string(),
-            supported_versions: vec![SERVICE_V1.to_owned()],
+            supported_versions: vec![SERVICE_V1.to_owned(), HEALTH_V1.to_owned()],
         }))
     }
 
@@ -178,7 +183,7 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// Serves the DRA service, then registration (the kubelet dials the service as soon as it sees the registration
+/// Serves the DRA and health services, then registration (the kubelet dials the service as soon as it sees the registration
 /// socket), both behind the [`authority`](super::authority) front. Returns when a server stops, which is an error:
 /// the driver exits and its pod restarts.
 ///
@@ -187,6 +192,7 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
 pub async fn serve<R: ClaimReader + 'static>(
     sockets: &Sockets,
     driver: Driver<R>,
+    health: HealthService,
 ) -> anyhow::Result<()> {
     let service = bind(&sockets.service)?;
     let registration = bind(&sockets.registration)?;
@@ -194,7 +200,9 @@ pub async fn serve<R: ClaimReader + 'static>(
         endpoint: sockets.service.clone(),
     };
     info!(socket = %sockets.service.display(), "serving the DRA plugin service");
-    let service = authority::serve(service, Routes::new(DraPluginServer::new(driver)));
+    let routes =
+        Routes::new(DraPluginServer::new(driver)).add_service(DraResourceHealthServer::new(health));
+    let service = authority::serve(service, routes);
     let registration = authority::serve(
         registration,
         Routes::new(RegistrationServer::new(registrar)),

@@ -217,18 +217,20 @@ pub fn slice(
     }
 }
 
-/// Whether two device lists publish the same: the API server writes quantities back in canonical form (`40960Mi`
-/// is stored as `40Gi`), so capacities are compared by value, the rest as is.
+/// Whether the stored slice publishes what `wanted` does, so that it need not be written (each write is a new pool
+/// generation, after which the scheduler waits for the pool to settle). The API server writes quantities back in
+/// canonical form (`40960Mi` is stored as `40Gi`) and stamps taints with the time it saw them, so capacities are
+/// compared by value and taints without their time; the rest as is.
 #[must_use]
-pub fn same_devices(published: &[Device], wanted: &[Device]) -> bool {
-    published.len() == wanted.len()
-        && published
-            .iter()
-            .zip(wanted)
-            .all(|(a, b)| canonical(a) == canonical(b))
+pub fn same_slice(stored: &ResourceSlice, wanted: &ResourceSlice) -> bool {
+    let devices = |slice: &ResourceSlice| -> Vec<Device> {
+        slice.spec.devices.iter().flatten().map(canonical).collect()
+    };
+    devices(stored) == devices(wanted)
+        && stored.metadata.owner_references == wanted.metadata.owner_references
 }
 
-/// A device with every capacity quantity written as a plain number.
+/// A device with every capacity quantity written as a plain number, and its taints without the time they were added.
 fn canonical(device: &Device) -> Device {
     let number = |quantity: &Quantity| {
         Quantity(
@@ -237,6 +239,9 @@ fn canonical(device: &Device) -> Device {
         )
     };
     let mut device = device.clone();
+    for taint in device.taints.iter_mut().flatten() {
+        taint.time_added = None;
+    }
     for capacity in device.capacity.iter_mut().flat_map(BTreeMap::values_mut) {
         capacity.value = number(&capacity.value);
         if let Some(policy) = capacity.request_policy.as_mut() {
@@ -462,18 +467,20 @@ mod tests {
     }
 
     #[test]
-    fn devices_read_back_in_canonical_form_are_the_same() {
+    fn a_slice_read_back_in_canonical_form_with_stamped_taints_is_the_same() {
         let gpus = read("a100-40gb:1", &[]);
-        let wanted = devices(
+        let mut devices = devices(
             &gpus,
             &Partition {
                 dra: GpuSet::All,
                 shared: GpuSet::All,
             },
         );
-        let wanted: Vec<Device> = wanted.into_iter().map(|device| device.device).collect();
+        devices[0].device.taints = Some(vec![crate::dra::health::taint(Some(79))]);
+        let wanted = slice("node-a", "uid-a", 3, &devices);
         let mut stored = wanted.clone();
-        let memory = stored[0]
+        let device = &mut stored.spec.devices.as_mut().unwrap()[0];
+        let memory = device
             .capacity
             .as_mut()
             .unwrap()
@@ -483,15 +490,26 @@ mod tests {
         let policy = memory.request_policy.as_mut().unwrap();
         policy.default = Some(Quantity("40Gi".into()));
         policy.valid_range.as_mut().unwrap().step = Some(Quantity("1Mi".into()));
-        assert!(same_devices(&stored, &wanted));
-        stored[0]
+        device.taints.as_mut().unwrap()[0].time_added = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        assert!(same_slice(&stored, &wanted));
+
+        let mut smaller = stored.clone();
+        smaller.spec.devices.as_mut().unwrap()[0]
             .capacity
             .as_mut()
             .unwrap()
             .get_mut(CAPACITY_MEMORY)
             .unwrap()
             .value = Quantity("39Gi".into());
-        assert!(!same_devices(&stored, &wanted));
+        assert!(!same_slice(&smaller, &wanted));
+        let mut healed = stored.clone();
+        healed.spec.devices.as_mut().unwrap()[0].taints = None;
+        assert!(!same_slice(&healed, &wanted));
+        let mut orphan = stored;
+        orphan.metadata.owner_references = None;
+        assert!(!same_slice(&orphan, &wanted));
     }
 
     #[test]

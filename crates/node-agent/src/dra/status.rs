@@ -56,6 +56,7 @@ pub fn status(
                 memory_free_mib: device.memory_mib.saturating_sub(memory),
                 cores_allocated: cores,
                 cores_free: crd::dra::CORES_TOTAL.saturating_sub(cores),
+                unhealthy: super::health::unhealthy_reason(device),
             }
         })
         .collect();
@@ -102,13 +103,14 @@ mod tests {
     fn shared_gpus_show_the_sum_of_their_claims_and_whole_gpus_all_or_nothing() {
         let (_dir, simulator) = simulated("a100-40gb:3", &[]);
         let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
-        let devices = slices::devices(
+        let mut devices = slices::devices(
             &views,
             &Partition {
                 dra: GpuSet::All,
                 shared: "1".parse().unwrap(),
             },
         );
+        crate::dra::health::taint_unhealthy(&mut devices, &[(2, Some(79))].into());
         let prepared = Checkpoint {
             claims: [
                 ("a".to_owned(), held("gpu-1", Some((3000, 30)))),
@@ -133,6 +135,11 @@ mod tests {
         assert_eq!((whole.memory_free_mib, whole.cores_free), (0, 0));
         let idle = by_name("gpu-2");
         assert_eq!((idle.claims, idle.memory_free_mib), (0, 40960));
+        assert_eq!(
+            idle.unhealthy.as_deref(),
+            Some("GPU 2 reported critical XID 79")
+        );
+        assert_eq!(shared.unhealthy, None);
         assert!(status.enforcement.starts_with("none: simulated GPUs"));
     }
 }

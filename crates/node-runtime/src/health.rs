@@ -1,4 +1,5 @@
-//! Which GPUs are unhealthy, from the XID events the backend reports. Pure: the caller passes the clock in.
+//! Which GPUs are unhealthy, from the XID events the backend reports. Pure: the caller passes the clock in. The
+//! device plugin and the DRA driver judge health alike through it.
 //!
 //! Like NVIDIA's plugin, a critical XID marks the GPU (with its MIG devices and replicas) Unhealthy, and the XIDs
 //! that applications cause (13, 31, 43, 45, 68, 109) are ignored; `DP_DISABLE_HEALTHCHECKS` turns checks off.
@@ -60,14 +61,38 @@ impl Checks {
     }
 }
 
+/// The Unhealthy GPUs by index, each with the XID of its last critical event (`None`: the driver gave no code).
+pub type Faults = BTreeMap<u32, Option<u64>>;
+
+/// How a node-side binary judges health: its quiet period, and `DP_DISABLE_HEALTHCHECKS` from the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// Seconds without a new XID after which an Unhealthy GPU is Healthy again; 0: never (as NVIDIA's plugin).
+    #[arg(long, default_value_t = 60)]
+    pub health_recovery_seconds: u64,
+}
+
+impl HealthArgs {
+    /// A tracker with these settings and the checks `DP_DISABLE_HEALTHCHECKS` asks for.
+    ///
+    /// # Errors
+    /// [`ChecksError`] when `DP_DISABLE_HEALTHCHECKS` is not valid.
+    pub fn tracker(&self) -> Result<HealthTracker, ChecksError> {
+        Ok(HealthTracker::new(
+            Checks::parse(std::env::var(DISABLE_ENV).ok().as_deref())?,
+            Duration::from_secs(self.health_recovery_seconds),
+        ))
+    }
+}
+
 /// The health of every GPU, as a function of the events seen so far and the time.
 #[derive(Debug, Clone)]
 pub struct HealthTracker {
     checks: Checks,
     /// How long without a new XID before a GPU is Healthy again; `None`: never.
     recovery: Option<Duration>,
-    /// The last critical event per GPU index.
-    last_fault: BTreeMap<u32, Instant>,
+    /// The last critical event per GPU index: when it came, and its XID (`None`: the driver gave no code).
+    last_fault: BTreeMap<u32, (Instant, Option<u64>)>,
 }
 
 impl HealthTracker {
@@ -90,7 +115,7 @@ impl HealthTracker {
             (Checks::Xids { .. }, None) => true,
         };
         if counts {
-            self.last_fault.insert(event.gpu_index, now);
+            self.last_fault.insert(event.gpu_index, (now, event.xid));
         }
         counts
     }
@@ -98,13 +123,19 @@ impl HealthTracker {
     /// The GPUs that are Unhealthy at `now`.
     #[must_use]
     pub fn unhealthy(&self, now: Instant) -> BTreeSet<u32> {
+        self.faults(now).into_keys().collect()
+    }
+
+    /// The GPUs that are Unhealthy at `now`, each with the XID of its last critical event.
+    #[must_use]
+    pub fn faults(&self, now: Instant) -> Faults {
         self.last_fault
             .iter()
-            .filter(|(_, since)| {
+            .filter(|(_, (since, _))| {
                 self.recovery
-                    .is_none_or(|quiet| now.saturating_duration_since(**since) < quiet)
+                    .is_none_or(|quiet| now.saturating_duration_since(*since) < quiet)
             })
-            .map(|(gpu, _)| *gpu)
+            .map(|(gpu, (_, xid))| (*gpu, *xid))
             .collect()
     }
 
@@ -114,7 +145,7 @@ impl HealthTracker {
         let quiet = self.recovery?;
         self.last_fault
             .values()
-            .map(|since| *since + quiet)
+            .map(|(since, _)| *since + quiet)
             .filter(|at| *at > now)
             .min()
     }
@@ -141,6 +172,10 @@ mod tests {
             start
         ));
         assert_eq!(tracker.unhealthy(start), BTreeSet::from([2, 3]));
+        assert_eq!(
+            tracker.faults(start),
+            Faults::from([(2, Some(79)), (3, None)])
+        );
     }
 
     #[test]
