@@ -416,7 +416,10 @@ fn dra_driver_on_a_real_kubelet() {
     let waiting = wait_unschedulable("e2e-dra-tainted");
     eprintln!("while tainted: {}", waiting["message"]);
     eventually(WAIT, || Ok(device_health("Healthy"))).unwrap_or_else(|error| {
-        panic!("the device never became Healthy again: {error:#}\n{}", logs(&driver))
+        panic!(
+            "the device never became Healthy again: {error:#}\n{}",
+            logs(&driver)
+        )
     });
     assert_eq!(
         slice_of(KUBELET_NODE).expect("slice")["spec"]["devices"][0]["taints"],

@@ -281,6 +281,9 @@ mod tests {
         assert_eq!(health, [HealthStatus::Healthy, HealthStatus::Unhealthy]);
 
         drop(sender);
-        assert!(stream.next().await.is_none(), "the stream ends with the driver");
+        assert!(
+            stream.next().await.is_none(),
+            "the stream ends with the driver"
+        );
     }
 }
