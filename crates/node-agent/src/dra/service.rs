@@ -183,9 +183,9 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// Serves the DRA and health services, then registration (the kubelet dials the service as soon as it sees the registration
-/// socket), both behind the [`authority`](super::authority) front. Returns when a server stops, which is an error:
-/// the driver exits and its pod restarts.
+/// Serves the DRA and health services, then registration (the kubelet dials the service as soon as it sees the
+/// registration socket), both behind the [`authority`](super::authority) front. Returns when a server stops, which
+/// is an error: the driver exits and its pod restarts.
 ///
 /// # Errors
 /// When a socket cannot be bound or a server fails.
