@@ -117,11 +117,13 @@ fn wait_running(name: &str, logs: &dyn Fn() -> String) -> Value {
     e2e::kubelet::wait_running(name, WAIT, logs)
 }
 
-/// The claim generated for pod `name`'s entry `gpu`.
+/// The claim generated for the pod's first claim entry, or else the one the scheduler made for its extended
+/// resources (`nvidia.com/gpu` served through the `gpu.nvidia.com` class).
 fn claim_of(pod: &Value) -> String {
     pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
         .as_str()
-        .expect("the pod's claim")
+        .or_else(|| pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"].as_str())
+        .unwrap_or_else(|| panic!("the pod has no claim: {pod:#}"))
         .to_owned()
 }
 
@@ -547,6 +549,13 @@ fn dra_driver_on_a_real_kubelet() {
     );
 }
 
+/// HAMi's published example `file`, as HAMi ships it (`examples/nvidia/` at HAMi commit 4707fb0, kept in
+/// `tests/fixtures/hami`).
+fn hami_file(file: &str) -> String {
+    let path = repo_root().join("tests/fixtures/hami").join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
 /// A pod of HAMi's examples (examples/nvidia in HAMi's repository): its spec as HAMi publishes it, our name.
 fn hami_example(name: &str, annotations: Value, limits: Value) -> String {
     json!({
@@ -628,6 +637,13 @@ impl Drop for HamiCleanup {
         for node in &self.0 {
             clean_up(&["node", node, "--wait=false"]);
         }
+        clean_up(&[
+            "deployment",
+            "cuda-sample-vector-add",
+            "-n",
+            "default",
+            "--wait=false",
+        ]);
         clean_up(&["mutatingwebhookconfiguration", "gpu-operator-hami"]);
     }
 }
@@ -671,29 +687,33 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     }
 
     step(
-        "HAMi's specify_card_type_to_use with use-gputype A100 (2 whole GPUs): lands on the A100 node",
+        "HAMi's specify_card_type_to_use.yaml, unchanged (use-gputype \"A100,V100\", 2 whole GPUs): lands on the A100 node",
     );
     let apply = |manifest: String| {
         let applied = kubectl_apply(&manifest, &[]);
         assert!(applied.success, "{}{}", applied.stdout, applied.stderr);
         applied
     };
-    apply(hami_example(
-        "hami-type-a100",
-        json!({"nvidia.com/use-gputype": "A100"}),
-        json!({"nvidia.com/gpu": 2}),
-    ));
-    wait_running("hami-type-a100", &String::new);
-    let (node, results) = placement("hami-type-a100");
+    apply(hami_file("specify_card_type_to_use.yaml"));
+    wait_running("gpu-pod", &String::new);
+    let (node, results) = placement("gpu-pod");
     assert_eq!(
         (node.as_str(), results.len()),
         ("e2e-hami-a100", 2),
         "{results:#?}"
     );
-    delete_pod("hami-type-a100");
+    delete_pod("gpu-pod");
 
     step(
-        "HAMi's specify_card_type_not_use with nouse-gputype A100 (2 whole GPUs): lands elsewhere, on the H100 node",
+        "HAMi's specify_card_type_not_use.yaml, unchanged (nouse-gputype \"1080,2080\", 2 whole GPUs): runs on 2 GPUs",
+    );
+    apply(hami_file("specify_card_type_not_use.yaml"));
+    wait_running("gpu-pod", &String::new);
+    assert_eq!(placement("gpu-pod").1.len(), 2);
+    delete_pod("gpu-pod");
+
+    step(
+        "the same example with A100 in its nouse-gputype (2 whole GPUs): lands elsewhere, on the H100 node",
     );
     apply(hami_example(
         "hami-nouse-a100",
@@ -704,14 +724,12 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     assert_eq!(placement("hami-nouse-a100").0, "e2e-hami-h100");
     delete_pod("hami-nouse-a100");
 
-    step("HAMi's default_use (gpumem 3000, gpucores 30): one share of 3000 MiB and 30 cores");
-    apply(hami_example(
-        "hami-default-use",
-        json!({}),
-        json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}),
-    ));
-    wait_running("hami-default-use", &String::new);
-    let (_, results) = placement("hami-default-use");
+    step(
+        "HAMi's default_use.yaml, unchanged (gpumem 3000, gpucores 30): one share of 3000 MiB and 30 cores",
+    );
+    apply(hami_file("default_use.yaml"));
+    wait_running("gpu-pod", &String::new);
+    let (_, results) = placement("gpu-pod");
     assert_eq!(results.len(), 1);
     assert_eq!(
         bytes(&results[0]["consumedCapacity"]["memory"]),
@@ -719,7 +737,7 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         "{results:#?}"
     );
     assert_eq!(results[0]["consumedCapacity"]["cores"], "30");
-    let pod = kubectl_json(&["get", "pod", "hami-default-use", "-n", "default"]);
+    let pod = kubectl_json(&["get", "pod", "gpu-pod", "-n", "default"]);
     assert_eq!(
         pod["metadata"]["labels"]["nvidia.com/gpu-sharing"],
         "hami-dra"
@@ -729,17 +747,14 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         Value::Null,
         "{pod:#}"
     );
+    delete_pod("gpu-pod");
 
     step(
-        "HAMi's use_memory_fraction (2 GPUs, gpumem-percentage 50, gpucores 30): half of each GPU's memory, two GPUs of one node",
+        "HAMi's use_memory_fraction.yaml, unchanged (2 GPUs, gpumem-percentage 50, gpucores 30): half of each GPU's memory, two GPUs of one node",
     );
-    apply(hami_example(
-        "hami-fraction",
-        json!({}),
-        json!({"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50, "nvidia.com/gpucores": 30}),
-    ));
-    wait_running("hami-fraction", &String::new);
-    let (node, results) = placement("hami-fraction");
+    apply(hami_file("use_memory_fraction.yaml"));
+    wait_running("gpu-pod", &String::new);
+    let (node, results) = placement("gpu-pod");
     assert_eq!(results.len(), 2, "{results:#?}");
     assert_ne!(results[0]["device"], results[1]["device"]);
     let half = if node == "e2e-hami-a100" {
@@ -754,8 +769,79 @@ fn hami_pods_are_scheduled_as_dra_claims() {
             "{node}: {result:#}"
         );
     }
-    delete_pod("hami-default-use");
-    delete_pod("hami-fraction");
+    delete_pod("gpu-pod");
+
+    step(
+        "HAMi's use_sharing_card.yaml, unchanged (40 % memory and 60 % cores, 60 % and 40 %): the two pods share one GPU",
+    );
+    apply(hami_file("use_sharing_card.yaml"));
+    wait_running("gpu-pod1", &String::new);
+    wait_running("gpu-pod2", &String::new);
+    let (first, second) = (placement("gpu-pod1"), placement("gpu-pod2"));
+    assert_eq!(
+        (&first.0, &first.1[0]["device"]),
+        (&second.0, &second.1[0]["device"]),
+        "{first:#?}\n{second:#?}"
+    );
+    delete_pod("gpu-pod1");
+    delete_pod("gpu-pod2");
+
+    step(
+        "HAMi's use_as_normal.yaml, unchanged (nvidia.com/gpu: 1 each): no node's device plugin has GPUs, so the scheduler serves them through the gpu.nvidia.com class; they never share a GPU",
+    );
+    apply(hami_file("use_as_normal.yaml"));
+    wait_running("gpu-pod1", &String::new);
+    wait_running("gpu-pod2", &String::new);
+    let pod = kubectl_json(&["get", "pod", "gpu-pod1", "-n", "default"]);
+    assert_eq!(
+        pod["spec"]["resourceClaims"],
+        Value::Null,
+        "nvidia.com/gpu alone is not HAMi's to convert: {pod:#}"
+    );
+    let (first, second) = (placement("gpu-pod1"), placement("gpu-pod2"));
+    assert_ne!(
+        (&first.0, &first.1[0]["device"]),
+        (&second.0, &second.1[0]["device"]),
+        "{first:#?}\n{second:#?}"
+    );
+    delete_pod("gpu-pod1");
+    delete_pod("gpu-pod2");
+
+    step(
+        "HAMi's specify_scheduling_policy.yaml, unchanged (nvidia.com/gpu: 1 and HAMi's policies): admitted as it is, runs on one GPU",
+    );
+    apply(hami_file("specify_scheduling_policy.yaml"));
+    wait_running("gpu-pod", &String::new);
+    assert_eq!(placement("gpu-pod").1.len(), 1);
+    delete_pod("gpu-pod");
+
+    step(
+        "HAMi's example.yaml, unchanged: the Deployment's pod, made by the ReplicaSet controller, runs with a 3000 MiB share",
+    );
+    apply(hami_file("example.yaml"));
+    let pod = eventually(WAIT, || {
+        let pods = kubectl_json(&[
+            "get",
+            "pods",
+            "-n",
+            "default",
+            "-l",
+            "app=cuda-sample-vector-add",
+        ]);
+        Ok(pods["items"]
+            .as_array()
+            .and_then(|pods| pods.first())
+            .filter(|pod| pod["status"]["phase"] == "Running")
+            .cloned())
+    })
+    .unwrap_or_else(|error| panic!("the Deployment's pod never ran: {error:#}"));
+    let (_, results) = placement(pod["metadata"]["name"].as_str().expect("pod name"));
+    assert_eq!(
+        bytes(&results[0]["consumedCapacity"]["memory"]),
+        3000 << 20,
+        "{results:#?}"
+    );
+    clean_up(&["deployment", "cuda-sample-vector-add", "-n", "default"]);
 
     step("a request no GPU can hold is refused at admission, saying why");
     let refused = kubectl_apply(
