@@ -161,6 +161,7 @@ fn dra_driver_on_a_real_kubelet() {
         ("pod", "e2e-dra-b".into()),
         ("pod", "e2e-dra-late".into()),
         ("pod", "e2e-dra-tainted".into()),
+        ("pod", "e2e-dra-extended".into()),
         ("pod", "e2e-dra-classic".into()),
         ("pod", "training".into()),
         ("pod", "notebook".into()),
@@ -547,6 +548,64 @@ fn dra_driver_on_a_real_kubelet() {
             &example.display().to_string(),
         ],
     );
+
+    step(
+        "every GPU the driver's (label nvidia.com/dra.gpus=all): the device plugin advertises none, and a classic nvidia.com/gpu pod is served through the gpu.nvidia.com class: the scheduler's claim, prepared by the driver, its CDI device in the container",
+    );
+    delete_pod("e2e-dra-classic");
+    kubectl(&[
+        "label",
+        "node",
+        KUBELET_NODE,
+        "nvidia.com/dra.gpus=all",
+        "--overwrite",
+    ]);
+    eventually(WAIT, || {
+        let none = matches!(
+            e2e::kubelet::allocatable(KUBELET_NODE, "nvidia.com/gpu").as_deref(),
+            None | Some("0")
+        );
+        let both = slice_of(KUBELET_NODE)
+            .is_some_and(|slice| slice["spec"]["devices"].as_array().map(Vec::len) == Some(2));
+        Ok((none && both).then_some(()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "GPU 0 never moved to the driver: {error:#}\n{}",
+            logs(&driver)
+        )
+    });
+    assert!(
+        kubectl_apply(
+            &gpu_pod("e2e-dra-extended", KUBELET_NODE, "nvidia.com/gpu", 1),
+            &[]
+        )
+        .success
+    );
+    let pod = wait_running("e2e-dra-extended", &|| logs(&driver));
+    let claim = claim_of(&pod);
+    let claim = kubectl_json(&["get", "resourceclaim", &claim, "-n", "default"]);
+    let device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no device allocated: {claim:#}"));
+    let container = kubelet
+        .container_of("e2e-dra-extended")
+        .unwrap_or_else(|| panic!("no container for e2e-dra-extended\n{}", logs(&driver)));
+    assert_eq!(
+        container["cdiDevices"],
+        json!([format!(
+            "k8s.gpu.nvidia.com/claim={}-{device}",
+            claim["metadata"]["uid"].as_str().expect("claim uid")
+        )])
+    );
+    assert!(
+        container["env"]["NVIDIA_VISIBLE_DEVICES"]
+            .as_str()
+            .is_some_and(|uuid| uuid.starts_with("GPU-")),
+        "{container}"
+    );
+    delete_pod("e2e-dra-extended");
+    kubectl(&["label", "node", KUBELET_NODE, "nvidia.com/dra.gpus-"]);
 }
 
 /// HAMi's published example `file`, as HAMi ships it (`examples/nvidia/` at HAMi commit 4707fb0, kept in
