@@ -615,6 +615,21 @@ fn hami_file(file: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
+/// HAMi's example `file` of two pods, `gpu-pod1` and `gpu-pod2`, applied and running: each pod as stored, with the
+/// node and the first device it got. Both are deleted before this returns.
+fn run_pod_pair(file: &str) -> [(Value, String, Value); 2] {
+    let applied = kubectl_apply(&hami_file(file), &[]);
+    assert!(applied.success, "{}{}", applied.stdout, applied.stderr);
+    let placed = ["gpu-pod1", "gpu-pod2"].map(|name| {
+        let pod = wait_running(name, &String::new);
+        let (node, results) = placement(name);
+        (pod, node, results[0]["device"].clone())
+    });
+    delete_pod("gpu-pod1");
+    delete_pod("gpu-pod2");
+    placed
+}
+
 /// A pod of HAMi's examples (examples/nvidia in HAMi's repository): its spec as HAMi publishes it, our name.
 fn hami_example(name: &str, annotations: Value, limits: Value) -> String {
     json!({
@@ -833,38 +848,19 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     step(
         "HAMi's use_sharing_card.yaml, unchanged (40 % memory and 60 % cores, 60 % and 40 %): the two pods share one GPU",
     );
-    apply(hami_file("use_sharing_card.yaml"));
-    wait_running("gpu-pod1", &String::new);
-    wait_running("gpu-pod2", &String::new);
-    let (first, second) = (placement("gpu-pod1"), placement("gpu-pod2"));
-    assert_eq!(
-        (&first.0, &first.1[0]["device"]),
-        (&second.0, &second.1[0]["device"]),
-        "{first:#?}\n{second:#?}"
-    );
-    delete_pod("gpu-pod1");
-    delete_pod("gpu-pod2");
+    let [(_, node_1, device_1), (_, node_2, device_2)] = run_pod_pair("use_sharing_card.yaml");
+    assert_eq!((node_1, device_1), (node_2, device_2));
 
     step(
         "HAMi's use_as_normal.yaml, unchanged (nvidia.com/gpu: 1 each): no node's device plugin has GPUs, so the scheduler serves them through the gpu.nvidia.com class; they never share a GPU",
     );
-    apply(hami_file("use_as_normal.yaml"));
-    wait_running("gpu-pod1", &String::new);
-    wait_running("gpu-pod2", &String::new);
-    let pod = kubectl_json(&["get", "pod", "gpu-pod1", "-n", "default"]);
+    let [(pod, node_1, device_1), (_, node_2, device_2)] = run_pod_pair("use_as_normal.yaml");
     assert_eq!(
         pod["spec"]["resourceClaims"],
         Value::Null,
         "nvidia.com/gpu alone is not HAMi's to convert: {pod:#}"
     );
-    let (first, second) = (placement("gpu-pod1"), placement("gpu-pod2"));
-    assert_ne!(
-        (&first.0, &first.1[0]["device"]),
-        (&second.0, &second.1[0]["device"]),
-        "{first:#?}\n{second:#?}"
-    );
-    delete_pod("gpu-pod1");
-    delete_pod("gpu-pod2");
+    assert_ne!((node_1, device_1), (node_2, device_2));
 
     step(
         "HAMi's specify_scheduling_policy.yaml, unchanged (nvidia.com/gpu: 1 and HAMi's policies): admitted as it is, runs on one GPU",
