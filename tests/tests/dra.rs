@@ -615,18 +615,33 @@ fn hami_file(file: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// HAMi's example `file` of two pods, `gpu-pod1` and `gpu-pod2`, applied and running: each pod as stored, with the
-/// node and the first device it got. Both are deleted before this returns.
-fn run_pod_pair(file: &str) -> [(Value, String, Value); 2] {
+/// A pod of a HAMi example once it ran: as stored, and where it was placed.
+struct Placed {
+    pod: Value,
+    node: String,
+    results: Vec<Value>,
+}
+
+impl Placed {
+    /// The node and the first device it got.
+    fn first_gpu(&self) -> (&str, &Value) {
+        (&self.node, &self.results[0]["device"])
+    }
+}
+
+/// HAMi's example `file`, applied unchanged: its `pods` once each runs, with where it was placed. They are deleted
+/// before this returns.
+fn run_example<const N: usize>(file: &str, pods: [&str; N]) -> [Placed; N] {
     let applied = kubectl_apply(&hami_file(file), &[]);
     assert!(applied.success, "{}{}", applied.stdout, applied.stderr);
-    let placed = ["gpu-pod1", "gpu-pod2"].map(|name| {
+    let placed = pods.map(|name| {
         let pod = wait_running(name, &String::new);
         let (node, results) = placement(name);
-        (pod, node, results[0]["device"].clone())
+        Placed { pod, node, results }
     });
-    delete_pod("gpu-pod1");
-    delete_pod("gpu-pod2");
+    for name in pods {
+        delete_pod(name);
+    }
     placed
 }
 
@@ -768,23 +783,19 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         assert!(applied.success, "{}{}", applied.stdout, applied.stderr);
         applied
     };
-    apply(hami_file("specify_card_type_to_use.yaml"));
-    wait_running("gpu-pod", &String::new);
-    let (node, results) = placement("gpu-pod");
+    let [typed] = run_example("specify_card_type_to_use.yaml", ["gpu-pod"]);
     assert_eq!(
-        (node.as_str(), results.len()),
+        (typed.node.as_str(), typed.results.len()),
         ("e2e-hami-a100", 2),
-        "{results:#?}"
+        "{:#?}",
+        typed.results
     );
-    delete_pod("gpu-pod");
 
     step(
         "HAMi's specify_card_type_not_use.yaml, unchanged (nouse-gputype \"1080,2080\", 2 whole GPUs): runs on 2 GPUs",
     );
-    apply(hami_file("specify_card_type_not_use.yaml"));
-    wait_running("gpu-pod", &String::new);
-    assert_eq!(placement("gpu-pod").1.len(), 2);
-    delete_pod("gpu-pod");
+    let [avoiding] = run_example("specify_card_type_not_use.yaml", ["gpu-pod"]);
+    assert_eq!(avoiding.results.len(), 2);
 
     step(
         "the same example with A100 in its nouse-gputype (2 whole GPUs): lands elsewhere, on the H100 node",
@@ -801,9 +812,7 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     step(
         "HAMi's default_use.yaml, unchanged (gpumem 3000, gpucores 30): one share of 3000 MiB and 30 cores",
     );
-    apply(hami_file("default_use.yaml"));
-    wait_running("gpu-pod", &String::new);
-    let (_, results) = placement("gpu-pod");
+    let [Placed { pod, results, .. }] = run_example("default_use.yaml", ["gpu-pod"]);
     assert_eq!(results.len(), 1);
     assert_eq!(
         bytes(&results[0]["consumedCapacity"]["memory"]),
@@ -811,7 +820,6 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         "{results:#?}"
     );
     assert_eq!(results[0]["consumedCapacity"]["cores"], "30");
-    let pod = kubectl_json(&["get", "pod", "gpu-pod", "-n", "default"]);
     assert_eq!(
         pod["metadata"]["labels"]["nvidia.com/gpu-sharing"],
         "hami-dra"
@@ -821,14 +829,11 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         Value::Null,
         "{pod:#}"
     );
-    delete_pod("gpu-pod");
 
     step(
         "HAMi's use_memory_fraction.yaml, unchanged (2 GPUs, gpumem-percentage 50, gpucores 30): half of each GPU's memory, two GPUs of one node",
     );
-    apply(hami_file("use_memory_fraction.yaml"));
-    wait_running("gpu-pod", &String::new);
-    let (node, results) = placement("gpu-pod");
+    let [Placed { node, results, .. }] = run_example("use_memory_fraction.yaml", ["gpu-pod"]);
     assert_eq!(results.len(), 2, "{results:#?}");
     assert_ne!(results[0]["device"], results[1]["device"]);
     let half = if node == "e2e-hami-a100" {
@@ -843,32 +848,30 @@ fn hami_pods_are_scheduled_as_dra_claims() {
             "{node}: {result:#}"
         );
     }
-    delete_pod("gpu-pod");
 
     step(
         "HAMi's use_sharing_card.yaml, unchanged (40 % memory and 60 % cores, 60 % and 40 %): the two pods share one GPU",
     );
-    let [(_, node_1, device_1), (_, node_2, device_2)] = run_pod_pair("use_sharing_card.yaml");
-    assert_eq!((node_1, device_1), (node_2, device_2));
+    let [first, second] = run_example("use_sharing_card.yaml", ["gpu-pod1", "gpu-pod2"]);
+    assert_eq!(first.first_gpu(), second.first_gpu());
 
     step(
         "HAMi's use_as_normal.yaml, unchanged (nvidia.com/gpu: 1 each): no node's device plugin has GPUs, so the scheduler serves them through the gpu.nvidia.com class; they never share a GPU",
     );
-    let [(pod, node_1, device_1), (_, node_2, device_2)] = run_pod_pair("use_as_normal.yaml");
+    let [first, second] = run_example("use_as_normal.yaml", ["gpu-pod1", "gpu-pod2"]);
     assert_eq!(
-        pod["spec"]["resourceClaims"],
+        first.pod["spec"]["resourceClaims"],
         Value::Null,
-        "nvidia.com/gpu alone is not HAMi's to convert: {pod:#}"
+        "nvidia.com/gpu alone is not HAMi's to convert: {:#}",
+        first.pod
     );
-    assert_ne!((node_1, device_1), (node_2, device_2));
+    assert_ne!(first.first_gpu(), second.first_gpu());
 
     step(
         "HAMi's specify_scheduling_policy.yaml, unchanged (nvidia.com/gpu: 1 and HAMi's policies): admitted as it is, runs on one GPU",
     );
-    apply(hami_file("specify_scheduling_policy.yaml"));
-    wait_running("gpu-pod", &String::new);
-    assert_eq!(placement("gpu-pod").1.len(), 1);
-    delete_pod("gpu-pod");
+    let [with_policies] = run_example("specify_scheduling_policy.yaml", ["gpu-pod"]);
+    assert_eq!(with_policies.results.len(), 1);
 
     step(
         "HAMi's example.yaml, unchanged: the Deployment's pod, made by the ReplicaSet controller, runs with a 3000 MiB share",
