@@ -1,5 +1,6 @@
-//! Which GPUs are unhealthy, from the XID events the backend reports. Pure: the caller passes the clock in. The
-//! device plugin and the DRA driver judge health alike through it.
+//! Which GPUs are unhealthy, from the XID events the backend reports. Pure: the caller passes the clock in, and
+//! only [`HealthArgs::tracker`] reads the environment (`DP_DISABLE_HEALTHCHECKS`). The device plugin and the DRA
+//! driver judge health alike through it.
 //!
 //! Like NVIDIA's plugin, a critical XID marks the GPU (with its MIG devices and replicas) Unhealthy, and the XIDs
 //! that applications cause (13, 31, 43, 45, 68, 109) are ignored; `DP_DISABLE_HEALTHCHECKS` turns checks off.
