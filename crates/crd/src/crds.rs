@@ -3,7 +3,8 @@
 //! that `helm upgrade` upgrades the schemas too.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, ValidationRule,
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    ValidationRule,
 };
 use kube::CustomResourceExt;
 
@@ -35,6 +36,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
                 .and_then(|s| s.open_api_v3_schema.as_mut())
             {
                 unwrap_descriptions(schema);
+                bound_integers(schema);
             }
         }
     }
@@ -66,6 +68,60 @@ fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
     if let Some(JSONSchemaPropsOrArray::Schema(item)) = schema.items.as_mut() {
         unwrap_descriptions(item);
     }
+}
+
+/// The largest `f64` that is not above `i64::MAX` (2^63 - 1024), the maximum of every 64-bit integer field. The API
+/// server holds a schema's bounds as float64 and stored integers as int64: it checks an integer against a maximum
+/// by converting the float to int64 (kube-openapi `MaximumNativeType`), and `i64::MAX` as a float is 2^63, which
+/// overflows that conversion (to `i64::MIN` on amd64: every value would exceed it). A `u64` field is bounded the
+/// same way because the API server cannot store a larger integer as one: it decodes it as a float, which the
+/// Rust type cannot read back.
+const INT64_MAXIMUM: f64 = 9_223_372_036_854_774_784.0;
+
+/// The range of an integer `format` as schemars writes it for each Rust type (`uint` and `int` are usize and
+/// isize), as (minimum, maximum); `None` for a format with no such range.
+fn format_range(format: &str) -> Option<(f64, f64)> {
+    Some(match format {
+        "int8" => (i8::MIN.into(), i8::MAX.into()),
+        "int16" => (i16::MIN.into(), i16::MAX.into()),
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" | "int" => (i64::MIN as f64, INT64_MAXIMUM),
+        "uint8" => (0.0, u8::MAX.into()),
+        "uint16" => (0.0, u16::MAX.into()),
+        "uint32" => (0.0, u32::MAX.into()),
+        "uint64" | "uint" => (0.0, INT64_MAXIMUM),
+        _ => return None,
+    })
+}
+
+/// Gives every integer the range of its Rust type as `minimum` and `maximum` (keeping a tighter bound written on
+/// the field), so that the API server refuses a value the operator could not read: one unreadable object in a
+/// list would otherwise fail the whole list of a watch.
+fn bound_integers(schema: &mut JSONSchemaProps) {
+    if schema.type_.as_deref() == Some("integer")
+        && let Some((minimum, maximum)) = schema.format.as_deref().and_then(format_range)
+    {
+        schema.minimum = Some(schema.minimum.map_or(minimum, |set| set.max(minimum)));
+        schema.maximum = Some(schema.maximum.map_or(maximum, |set| set.min(maximum)));
+    }
+    schema
+        .properties
+        .iter_mut()
+        .flat_map(|p| p.values_mut())
+        .for_each(bound_integers);
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => bound_integers(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(bound_integers),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(values)) = schema.additional_properties.as_mut() {
+        bound_integers(values);
+    }
+    [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .for_each(bound_integers);
 }
 
 /// Marks every object of the spec `x-kubernetes-preserve-unknown-fields`, so that a field this version does not
@@ -215,6 +271,96 @@ mod tests {
             .as_ref()
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .expect("schema")
+    }
+
+    /// Walks each generated CRD as the API server reads it (JSON), so an integer is found wherever it sits (maps,
+    /// lists, nested types) whatever schema structure produced it.
+    #[test]
+    fn every_integer_has_both_bounds() {
+        /// Every integer's path, with whether it has both bounds.
+        fn walk(value: &serde_json::Value, path: &str, integers: &mut Vec<(String, bool)>) {
+            match value {
+                serde_json::Value::Object(fields) => {
+                    let bounded = ["minimum", "maximum"]
+                        .iter()
+                        .all(|bound| fields.get(*bound).is_some_and(serde_json::Value::is_number));
+                    if fields.get("type").and_then(serde_json::Value::as_str) == Some("integer") {
+                        integers.push((path.to_owned(), bounded));
+                    }
+                    for (key, child) in fields {
+                        walk(child, &format!("{path}.{key}"), integers);
+                    }
+                }
+                serde_json::Value::Array(items) => {
+                    for (index, item) in items.iter().enumerate() {
+                        walk(item, &format!("{path}[{index}]"), integers);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut integers = Vec::new();
+        for crd in all() {
+            let schema = serde_json::to_value(root_schema(&crd)).expect("schema as JSON");
+            walk(&schema, &crd.spec.names.kind, &mut integers);
+        }
+        // Both CRDs have integers (GPUNode's status counts, ClusterPolicy's probes): none found is a broken walk.
+        assert!(integers.len() > 2, "integers found: {integers:?}");
+        let unbounded: Vec<&str> = integers
+            .iter()
+            .filter(|(_, bounded)| !bounded)
+            .map(|(path, _)| path.as_str())
+            .collect();
+        assert!(
+            unbounded.is_empty(),
+            "integers without minimum and maximum: {unbounded:#?}"
+        );
+    }
+
+    #[test]
+    fn integer_bounds_are_those_of_the_rust_type() {
+        let crds = all();
+        let bounds = |schema: &JSONSchemaProps| (schema.minimum, schema.maximum);
+        let gpu_node_status = property(root_schema(&crds[1]), &["status"]);
+        // i32
+        assert_eq!(
+            bounds(property(gpu_node_status, &["gpuCount"])),
+            (Some(-2_147_483_648.0), Some(2_147_483_647.0))
+        );
+        let device_plugin = property(gpu_node_status, &["devicePlugin"]);
+        // Vec<u32>
+        let Some(JSONSchemaPropsOrArray::Schema(unhealthy)) =
+            property(device_plugin, &["unhealthyGpus"]).items.as_ref()
+        else {
+            panic!("unhealthyGpus is a list of one schema");
+        };
+        assert_eq!(bounds(unhealthy), (Some(0.0), Some(4_294_967_295.0)));
+        // u64 in a list of objects
+        let Some(JSONSchemaPropsOrArray::Schema(device)) =
+            property(gpu_node_status, &["dra", "devices"])
+                .items
+                .as_ref()
+        else {
+            panic!("dra.devices is a list of one schema");
+        };
+        assert_eq!(
+            bounds(property(device, &["memoryMiB"])),
+            (Some(0.0), Some(INT64_MAXIMUM))
+        );
+        // A bound the field sets itself is kept where it is tighter.
+        let probe = property(
+            root_schema(&crds[0]),
+            &["spec", "driver", "livenessProbe", "periodSeconds"],
+        );
+        assert_eq!(bounds(probe), (Some(1.0), Some(2_147_483_647.0)));
+    }
+
+    #[test]
+    fn the_64_bit_maximum_survives_the_api_servers_conversion_to_int64() {
+        // Exactly an integer the API server's int64 holds, and the next float up is 2^63, which it does not.
+        assert_eq!(INT64_MAXIMUM as i64 as f64, INT64_MAXIMUM);
+        assert!(INT64_MAXIMUM as i128 <= i128::from(i64::MAX));
+        assert!(f64::from_bits(INT64_MAXIMUM.to_bits() + 1) as i128 > i128::from(i64::MAX));
     }
 
     #[test]
