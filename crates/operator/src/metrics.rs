@@ -15,11 +15,18 @@ pub struct ErrorLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
 /// Metrics of the reconcile loop and of what it found.
 #[derive(Debug)]
 pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
+    /// Watched objects left out because they do not deserialise, by kind: each time a list or a change brings one.
+    pub unreadable_objects: Family<KindLabels, Counter>,
     pub gpu_nodes: Gauge,
     pub components_enabled: Gauge,
     pub components_ready: Gauge,
@@ -30,6 +37,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let unreadable_objects = Family::<KindLabels, Counter>::default();
         let gpu_nodes = Gauge::default();
         let components_enabled = Gauge::default();
         let components_ready = Gauge::default();
@@ -43,6 +51,11 @@ impl Default for Metrics {
             "reconcile_errors",
             "Failed reconciles by reason",
             reconcile_errors.clone(),
+        );
+        registry.register(
+            "unreadable_objects",
+            "Watched objects left out because they cannot be read, by kind",
+            unreadable_objects.clone(),
         );
         registry.register("gpu_nodes", "Nodes with NVIDIA GPUs", gpu_nodes.clone());
         registry.register(
@@ -58,6 +71,7 @@ impl Default for Metrics {
         Self {
             reconcile_duration,
             reconcile_errors,
+            unreadable_objects,
             gpu_nodes,
             components_enabled,
             components_ready,
@@ -80,6 +94,12 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 reason: reason.into(),
             })
+            .inc();
+    }
+
+    pub fn count_unreadable(&self, kind: &str) {
+        self.unreadable_objects
+            .get_or_create(&KindLabels { kind: kind.into() })
             .inc();
     }
 

@@ -2,6 +2,7 @@
 //! (no polling). It watches ClusterPolicies, the DaemonSets and Services it owns, Nodes (only changes that
 //! matter for GPU deployment), GPUNodes and the ConfigMaps in its namespace.
 
+mod guarded;
 mod reconcile;
 #[cfg(test)]
 mod scenario;
@@ -20,6 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Service};
 use kube::api::Api;
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -146,9 +148,10 @@ pub async fn run(
     ready: impl FnOnce() + Send + 'static,
 ) {
     let (nodes, node_writer) = reflector::store();
-    let node_events = watcher(
-        Api::<Node>::all(client.clone()),
+    let node_events = guarded::watcher(
+        Api::<DeserializeGuard<Node>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
+        &metrics,
     )
     .default_backoff()
     .modify(keep_what_nodes_tell)
@@ -156,9 +159,10 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(node_relevance, Default::default());
     let (gpu_nodes, gpu_node_writer) = reflector::store();
-    let gpu_node_events = watcher(
-        Api::<GPUNode>::all(client.clone()),
+    let gpu_node_events = guarded::watcher(
+        Api::<DeserializeGuard<GPUNode>>::all(client.clone()),
         watcher::Config::default(),
+        &metrics,
     )
     .default_backoff()
     .modify(keep_what_gpu_nodes_tell)
@@ -167,9 +171,10 @@ pub async fn run(
     .predicate_filter(kept_gpu_node_status, Default::default());
     let owned = || watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let (daemonsets, daemonset_writer) = reflector::store();
-    let daemonset_events = watcher(
-        Api::<DaemonSet>::namespaced(client.clone(), &namespace),
+    let daemonset_events = guarded::watcher(
+        Api::<DeserializeGuard<DaemonSet>>::namespaced(client.clone(), &namespace),
         owned(),
+        &metrics,
     )
     .default_backoff()
     .modify(forget_bookkeeping)
@@ -177,17 +182,19 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(rollout_progress, Default::default());
     let (services, service_writer) = reflector::store();
-    let service_events = watcher(
-        Api::<Service>::namespaced(client.clone(), &namespace),
+    let service_events = guarded::watcher(
+        Api::<DeserializeGuard<Service>>::namespaced(client.clone(), &namespace),
         owned(),
+        &metrics,
     )
     .default_backoff()
     .reflect(service_writer)
     .applied_objects();
     let (config_maps, config_map_writer) = reflector::store();
-    let config_map_events = watcher(
-        Api::<ConfigMap>::namespaced(client.clone(), &namespace),
+    let config_map_events = guarded::watcher(
+        Api::<DeserializeGuard<ConfigMap>>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
+        &metrics,
     )
     .default_backoff()
     .modify(forget_bookkeeping)
@@ -196,18 +203,20 @@ pub async fn run(
     .predicate_filter(predicates::resource_version, Default::default());
 
     let (policies, policy_writer) = reflector::store();
-    let policy_events = watcher(
-        Api::<ClusterPolicy>::all(client.clone()),
+    let policy_events = guarded::watcher(
+        Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
+        &metrics,
     )
     .default_backoff()
     .reflect(policy_writer)
     .applied_objects()
     .predicate_filter(spec_and_lifecycle, Default::default());
     // A policy created, changed or deleted can change which one is active: every policy looks again.
-    let any_policy_events = watcher(
-        Api::<ClusterPolicy>::all(client.clone()),
+    let any_policy_events = guarded::watcher(
+        Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
         watcher::Config::default(),
+        &metrics,
     )
     .default_backoff()
     .touched_objects()
