@@ -4,9 +4,9 @@
 //!
 //! The spec is built by a pure function; [`write`] is the one place that touches the file system.
 
-use std::io;
 use std::path::{Path, PathBuf};
 
+use node_runtime::state_file::{self, StateFileError};
 use serde_json::{Value, json};
 
 use crate::plan::{Device, Plan};
@@ -69,17 +69,14 @@ pub fn spec(plan: &Plan) -> Value {
     })
 }
 
-/// Writes `spec` into the CDI directory `dir` (created when missing), replacing the previous spec atomically so
-/// that a runtime never reads half a file; returns the file's path.
+/// Writes `spec` into the CDI directory `dir` (created when missing), replacing the previous spec atomically and
+/// durably so that a runtime never reads half a file, even after a power loss; returns the file's path.
 ///
 /// # Errors
 /// When the directory or the file cannot be written.
-pub fn write(dir: &Path, spec: &Value) -> io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+pub fn write(dir: &Path, spec: &Value) -> Result<PathBuf, StateFileError> {
     let path = dir.join(FILE_NAME);
-    let partial = dir.join(format!(".{FILE_NAME}.tmp"));
-    std::fs::write(&partial, serde_json::to_vec_pretty(spec)?)?;
-    std::fs::rename(&partial, &path)?;
+    state_file::write_json(&path, spec)?;
     Ok(path)
 }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use node_runtime::backend::{GpuSource, Gpus};
+use node_runtime::state_file::{self, StateFileError};
 use tracing::{info, warn};
 
 use crate::cli::{ValidateArgs, ValidateStep};
@@ -58,11 +59,12 @@ pub enum ValidateError {
         /// What is wrong.
         problem: String,
     },
-    /// The ready file cannot be written or removed.
-    #[error("{action} {path}: {source}")]
-    File {
-        /// What was being done.
-        action: &'static str,
+    /// The ready file cannot be written.
+    #[error(transparent)]
+    Write(#[from] StateFileError),
+    /// The ready file cannot be removed.
+    #[error("cannot remove {path}: {source}")]
+    Remove {
         /// The file.
         path: PathBuf,
         /// Why it failed.
@@ -178,21 +180,14 @@ fn check_toolkit(runtime: &Path) -> Result<String, ValidateError> {
     Ok(format!("RUNTIME={}\n", runtime.display()))
 }
 
-/// Writes a part's ready file (atomically: waiters never see half a file).
+/// Writes a part's ready file, atomically and durably: waiters never see half a file. The file is only read back to
+/// skip an unchanged write, so one that is damaged differs from the facts and is simply written again.
 fn mark(folder: &Path, part: Part, facts: &str) -> Result<(), ValidateError> {
     let path = folder.join(part.file_name());
     if std::fs::read_to_string(&path).is_ok_and(|existing| existing == facts) {
         return Ok(());
     }
-    let file = |action, source| ValidateError::File {
-        action,
-        path: path.clone(),
-        source,
-    };
-    std::fs::create_dir_all(folder).map_err(|source| file("creating the folder of", source))?;
-    let temporary = folder.join(format!(".{}.tmp", part.file_name()));
-    std::fs::write(&temporary, facts).map_err(|source| file("writing", source))?;
-    std::fs::rename(&temporary, &path).map_err(|source| file("writing", source))
+    Ok(state_file::write(&path, facts.as_bytes())?)
 }
 
 /// Removes a part's ready file; returns whether there was one.
@@ -201,11 +196,7 @@ fn unmark(folder: &Path, part: Part) -> Result<bool, ValidateError> {
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(true),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(ValidateError::File {
-            action: "removing",
-            path,
-            source,
-        }),
+        Err(source) => Err(ValidateError::Remove { path, source }),
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).
 //! - [`health`]: which GPUs are Unhealthy, from their XIDs (pure), as the device plugin and the DRA driver judge it.
 //! - [`mps`]: MPS control daemons with per-client limits as their defaults.
+//! - [`state_file`]: files written atomically and durably, and read back with a corrupt one moved aside.
 //! - `testing` (feature `testing`): a simulated node for the binaries' unit tests.
 
 pub mod backend;
@@ -24,6 +25,7 @@ pub mod mps;
 pub mod process;
 pub mod run_loop;
 pub mod start;
+pub mod state_file;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use node_runtime::mps::{MEMORY_LIMIT_ENV, PIPE_ENV, THREADS_ENV};
+use node_runtime::state_file::{self, StateFileError};
 use serde_json::{Value, json};
 
 /// The CDI kind (`vendor/class`) of every device this driver names.
@@ -129,16 +130,12 @@ pub fn path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
 }
 
-/// Writes a claim's spec atomically (a runtime never reads half a file).
+/// Writes a claim's spec atomically and durably (a runtime never reads half a file, even after a power loss).
 ///
 /// # Errors
 /// When the directory or the file cannot be written.
-pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = path(dir, claim_uid);
-    let partial = dir.join(format!(".k8s.gpu.nvidia.com-claim_{claim_uid}.tmp"));
-    std::fs::write(&partial, serde_json::to_vec_pretty(spec)?)?;
-    std::fs::rename(&partial, &path)
+pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> Result<(), StateFileError> {
+    state_file::write_json(&path(dir, claim_uid), spec)
 }
 
 /// Removes a claim's spec; a spec already gone is fine (unprepare is retried).

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY, DRIVER};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use node_runtime::mps::{self, Daemon};
+use node_runtime::state_file::{self, StateFileError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{info, warn};
@@ -250,30 +251,19 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Reads the checkpoint; none yet is an empty one.
+    /// Reads the checkpoint; none yet is an empty one, and so is a corrupt one (moved aside with a warning). A
+    /// checkpoint that is lost forgets the claims prepared before, and the driver still starts: each claim the kubelet
+    /// has not seen prepared is prepared again from its allocation (every step overwrites what is there), and each
+    /// it unprepares is unprepared by its UID alone, so its pods can be torn down.
     ///
     /// # Errors
-    /// When the file exists but cannot be read or parsed: the driver must not forget claims it prepared.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|error| format!("checkpoint {} is not valid: {error}", path.display())),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(error) => Err(format!(
-                "cannot read checkpoint {}: {error}",
-                path.display()
-            )),
-        }
+    /// When the file exists but cannot be read, or is corrupt and cannot be moved aside.
+    pub fn load(path: &Path) -> Result<Self, StateFileError> {
+        Ok(state_file::read_json(path)?.unwrap_or_default())
     }
 
-    /// Writes the checkpoint atomically.
-    fn save(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let partial = path.with_extension("tmp");
-        std::fs::write(&partial, serde_json::to_vec_pretty(self)?)?;
-        std::fs::rename(&partial, path)
+    fn save(&self, path: &Path) -> Result<(), StateFileError> {
+        state_file::write_json(path, self)
     }
 }
 
@@ -302,8 +292,8 @@ impl Claims {
     /// The claims of pool `pool`, from the checkpoint at `host.checkpoint`.
     ///
     /// # Errors
-    /// When the checkpoint exists but cannot be read.
-    pub fn open(pool: &str, host: HostPaths, start_mps: bool) -> Result<Self, String> {
+    /// When the checkpoint exists but cannot be read (see [`Checkpoint::load`]).
+    pub fn open(pool: &str, host: HostPaths, start_mps: bool) -> Result<Self, StateFileError> {
         let checkpoint = Checkpoint::load(&host.checkpoint)?;
         Ok(Self {
             pool: pool.to_owned(),
@@ -407,11 +397,13 @@ impl Claims {
         }
         cdi::remove(&self.host.cdi_dir, claim_uid)
             .map_err(|error| format!("removing the CDI spec of claim {claim_uid}: {error}"))?;
+        // By UID, whether the checkpoint knows the claim or not: one prepared before a checkpoint was lost leaves
+        // its directories behind otherwise.
+        let _ = std::fs::remove_dir_all(self.host.mps_root.join(claim_uid));
         if state.claims.remove(claim_uid).is_some() {
             state
                 .save(&self.host.checkpoint)
                 .map_err(|error| format!("writing the checkpoint: {error}"))?;
-            let _ = std::fs::remove_dir(self.host.mps_root.join(claim_uid));
             info!(claim = claim_uid, "unprepared");
         }
         Ok(())

@@ -304,3 +304,80 @@ async fn a_restarted_driver_sets_up_its_prepared_claims_daemons_again() {
     node.claims().restore_daemons().await;
     assert!(pipe.is_dir(), "the containers' pipe mount exists again");
 }
+
+/// The files corrupt checkpoints were moved to, beside the checkpoint.
+fn moved_aside(node: &Node) -> Vec<String> {
+    let checkpoint = node.host().checkpoint;
+    std::fs::read_dir(checkpoint.parent().unwrap())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("checkpoint.json.corrupt-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_moved_aside_and_its_claims_are_prepared_again() {
+    for (case, contents) in [
+        ("empty", &b""[..]),
+        ("truncated", &br#"{"claims": {"a": {"namespace": "te"#[..]),
+        ("garbage", &[0xde, 0xad, 0xbe, 0xef][..]),
+    ] {
+        let node = Node::new();
+        let api = Api(BTreeMap::from([(
+            "team/claim-a".to_owned(),
+            claim("a", vec![result("gpu", "gpu-1", &[("memory", "2Gi")])]),
+        )]));
+        let first = node
+            .claims()
+            .prepare(&api, &reference("a"), &node.published)
+            .await
+            .unwrap();
+        // What a power loss right after the rename can leave.
+        std::fs::write(node.host().checkpoint, contents).unwrap();
+
+        let restarted = node.claims();
+        assert!(
+            restarted.prepared().await.claims.is_empty(),
+            "{case}: the driver starts with no prepared claims"
+        );
+        assert_eq!(moved_aside(&node).len(), 1, "{case}");
+        let again = restarted
+            .prepare(&api, &reference("a"), &node.published)
+            .await
+            .unwrap();
+        assert_eq!(again, first, "{case}: prepared again from the claim");
+        let checkpoint = Checkpoint::load(&node.host().checkpoint).unwrap();
+        assert_eq!(
+            checkpoint.claims.keys().collect::<Vec<_>>(),
+            ["a"],
+            "{case}: a valid checkpoint is written"
+        );
+        let spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cdi::path(&node.host().cdi_dir, "a")).unwrap())
+                .unwrap();
+        assert_eq!(spec["devices"][0]["name"], "a-gpu-1", "{case}");
+        assert_eq!(moved_aside(&node).len(), 1, "{case}: nothing more moved");
+    }
+}
+
+#[tokio::test]
+async fn an_unprepare_of_a_claim_the_checkpoint_does_not_know_succeeds_and_cleans_up() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+    )]));
+    node.claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    // The checkpoint lost: the claim's spec and MPS directories are there, the driver does not know the claim.
+    std::fs::write(node.host().checkpoint, b"").unwrap();
+    let restarted = node.claims();
+
+    restarted.unprepare("a").await.unwrap();
+    assert!(!cdi::path(&node.host().cdi_dir, "a").exists());
+    assert!(!node.host().mps_root.join("a").exists());
+    restarted.unprepare("never-prepared").await.unwrap();
+    assert!(restarted.prepared().await.claims.is_empty());
+}

@@ -1,0 +1,268 @@
+//! Files a node binary writes to survive itself: the DRA driver's checkpoint (read back after a restart), and the
+//! files other programs read (CDI specs for the container runtime, validation ready files for the operands).
+//!
+//! [`write`] replaces a file atomically and durably: a temporary file in the same directory (a rename is atomic
+//! only within one file system), flushed to disk, renamed over the file, then the directory flushed so that the
+//! rename itself is on disk. Without the flushes a power loss or kernel crash soon after the rename can leave an
+//! empty or truncated file, because the rename may reach the disk before the data does.
+//!
+//! [`read_json`] is for files a binary reads back. One that exists but does not parse is moved aside (kept for a
+//! post-mortem) and reads as no state: the binary starts and rebuilds what it needs instead of crash-looping on it.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+/// Why a state file cannot be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    /// A file system operation failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory it was done to.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// The value cannot be serialized.
+    #[error("cannot serialize {path}: {source}")]
+    Serialize {
+        /// The file it was for.
+        path: PathBuf,
+        /// Why it failed.
+        source: serde_json::Error,
+    },
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StateFileError {
+    let path = path.to_owned();
+    move |source| StateFileError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Replaces `path` with `contents`, atomically and durably; its directory is created when missing.
+///
+/// # Errors
+/// When the directory, the temporary file or the rename cannot be written (the previous file is then intact), or
+/// the directory cannot be flushed after the rename.
+pub fn write(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io_error("create the directory", dir))?;
+    // A fixed name rather than a random one: what a crash leaves behind is overwritten by the next write instead of
+    // piling up. Writers of one file are serialized by their callers.
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    let temporary = dir.join(format!(".{}", name.to_string_lossy()));
+    let written = File::create(&temporary)
+        .and_then(|mut file| {
+            file.write_all(contents)?;
+            file.sync_all()
+        })
+        .map_err(io_error("write", &temporary))
+        .and_then(|()| fs::rename(&temporary, path).map_err(io_error("replace", path)));
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written?;
+    File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io_error("flush the directory", dir))
+}
+
+/// [`write`]s `value` as pretty JSON.
+///
+/// # Errors
+/// When `value` cannot be serialized or the file cannot be written.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StateFileError> {
+    let contents =
+        serde_json::to_vec_pretty(value).map_err(|source| StateFileError::Serialize {
+            path: path.to_owned(),
+            source,
+        })?;
+    write(path, &contents)
+}
+
+/// Reads the JSON file `path`. None when there is none, or when it does not parse (empty, truncated, garbage):
+/// then it is moved aside to `<path>.corrupt-<unix seconds>` with a warning, and the caller starts without it.
+///
+/// # Errors
+/// When the file exists but cannot be read, or is corrupt and cannot be moved aside: starting without it would
+/// then lose state that may be good, or meet the same file again on the next start.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateFileError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io_error("read", path)(source)),
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(value) => Ok(Some(value)),
+        Err(error) => {
+            let seconds = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            let mut aside = path.as_os_str().to_owned();
+            aside.push(format!(".corrupt-{seconds}"));
+            let aside = PathBuf::from(aside);
+            fs::rename(path, &aside).map_err(io_error("move aside the corrupt file", path))?;
+            warn!(
+                file = %path.display(),
+                %error,
+                moved_to = %aside.display(),
+                "state file is corrupt; moved aside, starting without it"
+            );
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A log sink the test reads back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(bytes)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What `run` logs, as text.
+    fn logged(run: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_write_replaces_the_file_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/checkpoint.json");
+        write_json(&path, &BTreeMap::from([("a", 1)])).unwrap();
+        write_json(&path, &BTreeMap::from([("b", 2)])).unwrap();
+        let read: Option<BTreeMap<String, u32>> = read_json(&path).unwrap();
+        assert_eq!(read, Some(BTreeMap::from([("b".to_owned(), 2)])));
+        assert_eq!(names(&dir.path().join("state")), ["checkpoint.json"]);
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_previous_file_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should be: the rename over it fails.
+        let path = dir.path().join("checkpoint.json");
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("inside"), "kept").unwrap();
+        let error = write(&path, b"{}").unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("cannot replace {}", path.display())),
+            "{error}"
+        );
+        assert_eq!(names(dir.path()), ["checkpoint.json"]);
+        assert_eq!(fs::read_to_string(path.join("inside")).unwrap(), "kept");
+    }
+
+    #[test]
+    fn no_file_reads_as_no_state_and_moves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let read: Option<BTreeMap<String, u32>> =
+            read_json(&dir.path().join("checkpoint.json")).unwrap();
+        assert_eq!(read, None);
+        assert!(names(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_file_is_moved_aside_with_a_warning_and_reads_as_no_state() {
+        for (case, contents) in [
+            ("empty", &b""[..]),
+            ("truncated", &br#"{"a": 1, "b"#[..]),
+            ("garbage", &[0xff, 0x00, 0x13, 0x37][..]),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("checkpoint.json");
+            fs::write(&path, contents).unwrap();
+            let mut read = Some(BTreeMap::new());
+            let log = logged(|| read = read_json::<BTreeMap<String, u32>>(&path).unwrap());
+            assert_eq!(read, None, "{case}");
+            let files = names(dir.path());
+            assert_eq!(files.len(), 1, "{case}: {files:?}");
+            assert!(
+                files[0].starts_with("checkpoint.json.corrupt-"),
+                "{case}: {files:?}"
+            );
+            assert_eq!(
+                fs::read(dir.path().join(&files[0])).unwrap(),
+                contents,
+                "{case}: the corrupt file is kept as it was"
+            );
+            assert!(log.contains("WARN"), "{case}: {log}");
+            assert!(
+                log.contains(&format!("file={}", path.display())),
+                "{case}: {log}"
+            );
+            assert!(
+                log.contains(&format!(
+                    "moved_to={}",
+                    dir.path().join(&files[0]).display()
+                )),
+                "{case}: {log}"
+            );
+            let parse_error =
+                serde_json::from_slice::<BTreeMap<String, u32>>(contents).unwrap_err();
+            assert!(
+                log.contains(&format!("error={parse_error}")),
+                "{case}: the parse error is logged: {log}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_an_error_and_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.json");
+        fs::create_dir(&path).unwrap();
+        let error = read_json::<BTreeMap<String, u32>>(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("cannot read {}", path.display())),
+            "{error}"
+        );
+        assert_eq!(names(dir.path()), ["checkpoint.json"]);
+    }
+}
