@@ -33,6 +33,8 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::render::{MANAGED_BY_LABEL, MANAGER};
+
 /// HAMi's whole-GPU count.
 pub const GPU: &str = "nvidia.com/gpu";
 /// HAMi's memory per GPU, in MiB.
@@ -156,7 +158,7 @@ struct Ask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Memory {
     Whole,
-    Mib(u64),
+    Bytes(u64),
     Percent(u64),
 }
 
@@ -375,6 +377,17 @@ fn ask_of(
         });
     }
     let memory = integer(GPUMEM, "MiB as a whole number, e.g. 3000")?.filter(|mib| *mib > 0);
+    // A value whose bytes do not fit 64 bits would wrap to a small request and pass every check below.
+    let memory = memory
+        .map(|mib| {
+            mib.checked_mul(1 << 20).ok_or_else(|| HamiError::Value {
+                container: name.clone(),
+                resource: GPUMEM,
+                value: mib.to_string(),
+                expected: "MiB as a whole number, at most a GPU's memory",
+            })
+        })
+        .transpose()?;
     let percent =
         integer(GPUMEM_PERCENTAGE, "a whole percentage, 1 to 100")?.filter(|pct| *pct > 0);
     let cores = integer(GPUCORES, "a whole percentage of the SMs, 0 to 100")?;
@@ -419,7 +432,7 @@ fn ask_of(
         ));
     }
     let memory = match (memory, percent) {
-        (Some(mib), _) => Memory::Mib(mib),
+        (Some(bytes), _) => Memory::Bytes(bytes),
         (None, Some(pct)) => Memory::Percent(pct.min(100)),
         (None, None) => Memory::Whole,
     };
@@ -445,13 +458,24 @@ fn strip(container: &mut Container) {
     }
 }
 
-/// The pod's claim entry for a container: `hami-<container>`, a DNS label.
+/// The pod's claim entry for a container: `hami-<container>`, at most 63 bytes (a DNS label), a long name cut
+/// and told apart by its hash. Mutating webhooks run before the API server validates the pod, so the name may be
+/// anything: it is cut on a character boundary, and validation then refuses what is not a DNS label.
 fn claim_entry_name(container: &str) -> String {
+    const KEPT: usize = 54;
     let name = format!("hami-{container}");
     if name.len() <= 63 {
         return name;
     }
-    format!("{}-{:08x}", &name[..54], fnv1a(container.as_bytes()) as u32)
+    let cut = (0..=KEPT)
+        .rev()
+        .find(|&index| name.is_char_boundary(index))
+        .unwrap_or(0);
+    format!(
+        "{}-{:08x}",
+        &name[..cut],
+        fnv1a(container.as_bytes()) as u32
+    )
 }
 
 /// The template of one container's ask, checked against the cluster's GPUs.
@@ -488,15 +512,16 @@ fn template_for(
             ask.count
         )));
     }
-    if let Memory::Mib(mib) = ask.memory {
+    if let Memory::Bytes(bytes) = ask.memory {
         let largest = eligible
             .iter()
             .map(|gpu| gpu.memory_bytes)
             .max()
             .unwrap_or(0);
-        if mib << 20 > largest {
+        if bytes > largest {
             let why = format!(
-                "{GPUMEM} {mib} MiB is more than any matching {kind} has (at most {} MiB)",
+                "{GPUMEM} {} MiB is more than any matching {kind} has (at most {} MiB)",
+                bytes >> 20,
                 largest >> 20
             );
             return Err(HamiError::Oversubscription {
@@ -552,7 +577,11 @@ fn template_for(
                         capacity_expression(CAPACITY_MEMORY)
                     ));
                     // A share of this size, whole MiB (the driver's step), rounded down as HAMi does.
-                    let share = (size * pct / 100) >> 20 << 20;
+                    // In 128 bits, as `size * pct` may not fit 64; the share is at most `size`, which does.
+                    let share = u64::try_from(u128::from(*size) * u128::from(pct) / 100)
+                        .unwrap_or(*size)
+                        >> 20
+                        << 20;
                     DeviceSubRequest {
                         name: format!("mem-{}mi", size >> 20),
                         device_class_name: class.to_owned(),
@@ -571,7 +600,7 @@ fn template_for(
         }
         memory => {
             let bytes = match memory {
-                Memory::Mib(mib) => Some(mib << 20),
+                Memory::Bytes(bytes) => Some(bytes),
                 _ => None,
             };
             DeviceRequest {
@@ -608,8 +637,8 @@ fn template_for(
         metadata: ObjectMeta {
             name: Some(format!("hami-gpu-{digest:016x}")),
             labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
-                "gpu-operator".to_owned(),
+                MANAGED_BY_LABEL.to_owned(),
+                MANAGER.to_owned(),
             )])),
             ..ObjectMeta::default()
         },

@@ -1,3 +1,4 @@
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
@@ -355,4 +356,88 @@ fn a_whole_gpu_may_come_from_a_whole_or_a_shared_gpu_but_a_share_only_from_a_sha
         error.contains("1 × NVIDIA A100-SXM4-40GB (40960 MiB, whole)"),
         "{error}"
     );
+}
+
+#[test]
+fn a_long_non_ascii_container_name_is_cut_on_a_character_boundary() {
+    let claim_entry = |name: &str| {
+        let mut pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000}));
+        pod.spec.as_mut().unwrap().containers[0].name = name.into();
+        let pod = json_of(&converted(&pod).pod);
+        pod["spec"]["resourceClaims"][0]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // "hami-" and 49 bytes of two-byte characters: byte 54 falls inside one.
+    let first = claim_entry(&"é".repeat(40));
+    assert!(first.len() <= 63, "{first}");
+    assert!(
+        first.starts_with(&format!("hami-{}-", "é".repeat(24))),
+        "{first}"
+    );
+    let second = claim_entry(&format!("{}x", "é".repeat(40)));
+    assert_ne!(first, second, "long names are told apart by their hash");
+}
+
+#[test]
+fn gpumem_whose_bytes_overflow_is_refused_not_wrapped() {
+    // 2^44 MiB is 2^64 bytes: wrapped, it would be a request for 0 bytes, which every GPU fits.
+    let pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": "17592186044416"}));
+    assert_eq!(
+        convert(&pod, &cluster()).unwrap_err(),
+        HamiError::Value {
+            container: "ubuntu-container".into(),
+            resource: GPUMEM,
+            value: "17592186044416".into(),
+            expected: "MiB as a whole number, at most a GPU's memory",
+        }
+    );
+    let just_fits = hami_pod(json!({}), json!({"nvidia.com/gpumem": "17592186044415"}));
+    let error = convert(&just_fits, &cluster()).unwrap_err().to_string();
+    assert!(
+        error.contains("17592186044415 MiB is more than any matching shared GPU has"),
+        "{error}"
+    );
+}
+
+proptest! {
+    #[test]
+    fn any_name_and_gpumem_is_converted_exactly_or_refused_naming_the_container(
+        name in "\\PC{0,80}",
+        mib in prop_oneof![0_u64..=100_000, any::<u64>()],
+    ) {
+        const LARGEST_MIB: u64 = 81920;
+        let mut pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": mib.to_string()}));
+        pod.spec.as_mut().unwrap().containers[0].name = name.clone();
+        match convert(&pod, &cluster()) {
+            Ok(Some(conversion)) => {
+                prop_assert!(mib <= LARGEST_MIB);
+                let pod = json_of(&conversion.pod);
+                let entry = pod["spec"]["resourceClaims"][0]["name"].as_str().unwrap();
+                prop_assert!(entry.len() <= 63, "{}", entry);
+                let template = json_of(&conversion.templates[0]);
+                let memory = &template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+                    ["capacity"]["requests"]["memory"];
+                if mib == 0 {
+                    prop_assert!(memory.is_null(), "{}", memory);
+                } else {
+                    prop_assert_eq!(memory, &json!(format!("{mib}Mi")));
+                }
+            }
+            Ok(None) => prop_assert!(false, "a gpumem pod is HAMi's"),
+            Err(error) => {
+                prop_assert!(mib > LARGEST_MIB, "{}", error);
+                prop_assert!(
+                    error.to_string().starts_with(&format!("container {name}: ")),
+                    "{}",
+                    error
+                );
+                if mib >= 1 << 44 {
+                    let is_value = matches!(error, HamiError::Value { resource: GPUMEM, .. });
+                    prop_assert!(is_value, "{}", error);
+                }
+            }
+        }
+    }
 }
