@@ -3,12 +3,18 @@
 //! through the webhook configuration's `caBundle`.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
+use rustls::crypto::ring::default_provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
 use time::{Duration, OffsetDateTime};
+use x509_parser::certificate::X509Certificate;
 
 /// How long a certificate is valid.
 const VALIDITY: Duration = Duration::days(365);
@@ -38,9 +44,10 @@ pub enum CertError {
     /// A certificate could not be generated.
     #[error("cannot generate the webhook certificate: {0}")]
     Generate(#[from] rcgen::Error),
-    /// A stored certificate is not a PEM certificate.
-    #[error("the stored webhook certificate cannot be read: {0}")]
-    Parse(String),
+    /// Stored material cannot be served: not PEM, not a certificate or key, a key of another certificate, a
+    /// certificate the CA did not sign.
+    #[error("{0}")]
+    Unusable(String),
 }
 
 /// A new CA and a serving certificate for `hosts` (DNS names or IP addresses), valid from `now` for a year.
@@ -90,17 +97,27 @@ pub fn generate(hosts: &[String], now: OffsetDateTime) -> Result<TlsMaterial, Ce
 /// certificate does not name every host (the Service or URL changed).
 ///
 /// # Errors
-/// When the certificate cannot be parsed.
+/// [`CertError::Unusable`] when the material cannot be served as it is: the CA or the serving certificate is not
+/// a PEM certificate, the CA did not sign the serving certificate (the API server would not trust it), or the
+/// key is not a private key of the serving certificate (no handshake would succeed).
 pub fn needs_renewal(
     material: &TlsMaterial,
     hosts: &[String],
     now: OffsetDateTime,
 ) -> Result<bool, CertError> {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(material.cert_pem.as_bytes())
-        .map_err(|error| CertError::Parse(error.to_string()))?;
-    let cert = pem
-        .parse_x509()
-        .map_err(|error| CertError::Parse(error.to_string()))?;
+    let ca_pem = parse_pem(&material.ca_pem, "the CA")?;
+    let ca = parse_certificate(&ca_pem, "the CA")?;
+    if !ca.is_ca() {
+        return Err(CertError::Unusable("the CA is not a CA certificate".into()));
+    }
+    let cert_pem = parse_pem(&material.cert_pem, "the serving certificate")?;
+    let cert = parse_certificate(&cert_pem, "the serving certificate")?;
+    if cert.verify_signature(Some(ca.public_key())).is_err() {
+        return Err(CertError::Unusable(
+            "the serving certificate is not signed by the CA".into(),
+        ));
+    }
+    certified_key(material)?;
     let expires = cert.validity().not_after.timestamp();
     if expires - (now + RENEW_BEFORE).unix_timestamp() <= 0 {
         return Ok(true);
@@ -129,6 +146,44 @@ pub fn needs_renewal(
         })
         .unwrap_or_default();
     Ok(hosts.iter().any(|host| !named.contains(host)))
+}
+
+/// The serving certificate and its key as rustls presents them.
+///
+/// # Errors
+/// [`CertError::Unusable`] when the certificate or key is not PEM, or the key is not the certificate's.
+pub fn certified_key(material: &TlsMaterial) -> Result<Arc<CertifiedKey>, CertError> {
+    let unusable =
+        |what: &str, error: &dyn std::fmt::Display| CertError::Unusable(format!("{what}: {error}"));
+    let chain = CertificateDer::pem_slice_iter(material.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| unusable("the serving certificate is not PEM", &error))?;
+    let key = PrivateKeyDer::from_pem_slice(material.key_pem.as_bytes())
+        .map_err(|error| unusable("the private key is not a PEM private key", &error))?;
+    // `from_der` compares the key's public half with the certificate's, so a key of another certificate is
+    // refused here rather than in every handshake.
+    CertifiedKey::from_der(chain, key, &default_provider())
+        .map(Arc::new)
+        .map_err(|error| {
+            unusable(
+                "the private key does not fit the serving certificate",
+                &error,
+            )
+        })
+}
+
+fn parse_pem(pem: &str, what: &str) -> Result<x509_parser::pem::Pem, CertError> {
+    x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map(|(_, pem)| pem)
+        .map_err(|error| CertError::Unusable(format!("{what} is not PEM: {error}")))
+}
+
+fn parse_certificate<'a>(
+    pem: &'a x509_parser::pem::Pem,
+    what: &str,
+) -> Result<X509Certificate<'a>, CertError> {
+    pem.parse_x509()
+        .map_err(|error| CertError::Unusable(format!("{what} is not a certificate: {error}")))
 }
 
 fn name(common_name: &str) -> DistinguishedName {
@@ -173,10 +228,73 @@ mod tests {
         assert!(ca.is_ca());
     }
 
+    /// Why `needs_renewal` refuses `material`, which must not be served.
+    fn unusable(material: &TlsMaterial) -> String {
+        match needs_renewal(material, &hosts(), OffsetDateTime::now_utc()) {
+            Err(CertError::Unusable(why)) => why,
+            other => panic!("served as it is: {other:?}"),
+        }
+    }
+
     #[test]
-    fn garbage_is_an_error_not_a_renewal() {
-        let mut material = generate(&hosts(), OffsetDateTime::now_utc()).unwrap();
+    fn garbage_is_unusable_not_a_renewal() {
+        let now = OffsetDateTime::now_utc();
+        let good = generate(&hosts(), now).unwrap();
+
+        let mut material = good.clone();
         material.cert_pem = "not a certificate".into();
-        assert!(needs_renewal(&material, &hosts(), OffsetDateTime::now_utc()).is_err());
+        assert!(unusable(&material).starts_with("the serving certificate is not PEM"));
+
+        let mut material = good.clone();
+        material.ca_pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into();
+        assert!(unusable(&material).starts_with("the CA is not a certificate"));
+
+        let mut material = good.clone();
+        material.ca_pem = good.cert_pem.clone();
+        assert_eq!(unusable(&material), "the CA is not a CA certificate");
+
+        let mut material = good.clone();
+        material.key_pem = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".into();
+        assert!(
+            unusable(&material).starts_with("the private key does not fit"),
+            "{}",
+            unusable(&material)
+        );
+
+        let mut material = good.clone();
+        material.key_pem = "no key here".into();
+        assert!(unusable(&material).starts_with("the private key is not a PEM private key"));
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_unusable() {
+        let now = OffsetDateTime::now_utc();
+        let mut material = generate(&hosts(), now).unwrap();
+        material.key_pem = generate(&hosts(), now).unwrap().key_pem;
+        assert!(
+            unusable(&material).starts_with("the private key does not fit the serving certificate"),
+            "{}",
+            unusable(&material)
+        );
+        assert!(certified_key(&material).is_err());
+    }
+
+    #[test]
+    fn a_certificate_another_ca_signed_is_unusable() {
+        let now = OffsetDateTime::now_utc();
+        let mut material = generate(&hosts(), now).unwrap();
+        material.ca_pem = generate(&hosts(), now).unwrap().ca_pem;
+        assert_eq!(
+            unusable(&material),
+            "the serving certificate is not signed by the CA"
+        );
+    }
+
+    #[test]
+    fn generated_material_is_served_as_it_is() {
+        let material = generate(&hosts(), OffsetDateTime::now_utc()).unwrap();
+        let key = certified_key(&material).unwrap();
+        assert_eq!(key.cert.len(), 1);
+        assert!(key.keys_match().is_ok());
     }
 }

@@ -8,16 +8,20 @@
 //! - [`certs`] (pure): the webhook's CA and serving certificate; [`tls`]: the Secret that holds them, their
 //!   renewal, and the MutatingWebhookConfiguration; [`server`]: HTTPS with a certificate replaced in place.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use axum::routing::post;
 use futures::StreamExt;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 pub mod certs;
@@ -25,6 +29,12 @@ pub mod hami;
 pub mod review;
 pub mod server;
 pub mod tls;
+
+/// The controller's mocked API server, which is private to the controller: these tests use only part of it.
+#[cfg(test)]
+#[path = "../controller/scenario.rs"]
+#[allow(dead_code, clippy::duplicate_mod)]
+mod scenario;
 
 /// The admission path.
 pub const PATH: &str = "/hami";
@@ -34,6 +44,11 @@ pub const CONFIGURATION: &str = "gpu-operator-hami";
 pub const SECRET: &str = "gpu-operator-webhook-tls";
 /// How often a replica checks the certificate (renewal, or another replica's renewal).
 const RENEWAL_CHECK: Duration = Duration::from_secs(3600);
+/// How long the API server waits for the webhook (the configuration's `timeoutSeconds`); no part of a call is
+/// allowed longer.
+const API_SERVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait between retries, should the watches' backoff ever run out (it does not).
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 /// Where the webhook listens and how the API server reaches it.
 #[derive(Debug, Clone)]
@@ -46,17 +61,33 @@ pub struct Settings {
     pub endpoint: tls::Endpoint,
 }
 
-/// Serves the webhook until the process ends, keeping its certificate and configuration current.
-///
-/// # Errors
-/// When the certificate or configuration cannot be set up at start, or the server cannot listen.
-pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
+/// Why the webhook cannot be set up yet; each is logged and retried.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The certificate or the configuration cannot be kept.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The server cannot take the certificate.
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+}
+
+/// Serves the webhook, keeping its certificate and configuration current; calls `serving` once it listens and
+/// knows the cluster's GPUs (readiness). Never returns: what fails (the API refusing the Secret or the
+/// configuration, the address in use) is logged and retried with backoff, so the webhook never takes the
+/// reconciler down with it. Until it serves, the API server refuses HAMi pods (`failurePolicy: Fail`) and
+/// admits every other pod, which the configuration never sends.
+pub async fn run(client: Client, settings: Settings, serving: impl FnOnce()) {
     let hosts = settings.endpoint.hosts();
-    let mut stored = tls::ensure_secret(&client, &settings.namespace, SECRET, &hosts).await?;
-    let cert = server::ServingCert::new(&stored.material)?;
-    let configure =
-        |ca_bundle: &str| tls::configuration(CONFIGURATION, PATH, &settings.endpoint, ca_bundle);
-    tls::apply_configuration(&client, &configure(&stored.ca_bundle)).await?;
+    let (mut stored, cert, acceptor) =
+        retrying("set up the webhook's certificate and configuration", || {
+            set_up(&client, &settings, &hosts)
+        })
+        .await;
+    let listener = retrying(&format!("listen on {}", settings.listen), || {
+        TcpListener::bind(settings.listen)
+    })
+    .await;
 
     let (slices, writer) = reflector::store();
     let watch = reflector(
@@ -73,21 +104,41 @@ pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
         }
         std::future::ready(())
     });
+    // Before the first list, every HAMi pod would be refused for want of GPUs.
+    let ready = {
+        let slices = slices.clone();
+        async move {
+            if slices.wait_until_ready().await.is_ok() {
+                info!(listen = %settings.listen, "serving the HAMi admission webhook");
+                serving();
+            }
+        }
+    };
     let router = Router::new()
         .route(PATH, post(review::review))
         .with_state(review::Admission {
             client: client.clone(),
             slices,
         });
-    info!(listen = %settings.listen, "serving the HAMi admission webhook");
     let renew = async {
         loop {
             tokio::time::sleep(RENEWAL_CHECK).await;
-            match tls::ensure_secret(&client, &settings.namespace, SECRET, &hosts).await {
+            let checked = tls::ensure_secret(
+                &client,
+                &settings.namespace,
+                SECRET,
+                &hosts,
+                Some(&stored.material),
+            )
+            .await;
+            match checked {
                 Ok(latest) if latest != stored => {
                     // The API server trusts the new CA before any replica presents the new certificate.
-                    if let Err(error) =
-                        tls::apply_configuration(&client, &configure(&latest.ca_bundle)).await
+                    if let Err(error) = tls::apply_configuration(
+                        &client,
+                        &configuration(&settings, &latest.ca_bundle),
+                    )
+                    .await
                     {
                         warn!(%error, "cannot update the webhook's CA bundle; retrying in an hour");
                         continue;
@@ -105,9 +156,144 @@ pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
             }
         }
     };
-    tokio::select! {
-        served = server::serve(settings.listen, cert.clone(), router) => served.context("the webhook server stopped"),
-        () = watch => anyhow::bail!("the watch of ResourceSlices ended"),
-        () = renew => unreachable!("the renewal loop never ends"),
+    let limits = server::Limits::default();
+    tokio::join!(
+        server::serve(listener, acceptor, router, &limits),
+        watch,
+        renew,
+        ready
+    );
+}
+
+/// The certificate in the Secret (a new one when it is missing or unusable), the configuration trusting its
+/// CA, and the server's TLS side presenting it.
+async fn set_up(
+    client: &Client,
+    settings: &Settings,
+    hosts: &[String],
+) -> Result<(tls::Stored, server::ServingCert, TlsAcceptor), WebhookError> {
+    let stored = tls::ensure_secret(client, &settings.namespace, SECRET, hosts, None).await?;
+    tls::apply_configuration(client, &configuration(settings, &stored.ca_bundle)).await?;
+    let cert = server::ServingCert::new(&stored.material)?;
+    let acceptor = server::acceptor(&cert)?;
+    Ok((stored, cert, acceptor))
+}
+
+fn configuration(settings: &Settings, ca_bundle: &str) -> Value {
+    tls::configuration(CONFIGURATION, PATH, &settings.endpoint, ca_bundle)
+}
+
+/// `attempt` until it succeeds; each failure is logged and followed by a longer wait (the watches' backoff).
+// A closure returning a future rather than an async closure: the latter's future is not `Send` for every
+// lifetime it borrows, and `run` must be spawned.
+async fn retrying<T, E: Display, F: Future<Output = Result<T, E>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+) -> T {
+    let mut backoff = DefaultBackoff::default();
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(error) => {
+                let delay = backoff.next().unwrap_or(MAX_RETRY_DELAY);
+                warn!(%error, ?delay, "cannot {what}; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+    use time::OffsetDateTime;
+    use tokio::time::Instant;
+
+    use super::scenario::{Answer, ApiScenario, expect};
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_are_retried_with_growing_waits_until_one_succeeds() {
+        let started = Instant::now();
+        let mut attempts = Vec::new();
+        let attempted = retrying("count", || {
+            attempts.push(started.elapsed());
+            std::future::ready(if attempts.len() < 4 {
+                Err("not yet")
+            } else {
+                Ok(attempts.len())
+            })
+        })
+        .await;
+        assert_eq!(attempted, 4);
+        let waits: Vec<Duration> = attempts.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        assert!(
+            waits[0] >= Duration::from_millis(800) && waits.windows(2).all(|w| w[1] >= w[0]),
+            "{waits:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn run_can_be_spawned() {
+        fn spawnable<T: Future + Send + 'static>(_: &T) {}
+        let (service, _) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let settings = Settings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: "gpu-operator".into(),
+            endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
+        };
+        let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        spawnable(&run(Client::new(service, "default"), settings, move || {
+            readiness.store(true, std::sync::atomic::Ordering::Release)
+        }));
+    }
+
+    #[tokio::test]
+    async fn set_up_replaces_an_unusable_secret_and_the_api_server_trusts_the_new_ca() {
+        let secret = "/api/v1/namespaces/gpu-operator/secrets/gpu-operator-webhook-tls";
+        let (api, client) = ApiScenario::start(vec![
+            expect(
+                Method::GET,
+                secret,
+                Answer::Json(
+                    200,
+                    serde_json::json!({
+                        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                        "metadata": {"name": SECRET, "resourceVersion": "3"},
+                        "data": {"tls.crt": "bm90IGEgY2VydGlmaWNhdGU=", "tls.key": "", "ca.crt": ""},
+                    }),
+                ),
+            ),
+            expect(Method::PUT, secret, Answer::Echo),
+            expect(
+                Method::PATCH,
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-operator-hami",
+                Answer::Echo,
+            ),
+        ]);
+        let settings = Settings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: "gpu-operator".into(),
+            endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
+        };
+        let hosts = settings.endpoint.hosts();
+        let (stored, _, _) = set_up(&client, &settings, &hosts).await.unwrap();
+        let received = api.finish();
+        assert_eq!(received[1].body["metadata"]["resourceVersion"], "3");
+        assert_eq!(
+            received[2].body["webhooks"][0]["clientConfig"]["caBundle"],
+            base64_of(&stored.material.ca_pem)
+        );
+        assert!(
+            !certs::needs_renewal(&stored.material, &hosts, OffsetDateTime::now_utc()).unwrap()
+        );
+    }
+
+    fn base64_of(text: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(text)
     }
 }

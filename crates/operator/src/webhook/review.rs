@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use crd::dra::{ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY, TYPE_GPU};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{ResourceClaimSpec, ResourceClaimTemplate, ResourceSlice};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
@@ -17,6 +17,7 @@ use kube::runtime::reflector::Store;
 use tracing::{info, warn};
 
 use super::hami::{self, DraGpu};
+use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// What the endpoint works with.
 #[derive(Clone)]
@@ -50,6 +51,112 @@ pub fn dra_gpus(slices: &[Arc<ResourceSlice>]) -> Vec<DraGpu> {
             })
         })
         .collect()
+}
+
+/// Why a pod's ResourceClaimTemplate cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The API refused to create or read it.
+    #[error("cannot {action} the pod's ResourceClaimTemplate {name}: {source}")]
+    Api {
+        /// Create or read.
+        action: &'static str,
+        /// The template.
+        name: String,
+        /// The API's answer.
+        source: kube::Error,
+    },
+    /// One of its name exists that this webhook did not write, or that asks for something else.
+    #[error(
+        "ResourceClaimTemplate {name} exists but {why}; its name is the webhook's (a hash of what the pod asks \
+         for), so the pod would get other devices than it asked for. Delete or rename that template"
+    )]
+    Foreign {
+        /// The template.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// One of its name is being deleted: a claim made from it now would fail.
+    #[error("ResourceClaimTemplate {name} is being deleted; create the pod again once it is gone")]
+    Deleting {
+        /// The template.
+        name: String,
+    },
+}
+
+/// Creates `template`; when one of its name exists, checks it is the webhook's and asks for the same. Names are
+/// content-addressed (`hami-gpu-<hash>`), so the webhook's own template of that name says the same; one made by
+/// someone else might not, and trusting it would give the pod other devices than it asked for.
+///
+/// # Errors
+/// When the API refuses, or the existing template is not this one.
+pub async fn ensure_template(
+    templates: &Api<ResourceClaimTemplate>,
+    template: &ResourceClaimTemplate,
+) -> Result<(), TemplateError> {
+    let name = template.metadata.name.clone().unwrap_or_default();
+    let api = |action| {
+        let name = name.clone();
+        move |source| TemplateError::Api {
+            action,
+            name,
+            source,
+        }
+    };
+    match templates.create(&PostParams::default(), template).await {
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        written => return written.map(drop).map_err(api("create")),
+    }
+    let existing = templates.get(&name).await.map_err(api("read"))?;
+    let foreign = |why| TemplateError::Foreign {
+        name: name.clone(),
+        why,
+    };
+    let manager = existing
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY_LABEL));
+    if manager.map(String::as_str) != Some(MANAGER) {
+        return Err(foreign("was not written by this webhook"));
+    }
+    let claim = |template: &ResourceClaimTemplate| {
+        template
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.spec.clone())
+            .map(with_api_defaults)
+    };
+    if claim(&existing) != claim(template) {
+        return Err(foreign("asks for other devices"));
+    }
+    if existing.metadata.deletion_timestamp.is_some() {
+        return Err(TemplateError::Deleting { name });
+    }
+    Ok(())
+}
+
+/// A claim spec as the API server stores it: requests without an allocation mode get `ExactCount`, the only
+/// default resource.k8s.io/v1 adds to what the webhook writes (it always writes `count`).
+fn with_api_defaults(mut spec: ResourceClaimSpec) -> ResourceClaimSpec {
+    const EXACT_COUNT: &str = "ExactCount";
+    for request in spec
+        .devices
+        .iter_mut()
+        .flat_map(|devices| devices.requests.iter_mut().flatten())
+    {
+        if let Some(exactly) = request.exactly.as_mut() {
+            exactly
+                .allocation_mode
+                .get_or_insert_with(|| EXACT_COUNT.to_owned());
+        }
+        for sub in request.first_available.iter_mut().flatten() {
+            sub.allocation_mode
+                .get_or_insert_with(|| EXACT_COUNT.to_owned());
+        }
+    }
+    spec
 }
 
 /// `POST /hami`: one AdmissionReview.
@@ -89,16 +196,9 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
         let templates =
             Api::<ResourceClaimTemplate>::namespaced(admission.client.clone(), &namespace);
         for template in &conversion.templates {
-            match templates.create(&PostParams::default(), template).await {
-                // Content-addressed: one that exists already says the same.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(error) => {
-                    warn!(%namespace, %error, "cannot create a ResourceClaimTemplate");
-                    return response.deny(format!(
-                        "cannot create the pod's ResourceClaimTemplate in namespace {namespace}: {error}"
-                    ));
-                }
-                Ok(_) => {}
+            if let Err(error) = ensure_template(&templates, template).await {
+                warn!(%namespace, %error, "HAMi pod refused: its ResourceClaimTemplate is not usable");
+                return response.deny(format!("namespace {namespace}: {error}"));
             }
         }
     }
@@ -130,7 +230,116 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+    use http::Method;
+    use serde_json::{Value, json};
+
+    use super::super::scenario::{Answer, ApiScenario, expect};
     use super::*;
+
+    const TEMPLATES: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates";
+    const NAME: &str = "hami-gpu-00000000000000aa";
+
+    /// A template as the webhook writes it, asking for `memory` of a shared GPU.
+    fn template(memory: &str) -> Value {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "gpu-operator"}},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "shared.gpu.nvidia.com", "count": 1,
+                "capacity": {"requests": {"memory": memory}},
+            }}]}}},
+        })
+    }
+
+    /// `template` as the API server returns it: with its own metadata and the defaults it adds.
+    fn stored(mut template: Value) -> Value {
+        template["metadata"]["namespace"] = json!("team");
+        template["metadata"]["resourceVersion"] = json!("42");
+        template["metadata"]["uid"] = json!("5c1f0d4e-0000-0000-0000-000000000000");
+        template["spec"]["metadata"] = json!({"creationTimestamp": null});
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] =
+            json!("ExactCount");
+        template
+    }
+
+    /// `ensure_template` for the webhook's 3000 MiB template, when creating it answers 409 and reading it
+    /// answers `existing`.
+    async fn over(existing: Value) -> Result<(), TemplateError> {
+        let (api, client) = ApiScenario::start(vec![
+            expect(Method::POST, TEMPLATES, Answer::Error(409, "AlreadyExists")),
+            expect(
+                Method::GET,
+                &format!("{TEMPLATES}/{NAME}"),
+                Answer::Json(200, existing),
+            ),
+        ]);
+        let ours = serde_json::from_value(template("3000Mi")).unwrap();
+        let result = ensure_template(&Api::namespaced(client, "team"), &ours).await;
+        api.finish();
+        result
+    }
+
+    #[tokio::test]
+    async fn a_template_is_created_once() {
+        let (api, client) = ApiScenario::start(vec![expect(Method::POST, TEMPLATES, Answer::Echo)]);
+        let ours = serde_json::from_value(template("3000Mi")).unwrap();
+        ensure_template(&Api::namespaced(client, "team"), &ours)
+            .await
+            .unwrap();
+        assert_eq!(api.finish()[0].body["metadata"]["name"], NAME);
+    }
+
+    #[tokio::test]
+    async fn an_existing_template_the_webhook_wrote_is_used() {
+        over(stored(template("3000Mi"))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_existing_template_asking_for_other_devices_refuses_the_pod() {
+        let error = over(stored(template("80Gi"))).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                TemplateError::Foreign {
+                    why: "asks for other devices",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!(
+                "ResourceClaimTemplate {NAME} exists but asks for other devices"
+            )),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_existing_template_someone_else_wrote_refuses_the_pod() {
+        let mut theirs = stored(template("3000Mi"));
+        theirs["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "helm"});
+        let error = over(theirs).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                TemplateError::Foreign {
+                    why: "was not written by this webhook",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_existing_template_being_deleted_refuses_the_pod() {
+        let mut deleting = stored(template("3000Mi"));
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let error = over(deleting).await.unwrap_err();
+        assert!(matches!(error, TemplateError::Deleting { .. }), "{error}");
+    }
 
     fn device(name: &str, product: &str, memory: &str, shared: bool) -> Device {
         let text = |value: &str| DeviceAttribute {

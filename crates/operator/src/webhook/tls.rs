@@ -1,7 +1,9 @@
 //! The webhook's certificate in the cluster: kept in a Secret of the operator's namespace (so every replica serves
 //! the same one), created when missing and renewed a month before it expires, and the MutatingWebhookConfiguration
 //! that trusts its CA. While a renewal rolls out, the `caBundle` holds the old and the new CA, so the API server
-//! trusts whichever certificate a replica still presents.
+//! trusts whichever certificate a replica still presents. A Secret whose content cannot be served (not PEM, keys
+//! missing, a key of another certificate) is treated as absent: a new CA and certificate replace it, with a
+//! warning, rather than the operator failing on it.
 
 use std::collections::BTreeMap;
 
@@ -12,13 +14,14 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::certs::{self, CertError, TlsMaterial};
 use super::hami;
+use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// The field manager of what the webhook writes.
-const MANAGER: &str = "gpu-operator-webhook";
+const FIELD_MANAGER: &str = "gpu-operator-webhook";
 /// Secret keys.
 const CA_KEY: &str = "ca.crt";
 const CERT_KEY: &str = "tls.crt";
@@ -37,9 +40,15 @@ pub enum TlsError {
         /// The API's answer.
         source: kube::Error,
     },
-    /// The certificate could not be made or read.
+    /// The certificate could not be made.
     #[error(transparent)]
     Cert(#[from] CertError),
+    /// Other writers kept changing the Secret between this replica's read and its write.
+    #[error("Secret {secret} kept changing while the certificate was written")]
+    Contended {
+        /// `namespace/name`.
+        secret: String,
+    },
 }
 
 fn api(action: impl Into<String>) -> impl FnOnce(kube::Error) -> TlsError {
@@ -59,6 +68,9 @@ pub struct Stored {
 /// Reads the Secret `name`, creating or renewing the certificate in it when needed (for `hosts`). Two replicas
 /// doing so at once are kept apart by the Secret's resourceVersion: the loser reads the winner's.
 ///
+/// A Secret that cannot be served is replaced by new material; `serving`, the material this replica serves
+/// now (if any), keeps its CA in the bundle meanwhile, since the other replicas serve the same.
+///
 /// # Errors
 /// When the Secret cannot be read or written, or a certificate cannot be made.
 pub async fn ensure_secret(
@@ -66,6 +78,7 @@ pub async fn ensure_secret(
     namespace: &str,
     name: &str,
     hosts: &[String],
+    serving: Option<&TlsMaterial>,
 ) -> Result<Stored, TlsError> {
     let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
     for _ in 0..3 {
@@ -74,20 +87,37 @@ pub async fn ensure_secret(
             .await
             .map_err(api(format!("reading Secret {namespace}/{name}")))?;
         let now = OffsetDateTime::now_utc();
-        let current = existing.as_ref().and_then(stored);
-        if let Some(current) = &current
-            && !certs::needs_renewal(&current.material, hosts, now)?
-        {
-            return Ok(current.clone());
-        }
+        let current = match existing.as_ref().map(|secret| {
+            let current = stored(secret)?;
+            Ok::<_, CertError>((
+                certs::needs_renewal(&current.material, hosts, now)?,
+                current,
+            ))
+        }) {
+            None => None,
+            Some(Ok((false, current))) => return Ok(current),
+            Some(Ok((true, current))) => Some(current),
+            Some(Err(problem)) => {
+                warn!(
+                    secret = %format!("{namespace}/{name}"), %problem,
+                    "the webhook's TLS Secret cannot be served; replacing it with a new CA and certificate"
+                );
+                None
+            }
+        };
         let material = certs::generate(hosts, now)?;
+        let previous_ca = current
+            .as_ref()
+            .map(|current| &current.material)
+            .or(serving)
+            .map(|previous| previous.ca_pem.clone());
         let mut data = BTreeMap::from([
             (CA_KEY.to_owned(), bytes(&material.ca_pem)),
             (CERT_KEY.to_owned(), bytes(&material.cert_pem)),
             (PRIVATE_KEY.to_owned(), bytes(&material.key_pem)),
         ]);
-        if let Some(previous) = &current {
-            data.insert(PREVIOUS_CA_KEY.to_owned(), bytes(&previous.material.ca_pem));
+        if let Some(previous) = &previous_ca {
+            data.insert(PREVIOUS_CA_KEY.to_owned(), bytes(previous));
         }
         let mut secret = Secret {
             data: Some(data),
@@ -96,25 +126,33 @@ pub async fn ensure_secret(
         };
         secret.metadata.name = Some(name.to_owned());
         secret.metadata.labels = Some(BTreeMap::from([(
-            "app.kubernetes.io/managed-by".to_owned(),
-            "gpu-operator".to_owned(),
+            MANAGED_BY_LABEL.to_owned(),
+            MANAGER.to_owned(),
         )]));
         let written = match existing {
             Some(existing) => {
+                // Without it, two replicas replacing at once would both win, each serving its own CA.
                 secret.metadata.resource_version = existing.metadata.resource_version;
+                // A Secret's type cannot change; one created by hand as Opaque stays Opaque.
+                secret.type_ = existing.type_.or(secret.type_);
                 secrets.replace(name, &PostParams::default(), &secret).await
             }
             None => secrets.create(&PostParams::default(), &secret).await,
         };
         match written {
-            Ok(written) => {
+            Ok(_) => {
                 info!(
                     secret = name,
                     renewed = current.is_some(),
                     "webhook certificate written"
                 );
-                return stored(&written).ok_or_else(|| {
-                    TlsError::Cert(CertError::Parse("the written Secret lost its keys".into()))
+                let ca_bundle = previous_ca.map_or_else(
+                    || material.ca_pem.clone(),
+                    |previous| format!("{}{previous}", material.ca_pem),
+                );
+                return Ok(Stored {
+                    material,
+                    ca_bundle,
                 });
             }
             // Another replica wrote first: read what it wrote.
@@ -122,20 +160,24 @@ pub async fn ensure_secret(
             Err(error) => return Err(api(format!("writing Secret {namespace}/{name}"))(error)),
         }
     }
-    Err(TlsError::Cert(CertError::Parse(format!(
-        "Secret {namespace}/{name} kept changing while the certificate was written"
-    ))))
+    Err(TlsError::Contended {
+        secret: format!("{namespace}/{name}"),
+    })
 }
 
 fn bytes(text: &str) -> ByteString {
     ByteString(text.as_bytes().to_vec())
 }
 
-fn stored(secret: &Secret) -> Option<Stored> {
-    let data = secret.data.as_ref()?;
-    let text = |key: &str| {
-        data.get(key)
-            .and_then(|value| String::from_utf8(value.0.clone()).ok())
+/// The material in a Secret; why not, when a key is missing or not text. A previous CA that is not text is
+/// left out of the bundle: the API server would not read it either, and the current CA still verifies.
+fn stored(secret: &Secret) -> Result<Stored, CertError> {
+    let empty = BTreeMap::new();
+    let data = secret.data.as_ref().unwrap_or(&empty);
+    let text = |key: &str| match data.get(key) {
+        None => Err(CertError::Unusable(format!("it has no {key}"))),
+        Some(value) => String::from_utf8(value.0.clone())
+            .map_err(|_| CertError::Unusable(format!("its {key} is not text"))),
     };
     let material = TlsMaterial {
         ca_pem: text(CA_KEY)?,
@@ -143,10 +185,10 @@ fn stored(secret: &Secret) -> Option<Stored> {
         key_pem: text(PRIVATE_KEY)?,
     };
     let mut ca_bundle = material.ca_pem.clone();
-    if let Some(previous) = text(PREVIOUS_CA_KEY) {
+    if let Ok(previous) = text(PREVIOUS_CA_KEY) {
         ca_bundle.push_str(&previous);
     }
-    Some(Stored {
+    Ok(Stored {
         material,
         ca_bundle,
     })
@@ -268,7 +310,7 @@ pub fn configuration(name: &str, path: &str, endpoint: &Endpoint, ca_bundle: &st
             "failurePolicy": "Fail",
             "sideEffects": "NoneOnDryRun",
             "reinvocationPolicy": "Never",
-            "timeoutSeconds": 10,
+            "timeoutSeconds": super::API_SERVER_TIMEOUT.as_secs(),
         }],
     })
 }
@@ -284,7 +326,7 @@ pub async fn apply_configuration(client: &Client, configuration: &Value) -> Resu
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
             name,
-            &PatchParams::apply(MANAGER).force(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(configuration),
         )
         .await
@@ -315,7 +357,242 @@ fn base64_encode(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use http::Method;
+
+    use super::super::scenario::{Answer, ApiScenario, expect};
     use super::*;
+
+    const NAMESPACE: &str = "gpu-operator";
+    const SECRET: &str = "gpu-operator-webhook-tls";
+    const SECRET_PATH: &str = "/api/v1/namespaces/gpu-operator/secrets/gpu-operator-webhook-tls";
+
+    fn hosts() -> Vec<String> {
+        vec!["127.0.0.1".into()]
+    }
+
+    fn fresh() -> TlsMaterial {
+        certs::generate(&hosts(), OffsetDateTime::now_utc()).unwrap()
+    }
+
+    /// The Secret as the API server returns it, at resourceVersion 7.
+    fn secret(type_: &str, data: &[(&str, &[u8])]) -> Value {
+        let data: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), base64_encode(value).into()))
+            .collect();
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": {"name": SECRET, "namespace": NAMESPACE, "resourceVersion": "7"},
+            "data": data,
+        })
+    }
+
+    fn usable(material: &TlsMaterial) -> Value {
+        secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, material.ca_pem.as_bytes()),
+                (CERT_KEY, material.cert_pem.as_bytes()),
+                (PRIVATE_KEY, material.key_pem.as_bytes()),
+            ],
+        )
+    }
+
+    fn decoded(value: &Value) -> String {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(value.as_str().expect("base64 text"))
+            .unwrap();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// Runs `ensure_secret` on `found`, which must be replaced (this replica serving `serving`); returns what it
+    /// serves now and the Secret it wrote, checked to be the same, usable, and written over the version read.
+    async fn replaced(found: Value, serving: Option<&TlsMaterial>) -> (Stored, Value) {
+        let (api, client) = ApiScenario::start(vec![
+            expect(Method::GET, SECRET_PATH, Answer::Json(200, found)),
+            expect(Method::PUT, SECRET_PATH, Answer::Echo),
+        ]);
+        let stored = ensure_secret(&client, NAMESPACE, SECRET, &hosts(), serving)
+            .await
+            .unwrap();
+        let written = api.finish().remove(1).body;
+        assert_eq!(written["metadata"]["resourceVersion"], "7");
+        assert_eq!(decoded(&written["data"][CA_KEY]), stored.material.ca_pem);
+        assert_eq!(
+            decoded(&written["data"][CERT_KEY]),
+            stored.material.cert_pem
+        );
+        assert_eq!(
+            decoded(&written["data"][PRIVATE_KEY]),
+            stored.material.key_pem
+        );
+        assert!(
+            !certs::needs_renewal(&stored.material, &hosts(), OffsetDateTime::now_utc()).unwrap()
+        );
+        (stored, written)
+    }
+
+    /// Replaces `found`, trusting only the new CA: nothing of the unusable Secret is kept.
+    async fn replaced_from_scratch(found: Value) -> Value {
+        let (stored, written) = replaced(found, None).await;
+        assert_eq!(stored.ca_bundle, stored.material.ca_pem);
+        assert!(written["data"].get(PREVIOUS_CA_KEY).is_none(), "{written}");
+        written
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_is_not_pem_is_replaced() {
+        let good = fresh();
+        replaced_from_scratch(secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, good.ca_pem.as_bytes()),
+                (CERT_KEY, b"not a certificate"),
+                (PRIVATE_KEY, good.key_pem.as_bytes()),
+            ],
+        ))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_secret_missing_a_key_is_replaced() {
+        let good = fresh();
+        replaced_from_scratch(secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, good.ca_pem.as_bytes()),
+                (CERT_KEY, good.cert_pem.as_bytes()),
+            ],
+        ))
+        .await;
+        replaced_from_scratch(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": NAMESPACE, "resourceVersion": "7"},
+        }))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_key_of_another_certificate_is_replaced() {
+        let (good, other) = (fresh(), fresh());
+        replaced_from_scratch(secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, good.ca_pem.as_bytes()),
+                (CERT_KEY, good.cert_pem.as_bytes()),
+                (PRIVATE_KEY, other.key_pem.as_bytes()),
+            ],
+        ))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_certificate_another_ca_signed_is_replaced() {
+        let (good, other) = (fresh(), fresh());
+        replaced_from_scratch(secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, other.ca_pem.as_bytes()),
+                (CERT_KEY, good.cert_pem.as_bytes()),
+                (PRIVATE_KEY, good.key_pem.as_bytes()),
+            ],
+        ))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_is_not_text_is_replaced() {
+        let good = fresh();
+        replaced_from_scratch(secret(
+            "kubernetes.io/tls",
+            &[
+                (CA_KEY, good.ca_pem.as_bytes()),
+                (CERT_KEY, &[0xff, 0xfe, 0x00]),
+                (PRIVATE_KEY, good.key_pem.as_bytes()),
+            ],
+        ))
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_opaque_secret_is_replaced_as_opaque() {
+        // The API server refuses to change a Secret's type: writing kubernetes.io/tls over it would fail forever.
+        let written = replaced_from_scratch(secret("Opaque", &[("password", b"hunter2")])).await;
+        assert_eq!(written["type"], "Opaque");
+    }
+
+    #[tokio::test]
+    async fn the_ca_this_replica_serves_stays_trusted_when_the_secret_is_replaced() {
+        // The other replicas serve the same certificate until they next check the Secret.
+        let serving = fresh();
+        let (stored, written) =
+            replaced(secret("Opaque", &[(CERT_KEY, b"garbage")]), Some(&serving)).await;
+        assert_eq!(decoded(&written["data"][PREVIOUS_CA_KEY]), serving.ca_pem);
+        assert_eq!(
+            stored.ca_bundle,
+            format!("{}{}", stored.material.ca_pem, serving.ca_pem)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_usable_secret_is_served_as_it_is() {
+        let good = fresh();
+        let (api, client) = ApiScenario::start(vec![expect(
+            Method::GET,
+            SECRET_PATH,
+            Answer::Json(200, usable(&good)),
+        )]);
+        let stored = ensure_secret(&client, NAMESPACE, SECRET, &hosts(), None)
+            .await
+            .unwrap();
+        assert_eq!(stored.material, good);
+        assert_eq!(api.finish().len(), 1, "nothing written");
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_loses_the_race_serves_the_winners_certificate() {
+        let winners = fresh();
+        let (api, client) = ApiScenario::start(vec![
+            expect(
+                Method::GET,
+                SECRET_PATH,
+                Answer::Json(200, secret("kubernetes.io/tls", &[(CERT_KEY, b"garbage")])),
+            ),
+            expect(Method::PUT, SECRET_PATH, Answer::Error(409, "Conflict")),
+            expect(
+                Method::GET,
+                SECRET_PATH,
+                Answer::Json(200, usable(&winners)),
+            ),
+        ]);
+        let stored = ensure_secret(&client, NAMESPACE, SECRET, &hosts(), None)
+            .await
+            .unwrap();
+        assert_eq!(stored.material, winners);
+        api.finish();
+    }
+
+    #[tokio::test]
+    async fn a_missing_secret_is_created() {
+        let (api, client) = ApiScenario::start(vec![
+            expect(Method::GET, SECRET_PATH, Answer::Error(404, "NotFound")),
+            expect(
+                Method::POST,
+                "/api/v1/namespaces/gpu-operator/secrets",
+                Answer::Echo,
+            ),
+        ]);
+        let stored = ensure_secret(&client, NAMESPACE, SECRET, &hosts(), None)
+            .await
+            .unwrap();
+        let written = api.finish().remove(1).body;
+        assert_eq!(written["type"], "kubernetes.io/tls");
+        assert_eq!(
+            decoded(&written["data"][CERT_KEY]),
+            stored.material.cert_pem
+        );
+    }
 
     #[test]
     fn the_certificate_names_the_service_or_the_url_host() {
