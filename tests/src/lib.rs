@@ -446,15 +446,16 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts the operator and waits until it is ready (CRDs applied, leader, caches synced).
+    /// Starts the operator and waits until it is ready (caches synced) and leads.
     pub fn start(identity: &str) -> Self {
         let operator = Self::launch(identity);
         operator.wait_ready(Duration::from_secs(90));
+        wait_leader(identity, Duration::from_secs(90));
         operator
     }
 
-    /// Starts the operator without waiting: a second replica stays unready while another one leads. Its HAMi
-    /// webhook is off: a test that needs it starts the operator with [`Operator::with_webhook`].
+    /// Starts the operator without waiting: a second replica becomes ready but waits for the lease while another
+    /// one leads. Its HAMi webhook is off: a test that needs it starts the operator with [`Operator::with_webhook`].
     pub fn launch(identity: &str) -> Self {
         Self::spawn(identity, &[("HAMI_WEBHOOK", "false")])
     }
@@ -472,6 +473,7 @@ impl Operator {
             ],
         );
         operator.wait_ready(Duration::from_secs(90));
+        wait_leader(identity, Duration::from_secs(90));
         operator
     }
 
@@ -489,7 +491,7 @@ impl Operator {
         Self { child, port }
     }
 
-    /// Waits until `/readyz` answers 200: the CRDs are applied, this replica leads and its caches are synced.
+    /// Waits until `/readyz` answers 200: its caches are synced (and its webhook serves, where it has one).
     pub fn wait_ready(&self, timeout: Duration) {
         eventually(timeout, || {
             Ok((http_status(self.port, "/readyz") == Some(200)).then_some(()))
@@ -502,13 +504,56 @@ impl Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
 
-impl Drop for Operator {
-    fn drop(&mut self) {
+    /// Stops the process as the kubelet stops a pod (SIGTERM), and waits up to 10 s for it to end.
+    pub fn terminate(mut self) {
+        self.stop_gracefully();
+    }
+
+    fn stop_gracefully(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Stops the operator gracefully: it gives up its lease, so the next test's operator leads at once.
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop_gracefully();
+    }
+}
+
+/// The holder of the operator's leader lease ("" when nobody holds it).
+pub fn lease_holder() -> String {
+    run(
+        "kubectl",
+        &[
+            "get",
+            "lease",
+            "gpu-operator-leader",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    )
+    .stdout
+}
+
+/// Waits until the operator replica `identity` holds the leader lease.
+pub fn wait_leader(identity: &str, timeout: Duration) {
+    eventually(timeout, || Ok((lease_holder() == identity).then_some(())))
+        .unwrap_or_else(|error| panic!("{identity} did not become the leader: {error}"));
 }
 
 /// Write requests (create, update, patch, delete) the API server's audit log recorded from `user` since line

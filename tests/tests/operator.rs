@@ -353,42 +353,28 @@ fn operator_reconciles_the_cluster_policy() {
     }
 
     step(
-        "a second replica waits while the first leads, and takes over once the dead leader's lease expires",
+        "a second replica is ready while the first leads, but does not reconcile; it takes over once the dead leader's lease expires",
     );
-    let leader = || {
-        run(
-            "kubectl",
-            &[
-                "get",
-                "lease",
-                "gpu-operator-leader",
-                "-n",
-                NAMESPACE,
-                "-o",
-                "jsonpath={.spec.holderIdentity}",
-            ],
-        )
-        .stdout
-    };
-    assert_eq!(leader(), "e2e-operator");
+    assert_eq!(lease_holder(), "e2e-operator");
     let standby = Operator::launch("e2e-standby");
+    // Readiness is health, not leadership: a rollout's new pod becomes Ready while the old one leads.
+    standby.wait_ready(Duration::from_secs(60));
     // Longer than the 3 s retry period: the standby has asked for the lease at least once and been told to wait.
     std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(
-        http_status(standby.port, "/readyz"),
-        Some(503),
-        "a replica that does not lead is not ready"
+    assert_eq!(lease_holder(), "e2e-operator");
+    let (_, metrics) = http_get(standby.port, "/metrics").expect("the standby serves /metrics");
+    assert!(
+        metrics.contains("gpu_operator_reconcile_duration_seconds_count 0"),
+        "a standby reconciles nothing:\n{metrics}"
     );
-    assert_eq!(leader(), "e2e-operator");
     let before_takeover = daemonset_uids();
     operator.kill();
     let killed = std::time::Instant::now();
-    standby.wait_ready(Duration::from_secs(40));
+    wait_leader("e2e-standby", Duration::from_secs(40));
     eprintln!(
-        "the standby leads {:.1?} after the leader was killed",
+        "the standby leads {:.1?} after the leader was killed (lease 15 s)",
         killed.elapsed()
     );
-    assert_eq!(leader(), "e2e-standby");
     set_exporter_version("9.9.10");
     wait_for_state("ready");
     assert_eq!(
@@ -396,7 +382,52 @@ fn operator_reconciles_the_cluster_policy() {
         before_takeover,
         "the new leader deleted and re-created DaemonSets instead of updating them"
     );
-    let operator = standby;
+
+    step(
+        "a leader stopped as in a rollout (SIGTERM) releases the lease: the next replica leads at once",
+    );
+    let successor = Operator::launch("e2e-successor");
+    successor.wait_ready(Duration::from_secs(60));
+    let stopped = std::time::Instant::now();
+    standby.terminate();
+    wait_leader("e2e-successor", Duration::from_secs(10));
+    let handover = stopped.elapsed();
+    eprintln!("the successor leads {handover:.1?} after the leader was stopped");
+    assert!(
+        handover < Duration::from_secs(10),
+        "a released lease is taken without waiting for it to expire: {handover:?}"
+    );
+    set_exporter_version("9.9.11");
+    wait_for_state("ready");
+    let operator = successor;
+
+    step("an operand someone else edited is reverted by the operator");
+    let image_of_plugin = || {
+        kubectl(&[
+            "get",
+            "daemonset",
+            "nvidia-device-plugin-daemonset",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])
+    };
+    let rendered_image = image_of_plugin();
+    kubectl(&[
+        "-n",
+        NAMESPACE,
+        "set",
+        "image",
+        "ds/nvidia-device-plugin-daemonset",
+        "*=registry.example/someone-else:1",
+    ]);
+    let edited = std::time::Instant::now();
+    eventually(Duration::from_secs(30), || {
+        Ok((image_of_plugin() == rendered_image).then_some(()))
+    })
+    .expect("the operator re-applies the edited DaemonSet");
+    eprintln!("the edit was reverted after {:.1?}", edited.elapsed());
 
     step("at rest the operator writes nothing to the API server for 60 s (audit log)");
     let user = format!("system:serviceaccount:{NAMESPACE}:gpu-operator");

@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use crd::ClusterPolicy;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector::store::WriterDropped;
@@ -60,6 +61,13 @@ pub struct ApplySummary {
     pub skipped: Vec<String>,
 }
 
+/// Which version of an object an apply left: what was rendered, and the object's version after the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Applied {
+    fingerprint: u64,
+    version: Option<String>,
+}
+
 /// Applies and prunes the operator's objects in one namespace. Remembers what it applied, so that a watch
 /// event that changes nothing costs no write.
 pub struct Applier {
@@ -67,7 +75,7 @@ pub struct Applier {
     namespace: String,
     daemonsets: Store<DaemonSet>,
     services: Store<Service>,
-    last_applied: Mutex<HashMap<(&'static str, String), u64>>,
+    last_applied: Mutex<HashMap<(&'static str, String), Applied>>,
     /// The owner uid and object set of the last prune that completed. Reconciles that render the same set (every
     /// DaemonSet status change during a rollout) skip the three LIST requests a prune costs: what this operator
     /// owns changes only through it, and the first prune after a start always lists.
@@ -119,7 +127,13 @@ impl Applier {
             body["metadata"]["ownerReferences"] = serde_json::json!([owner_ref]);
             let fingerprint = fingerprint(&body);
             let key = (kind, name.clone());
-            if self.exists(kind, &name) && self.remembered(&key) == Some(fingerprint) {
+            if let Some(version) = self.cached_version(kind, &name)
+                && self.remembered(&key)
+                    == Some(Applied {
+                        fingerprint,
+                        version,
+                    })
+            {
                 summary.unchanged += 1;
                 continue;
             }
@@ -132,9 +146,16 @@ impl Applier {
                 )
                 .await
             {
-                Ok(_) => {
+                Ok(written) => {
                     debug!(kind, %name, "applied");
-                    self.remember(key, fingerprint);
+                    let version = version_of(kind, &written.metadata);
+                    self.remember(
+                        key,
+                        Applied {
+                            fingerprint,
+                            version,
+                        },
+                    );
                     summary.applied += 1;
                 }
                 Err(kube::Error::Api(status)) if status.code == 404 && kind == "ServiceMonitor" => {
@@ -156,31 +177,32 @@ impl Applier {
         Ok(summary)
     }
 
-    fn exists(&self, kind: &str, name: &str) -> bool {
+    /// The version of the cached object (see [`version_of`]); `None` when it is not cached, and kinds without a
+    /// local cache are always applied (the API server answers a no-op apply cheaply).
+    fn cached_version(&self, kind: &str, name: &str) -> Option<Option<String>> {
         match kind {
             "DaemonSet" => self
                 .daemonsets
                 .get(&ObjectRef::new(name).within(&self.namespace))
-                .is_some(),
+                .map(|daemonset| version_of(kind, &daemonset.metadata)),
             "Service" => self
                 .services
                 .get(&ObjectRef::new(name).within(&self.namespace))
-                .is_some(),
-            // Kinds without a local cache are always applied; the API server answers a no-op apply cheaply.
-            _ => false,
+                .map(|service| version_of(kind, &service.metadata)),
+            _ => None,
         }
     }
 
-    fn remembered(&self, key: &(&'static str, String)) -> Option<u64> {
+    fn remembered(&self, key: &(&'static str, String)) -> Option<Applied> {
         self.last_applied
             .lock()
             .ok()
-            .and_then(|map| map.get(key).copied())
+            .and_then(|map| map.get(key).cloned())
     }
 
-    fn remember(&self, key: (&'static str, String), fingerprint: u64) {
+    fn remember(&self, key: (&'static str, String), applied: Applied) {
         if let Ok(mut map) = self.last_applied.lock() {
-            map.insert(key, fingerprint);
+            map.insert(key, applied);
         }
     }
 
@@ -296,6 +318,16 @@ fn api_resource(kind: &str) -> ApiResource {
         _ => GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
     };
     ApiResource::from_gvk(&gvk)
+}
+
+/// What tells that someone changed an object since the operator applied it. A DaemonSet's generation changes with
+/// every change of its spec and not with its status, which its controller writes all the time. A Service has no
+/// generation and no status the operator's Services use, so its resourceVersion serves.
+fn version_of(kind: &str, metadata: &ObjectMeta) -> Option<String> {
+    match kind {
+        "DaemonSet" => metadata.generation.map(|generation| generation.to_string()),
+        _ => metadata.resource_version.clone(),
+    }
 }
 
 /// A stable hash of an object's rendered JSON (serde_json maps are ordered, so equal objects hash equal).

@@ -7,10 +7,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::coordination::v1::Lease;
+use operator::health::Health;
 use operator::leader::LeaderElector;
 use operator::metrics::Metrics;
 use operator::model::DefaultImages;
 use operator::{controller, crd_install, health, render_command, telemetry, uninstall, webhook};
+use tokio::sync::watch;
 use tracing::info;
 
 #[derive(Debug, Parser)]
@@ -175,44 +177,67 @@ async fn connect() -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("connecting to the Kubernetes API")
 }
 
+/// The operator's main loop. Every replica keeps its watch caches and serves the webhook, and is Ready once it can;
+/// the one that holds the lease applies the CRDs and the webhook configuration and reconciles. A replica stopped
+/// by SIGTERM (a rollout, `helm upgrade`) releases the lease, so that the next one leads at once.
 async fn run(
     health_addr: SocketAddr,
     namespace: String,
     identity: Option<String>,
     webhook: Option<webhook::Settings>,
 ) -> anyhow::Result<()> {
-    let readiness = health::Readiness::default();
+    let health = Health::new(webhook.is_some());
     let metrics = Metrics::shared();
     let server = tokio::spawn(health::serve(
         health_addr,
-        readiness.clone(),
+        health.clone(),
         metrics.clone(),
         shutdown_signal(),
     ));
     let client = connect().await?;
-    crd_install::apply_crds(&client).await?;
-    // Every replica serves the webhook (the Service sends requests to the ready one, the leader).
-    let webhook = match webhook {
-        Some(settings) => tokio::spawn(webhook::run(client.clone(), settings)),
-        None => {
-            webhook::tls::delete_configuration(&client, webhook::CONFIGURATION).await?;
-            tokio::spawn(std::future::pending::<anyhow::Result<()>>())
-        }
-    };
+    let webhook_enabled = webhook.is_some();
+    let (leading, leading_changes) = watch::channel(false);
+    if let Some(settings) = webhook {
+        let health = health.clone();
+        tokio::spawn(webhook::run(
+            client.clone(),
+            settings,
+            leading_changes.clone(),
+            move || health.set_webhook_serving(true),
+        ));
+    }
 
     let identity = identity.unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let leases = kube::Api::<Lease>::namespaced(client.clone(), &namespace);
     let elector = LeaderElector::new(leases, "gpu-operator-leader", &identity);
-    elector.acquire().await?;
-    info!(%health_addr, %namespace, "reconciling");
-    let ready = move || readiness.set_ready();
-    tokio::select! {
-        () = controller::run(client, namespace, DefaultImages::from_env(), metrics, ready) => {}
-        lost = elector.keep() => return Err(lost).context("stopping: another replica leads now"),
-        ended = webhook => return ended.context("the webhook task panicked")?.context("the HAMi webhook failed"),
-    }
+    let lead = async {
+        elector.acquire().await;
+        // Only the leader writes the cluster-wide configuration: a rollout's new replica, which may be a newer
+        // version, changes no CRD or webhook under the old leader.
+        crd_install::apply_crds(&client).await?;
+        if !webhook_enabled {
+            webhook::tls::delete_configuration(&client, webhook::CONFIGURATION).await?;
+        }
+        leading.send_replace(true);
+        info!(%health_addr, namespace = %namespace, "reconciling");
+        Err::<(), _>(anyhow::Error::from(elector.keep().await))
+    };
+    let controller = controller::run(
+        client.clone(),
+        namespace.clone(),
+        DefaultImages::from_env(),
+        metrics,
+        health.clone(),
+        leading_changes,
+    );
+    let outcome = tokio::select! {
+        () = shutdown_signal() => Ok(()),
+        led = lead => led.context("stopping: this replica leads no more"),
+        () = controller => Err(anyhow::anyhow!("the controller stopped")),
+    };
+    elector.release().await;
     server.abort();
-    Ok(())
+    outcome
 }
 
 fn hostname() -> String {

@@ -17,19 +17,25 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
 
-/// [`watcher::watcher`] of `K` that leaves out, and reports, the objects that are not a valid `K`.
+/// [`watcher::watcher`] of `K` that leaves out, and reports, the objects that are not a valid `K`, and tells
+/// `health` whether it succeeds (liveness fails on a watch that has failed for long).
 pub fn watcher<K>(
     api: Api<DeserializeGuard<K>>,
     config: watcher::Config,
     metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
 {
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let health = health.clone();
     readable(watcher::watcher(api, config), metrics.clone())
+        .inspect(move |event| health.observe_watch(&kind, event))
 }
 
 /// `events` with the unreadable objects left out. Leaving out a changed object that can no longer be read keeps
@@ -300,6 +306,7 @@ mod tests {
             Api::<DeserializeGuard<GPUNode>>::all(client),
             watcher::Config::default(),
             &metrics,
+            &Health::new(false),
         ))
         .await;
         scenario.finish();

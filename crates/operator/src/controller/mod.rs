@@ -5,7 +5,7 @@
 mod guarded;
 mod reconcile;
 #[cfg(test)]
-mod scenario;
+pub(crate) mod scenario;
 #[cfg(test)]
 mod step_tests;
 mod writes;
@@ -33,6 +33,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::DefaultImages;
 use reconcile::{cleanup, reconcile_policy};
@@ -67,6 +68,10 @@ pub struct Context {
     unknown_fields: Mutex<HashMap<String, (i64, Vec<String>)>>,
     /// True once every watch cache holds its first full list (see [`sync_caches`]).
     caches_synced: watch::Receiver<bool>,
+    /// True while this replica holds the leader lease: every replica keeps its caches, only the leader reconciles.
+    leading: watch::Receiver<bool>,
+    /// What the probes report: caches synced, the reconcile in flight, failing watches.
+    pub health: Arc<Health>,
 }
 
 /// Waits until every cache a reconcile reads holds its first full list. A reconcile on a half-filled Node
@@ -86,6 +91,7 @@ async fn sync_caches(
     // The DaemonSet and Service caches, which `context.daemonsets` shares.
     context.applier.caches_synced().await?;
     synced.send_replace(true);
+    context.health.set_caches_synced();
     Ok(())
 }
 
@@ -116,6 +122,8 @@ pub enum ReconcileError {
     Finalizer(String),
     #[error("the watch caches stopped before their first list")]
     CachesStopped,
+    #[error("this replica is shutting down and leads no more")]
+    NotLeading,
 }
 
 /// Boxed: an apply error carries a whole API status, and every reconcile result would pay for its size.
@@ -135,23 +143,26 @@ impl ReconcileError {
             ReconcileError::GpuNodes(_) => "gpunodes",
             ReconcileError::Finalizer(_) => "finalizer",
             ReconcileError::CachesStopped => "caches",
+            ReconcileError::NotLeading => "not-leading",
         }
     }
 }
 
-/// Runs the controller until the process is asked to stop.
+/// Runs the controller until the future is dropped: the watch caches at once, reconciles while `leading` is true.
 pub async fn run(
     client: Client,
     namespace: String,
     defaults: DefaultImages,
     metrics: Arc<Metrics>,
-    ready: impl FnOnce() + Send + 'static,
+    health: Arc<Health>,
+    leading: watch::Receiver<bool>,
 ) {
     let (nodes, node_writer) = reflector::store();
     let node_events = guarded::watcher(
         Api::<DeserializeGuard<Node>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .modify(keep_what_nodes_tell)
@@ -163,6 +174,7 @@ pub async fn run(
         Api::<DeserializeGuard<GPUNode>>::all(client.clone()),
         watcher::Config::default(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .modify(keep_what_gpu_nodes_tell)
@@ -175,6 +187,7 @@ pub async fn run(
         Api::<DeserializeGuard<DaemonSet>>::namespaced(client.clone(), &namespace),
         owned(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .modify(forget_bookkeeping)
@@ -186,6 +199,7 @@ pub async fn run(
         Api::<DeserializeGuard<Service>>::namespaced(client.clone(), &namespace),
         owned(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .reflect(service_writer)
@@ -195,6 +209,7 @@ pub async fn run(
         Api::<DeserializeGuard<ConfigMap>>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .modify(forget_bookkeeping)
@@ -207,6 +222,7 @@ pub async fn run(
         Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
         watcher::Config::default().any_semantic(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .reflect(policy_writer)
@@ -217,6 +233,7 @@ pub async fn run(
         Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
         watcher::Config::default(),
         &metrics,
+        &health,
     )
     .default_backoff()
     .touched_objects()
@@ -243,12 +260,13 @@ pub async fn run(
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
         caches_synced,
+        leading,
+        health,
     });
     let caches_context = context.clone();
     tokio::spawn(async move {
-        match sync_caches(caches_context, synced).await {
-            Ok(()) => ready(),
-            Err(error) => warn!(%error, "the watch caches stopped before their first list"),
+        if let Err(error) = sync_caches(caches_context, synced).await {
+            warn!(%error, "the watch caches stopped before their first list");
         }
     });
     controller
@@ -258,7 +276,6 @@ pub async fn run(
         .watches_stream(gpu_node_events, every_policy(policies.clone()))
         .watches_stream(config_map_events, every_policy(policies.clone()))
         .watches_stream(any_policy_events, every_policy(policies))
-        .shutdown_on_signal()
         .run(reconcile, error_policy, context)
         // Failures are logged once, with their retry delay, by `error_policy`.
         .for_each(|_| async {})
@@ -391,8 +408,19 @@ async fn reconcile(
             .wait_for(|synced| *synced)
             .await
             .map_err(|_| ReconcileError::CachesStopped)?;
+        // A standby replica's reconciles wait here; the one in the queue runs as soon as it leads.
+        context
+            .leading
+            .clone()
+            .wait_for(|leading| *leading)
+            .await
+            .map_err(|_| ReconcileError::NotLeading)?;
+        let _in_flight = context.health.reconciling();
         let started = Instant::now();
         let api = Api::<ClusterPolicy>::all(context.client.clone());
+        let Some(policy) = with_current_finalizers(&api, policy).await? else {
+            return Ok(Action::await_change());
+        };
         let result = finalizer(&api, FINALIZER, policy, |event| async {
             match event {
                 FinalizerEvent::Apply(policy) => reconcile_policy(&policy, &context).await,
@@ -416,6 +444,25 @@ async fn reconcile(
     }
     .instrument(span)
     .await
+}
+
+/// The policy with its finalizers as the API server has them, read again when the cached copy lacks the operator's.
+/// The finalizer helper adds it with a JSON patch that first tests the list is still as cached; the write that
+/// added it reaches the cache a moment later, and a reconcile woken by another watch in between would test a stale
+/// list, which the API server refuses with `422 Invalid`. `None`: the policy is gone.
+async fn with_current_finalizers(
+    api: &Api<ClusterPolicy>,
+    policy: Arc<ClusterPolicy>,
+) -> Result<Option<Arc<ClusterPolicy>>, ReconcileError> {
+    if policy.finalizers().iter().any(|f| f == FINALIZER)
+        || policy.meta().deletion_timestamp.is_some()
+    {
+        return Ok(Some(policy));
+    }
+    let current = api.get_opt(&policy.name_any()).await.map_err(|error| {
+        ReconcileError::Finalizer(format!("reading the ClusterPolicy: {error}"))
+    })?;
+    Ok(current.map(Arc::new))
 }
 
 /// Retries failing reconciles with exponential backoff (1 s doubling to 5 min), per ClusterPolicy.

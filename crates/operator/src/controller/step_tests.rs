@@ -134,6 +134,7 @@ fn context(
     services: reflector::Store<Service>,
 ) -> Context {
     let (_, caches_synced) = watch::channel(true);
+    let (_, leading) = watch::channel(true);
     Context {
         applier: Applier::new(
             client.clone(),
@@ -154,6 +155,8 @@ fn context(
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
         caches_synced,
+        leading,
+        health: crate::health::Health::new(false),
     }
 }
 
@@ -196,12 +199,23 @@ fn plugin_applied() -> Vec<Expected> {
     expected
 }
 
-/// The device plugin applied once by this process, and in the cache since.
+/// The device plugin's DaemonSet as the API server stores it, at `generation`.
+fn stored_plugin(generation: i64) -> DaemonSet {
+    let mut daemonset = plugin_daemonset();
+    daemonset.metadata.generation = Some(generation);
+    daemonset
+}
+
+/// The device plugin applied once by this process (the API server answering with generation 1), and in the cache
+/// since.
 async fn applied_once() -> (Fixture, RenderedObject) {
     let plugin = RenderedObject::from(plugin_daemonset());
-    let mut fixture = Fixture::new(plugin_applied());
+    let stored = serde_json::to_value(stored_plugin(1)).unwrap();
+    let mut expected = vec![apply_plugin(Answer::Json(200, stored))];
+    expected.extend(prune_finds_nothing());
+    let mut fixture = Fixture::new(expected);
     fixture.apply(slice::from_ref(&plugin)).await.unwrap();
-    fixture.cached(slice::from_ref(&plugin));
+    fixture.cached(&[RenderedObject::from(stored_plugin(1))]);
     fixture.api.finish();
     (fixture, plugin)
 }
@@ -281,6 +295,37 @@ async fn a_changed_operand_is_applied_again() {
         sent[0].body["spec"]["template"]["spec"]["containers"][0]["image"],
         "registry.test/device-plugin:2"
     );
+}
+
+#[tokio::test]
+async fn an_operand_someone_else_changed_is_applied_again() {
+    let (mut fixture, plugin) = applied_once().await;
+
+    // `kubectl set image` on the DaemonSet: its generation moves on, the rendered form stays the same.
+    let mut edited = stored_plugin(2);
+    let pod = edited.spec.template.spec.as_mut().unwrap();
+    pod.containers[0].image = Some("registry.test/someone-else:1".into());
+    fixture.cached(&[RenderedObject::from(edited)]);
+    fixture.api.then(vec![apply_plugin(Answer::Json(
+        200,
+        serde_json::to_value(stored_plugin(3)).unwrap(),
+    ))]);
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+
+    assert_eq!((summary.applied, summary.unchanged), (1, 0));
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].line);
+    assert_eq!(
+        sent[0].body["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(plugin_daemonset().spec.template.spec.unwrap().containers[0].image),
+        "the rendered image again"
+    );
+
+    // The cache catches up with the operator's own write: nothing to do any more.
+    fixture.cached(&[RenderedObject::from(stored_plugin(3))]);
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+    assert_eq!((summary.applied, summary.unchanged), (0, 1));
+    assert!(fixture.api.finish().is_empty());
 }
 
 /// A refused apply: the failure is said in status (with the object and the server's answer) and in a Warning

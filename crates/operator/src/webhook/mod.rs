@@ -21,6 +21,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
@@ -29,12 +30,6 @@ pub mod hami;
 pub mod review;
 pub mod server;
 pub mod tls;
-
-/// The controller's mocked API server, which is private to the controller: these tests use only part of it.
-#[cfg(test)]
-#[path = "../controller/scenario.rs"]
-#[allow(dead_code, clippy::duplicate_mod)]
-mod scenario;
 
 /// The admission path.
 pub const PATH: &str = "/hami";
@@ -72,18 +67,26 @@ pub enum WebhookError {
     Server(#[from] server::ServerError),
 }
 
-/// Serves the webhook, keeping its certificate and configuration current; calls `serving` once it listens and
-/// knows the cluster's GPUs (readiness). Never returns: what fails (the API refusing the Secret or the
-/// configuration, the address in use) is logged and retried with backoff, so the webhook never takes the
-/// reconciler down with it. Until it serves, the API server refuses HAMi pods (`failurePolicy: Fail`) and
-/// admits every other pod, which the configuration never sends.
-pub async fn run(client: Client, settings: Settings, serving: impl FnOnce()) {
+/// Serves the webhook; calls `serving` once it listens and knows the cluster's GPUs (readiness). Once `leading`
+/// turns true, this replica also applies the configuration and renews the certificate: only the leader writes
+/// them, so a rollout's new replica (perhaps a newer version) changes neither under the old leader. A replica that
+/// does not lead serves the certificate it loaded; the leader renews a month before expiry and keeps the old CA
+/// trusted during the change, so it stays valid until the replica restarts or leads.
+///
+/// Never returns: what fails (the API refusing the Secret or the configuration, the address in use) is logged and
+/// retried with backoff, so the webhook never takes the reconciler down with it. Until it serves, the API server
+/// refuses HAMi pods (`failurePolicy: Fail`) and admits every other pod, which the configuration never sends.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    mut leading: watch::Receiver<bool>,
+    serving: impl FnOnce(),
+) {
     let hosts = settings.endpoint.hosts();
-    let (mut stored, cert, acceptor) =
-        retrying("set up the webhook's certificate and configuration", || {
-            set_up(&client, &settings, &hosts)
-        })
-        .await;
+    let (mut stored, cert, acceptor) = retrying("set up the webhook's certificate", || {
+        set_up(&client, &settings, &hosts)
+    })
+    .await;
     let listener = retrying(&format!("listen on {}", settings.listen), || {
         TcpListener::bind(settings.listen)
     })
@@ -121,6 +124,14 @@ pub async fn run(client: Client, settings: Settings, serving: impl FnOnce()) {
             slices,
         });
     let renew = async {
+        if leading.wait_for(|leading| *leading).await.is_err() {
+            // The process is ending.
+            return std::future::pending().await;
+        }
+        retrying("apply the webhook configuration", || {
+            trust(&client, &settings, &stored)
+        })
+        .await;
         loop {
             tokio::time::sleep(RENEWAL_CHECK).await;
             let checked = tls::ensure_secret(
@@ -165,18 +176,25 @@ pub async fn run(client: Client, settings: Settings, serving: impl FnOnce()) {
     );
 }
 
-/// The certificate in the Secret (a new one when it is missing or unusable), the configuration trusting its
-/// CA, and the server's TLS side presenting it.
+/// The certificate in the Secret (a new one when it is missing or unusable) and the server's TLS side presenting it.
 async fn set_up(
     client: &Client,
     settings: &Settings,
     hosts: &[String],
 ) -> Result<(tls::Stored, server::ServingCert, TlsAcceptor), WebhookError> {
     let stored = tls::ensure_secret(client, &settings.namespace, SECRET, hosts, None).await?;
-    tls::apply_configuration(client, &configuration(settings, &stored.ca_bundle)).await?;
     let cert = server::ServingCert::new(&stored.material)?;
     let acceptor = server::acceptor(&cert)?;
     Ok((stored, cert, acceptor))
+}
+
+/// The configuration, trusting the CAs of `stored`.
+async fn trust(
+    client: &Client,
+    settings: &Settings,
+    stored: &tls::Stored,
+) -> Result<(), tls::TlsError> {
+    tls::apply_configuration(client, &configuration(settings, &stored.ca_bundle)).await
 }
 
 fn configuration(settings: &Settings, ca_bundle: &str) -> Value {
@@ -209,8 +227,8 @@ mod tests {
     use time::OffsetDateTime;
     use tokio::time::Instant;
 
-    use super::scenario::{Answer, ApiScenario, expect};
     use super::*;
+    use crate::controller::scenario::{Answer, ApiScenario, expect};
 
     #[tokio::test(start_paused = true)]
     async fn failures_are_retried_with_growing_waits_until_one_succeeds() {
@@ -246,9 +264,13 @@ mod tests {
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
         };
         let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        spawnable(&run(Client::new(service, "default"), settings, move || {
-            readiness.store(true, std::sync::atomic::Ordering::Release)
-        }));
+        let (_, leading) = watch::channel(false);
+        spawnable(&run(
+            Client::new(service, "default"),
+            settings,
+            leading,
+            move || readiness.store(true, std::sync::atomic::Ordering::Release),
+        ));
     }
 
     #[tokio::test]
@@ -281,6 +303,7 @@ mod tests {
         };
         let hosts = settings.endpoint.hosts();
         let (stored, _, _) = set_up(&client, &settings, &hosts).await.unwrap();
+        trust(&client, &settings, &stored).await.unwrap();
         let received = api.finish();
         assert_eq!(received[1].body["metadata"]["resourceVersion"], "3");
         assert_eq!(

@@ -233,8 +233,8 @@ mod tests {
     use http::Method;
     use serde_json::{Value, json};
 
-    use super::super::scenario::{Answer, ApiScenario, expect};
     use super::*;
+    use crate::controller::scenario::{Answer, ApiScenario, expect};
 
     const TEMPLATES: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates";
     const NAME: &str = "hami-gpu-00000000000000aa";

@@ -359,8 +359,8 @@ fn base64_encode(bytes: &[u8]) -> String {
 mod tests {
     use http::Method;
 
-    use super::super::scenario::{Answer, ApiScenario, expect};
     use super::*;
+    use crate::controller::scenario::{Answer, ApiScenario, expect};
 
     const NAMESPACE: &str = "gpu-operator";
     const SECRET: &str = "gpu-operator-webhook-tls";
