@@ -1,5 +1,6 @@
-//! Node agents (`gpu-node-agent`) as local processes, one set per simulated node, each with the token of the
-//! chart's ServiceAccount for its role, so that the chart's RBAC is what is tested. They run on the GPU simulator
+//! Node agents (`gpu-node-agent`) as local processes, one set per simulated node, each with the token a pod of the
+//! chart's ServiceAccount for its role has on that node ([`pod_token_kubeconfig`]), so that the chart's RBAC and its
+//! node-bound-writes policies are what is tested. They run on the GPU simulator
 //! (`--simulate node`: the spec comes from the Node's `nvidia.com/gpu.simulator` annotation) with one state file
 //! per node, shared by the node's agents as the processes of a real node share its GPUs.
 //!
@@ -11,7 +12,10 @@ use std::process::{Child, Stdio};
 
 use serde_json::Value;
 
-use crate::{NAMESPACE, kubectl_json, service_account_kubeconfig, simulated, workspace_binary};
+use crate::{
+    NAMESPACE, eventually, kubectl, kubectl_json, run, service_account_kubeconfig, simulated,
+    workspace_binary,
+};
 
 /// The `gpu-node-agent` binary under test.
 pub fn node_agent_bin() -> PathBuf {
@@ -46,7 +50,7 @@ impl NodeAgent {
             .open(&log)
             .expect("open the agent log");
         let child = simulated::command(&node_agent_bin(), node, state, args)
-            .env("KUBECONFIG", service_account_kubeconfig(service_account))
+            .env("KUBECONFIG", pod_token_kubeconfig(service_account, node))
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info,node_agent=debug,node_runtime=debug")
             .envs(env.iter().copied())
@@ -74,6 +78,82 @@ impl Drop for NodeAgent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The pod of ServiceAccount `service_account` on `node` whose token a local process of that role uses: it stands
+/// for the DaemonSet's pod there (a kwok node marks it running; a real kubelet runs it on its fake runtime), and is
+/// made once per node and account, its token lasting as long as it exists.
+pub fn token_pod(service_account: &str, node: &str) -> (String, String) {
+    let name = format!("e2e-token-{service_account}-{node}");
+    if !run("kubectl", &["get", "pod", &name, "-n", NAMESPACE]).success {
+        // The API server names only an existing node in the token.
+        eventually(std::time::Duration::from_secs(60), || {
+            Ok(run("kubectl", &["get", "node", node]).success.then_some(()))
+        })
+        .unwrap_or_else(|error| panic!("node {node} never appeared: {error:#}"));
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"e2e": "node-agent-token"}},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": service_account,
+                "automountServiceAccountToken": false,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        });
+        let created = crate::kubectl_apply(&pod.to_string(), &[]);
+        assert!(
+            created.success,
+            "creating pod {name}: {}{}",
+            created.stdout, created.stderr
+        );
+    }
+    let uid = kubectl(&[
+        "get",
+        "pod",
+        &name,
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    (name, uid)
+}
+
+/// A kubeconfig that authenticates as ServiceAccount `service_account` with the token of its pod on `node`
+/// ([`token_pod`]), as the kubelet gives the DaemonSet's pod there: the API server writes the node's name into it,
+/// and the chart's node-bound-writes policies let it write that node's objects only.
+pub fn pod_token_kubeconfig(service_account: &str, node: &str) -> PathBuf {
+    let (pod, uid) = token_pod(service_account, node);
+    let token = kubectl(&[
+        "create",
+        "token",
+        service_account,
+        "-n",
+        NAMESPACE,
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        &pod,
+        "--bound-object-uid",
+        &uid,
+        "--duration",
+        "1h",
+    ]);
+    // The account's kubeconfig, with the pod's token in place of the unbound one.
+    let unbound = service_account_kubeconfig(service_account);
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(&unbound).expect("read the ServiceAccount kubeconfig"),
+    )
+    .expect("the ServiceAccount kubeconfig is JSON");
+    config["users"][0]["user"]["token"] = token.trim().into();
+    let path = unbound.with_file_name(format!(
+        "e2e-{service_account}-{node}-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(&path, config.to_string()).expect("write the pod's kubeconfig");
+    path
 }
 
 /// Runs a `gpu-node-agent simulator` tool command for `node` (admin credentials: it only reads the annotation).

@@ -1,5 +1,6 @@
-//! The device plugin (`gpu-device-plugin run`) as a local process for one simulated node, with the token of the
-//! chart's `nvidia-device-plugin-daemonset` ServiceAccount (so the chart's RBAC is what is tested), the command
+//! The device plugin (`gpu-device-plugin run`) as a local process for one simulated node, with the token a pod of
+//! the chart's `nvidia-device-plugin-daemonset` ServiceAccount has on that node (so the chart's RBAC and its
+//! node-bound-writes policies are what is tested), the command
 //! line the operator's DaemonSet gives it, and either a temporary kubelet root (a kwok node: the plugin serves its
 //! sockets and reports into GPUNode status without registering) or a real kubelet's ([`crate::kubelet`]).
 //!
@@ -9,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use crate::agents::simulator_tool;
-use crate::{NAMESPACE, service_account_kubeconfig, simulated, workspace_binary};
+use crate::agents::{pod_token_kubeconfig, simulator_tool};
+use crate::{NAMESPACE, simulated, workspace_binary};
 
 /// The ServiceAccount the operator's device-plugin DaemonSet runs as.
 pub const SERVICE_ACCOUNT: &str = "nvidia-device-plugin-daemonset";
@@ -69,7 +70,7 @@ impl DevicePlugin {
             .arg("--cdi-dir")
             .arg(&cdi_dir)
             .args(["--mig-poll-seconds", "1"])
-            .env("KUBECONFIG", service_account_kubeconfig(SERVICE_ACCOUNT))
+            .env("KUBECONFIG", pod_token_kubeconfig(SERVICE_ACCOUNT, node))
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(output.try_clone().expect("log handle")))

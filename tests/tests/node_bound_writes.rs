@@ -1,0 +1,387 @@
+//! Every write from a node is bound to that node: with the token the kubelet gives a node agent's pod on node A
+//! (which names A), the API server lets the agent write A's Node labels, A's GPUNode and A's ResourceSlice, and
+//! refuses the same writes for node B, a taint on A, and keys that are not the agent's, with the messages of the
+//! chart's node-bound-writes policies. A token bound to no pod names no node and writes none of these.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use e2e::agents::{pod_token_kubeconfig, token_pod};
+use e2e::*;
+use serde_json::json;
+
+const NODE_A: &str = "gpu-a100-0";
+const NODE_B: &str = "gpu-a100-1";
+const MIG_MANAGER: &str = "nvidia-mig-manager";
+const DRA_DRIVER: &str = "nvidia-dra-driver-gpu";
+/// The label and annotation the test writes with the agents' tokens (NVIDIA's prefix, as the agents' own).
+const LABEL: &str = "nvidia.com/e2e-node-bound";
+
+/// Runs kubectl as the user of `kubeconfig`.
+fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> Run {
+    let config = kubeconfig.display().to_string();
+    let mut all = vec!["--kubeconfig", config.as_str()];
+    all.extend_from_slice(args);
+    run("kubectl", &all)
+}
+
+/// `kubectl create -f -` of `manifest` as the user of `kubeconfig`.
+fn create_as(kubeconfig: &Path, manifest: &serde_json::Value) -> Run {
+    let config = kubeconfig.display().to_string();
+    kubectl_apply_with(&["--kubeconfig", &config, "create", "-f", "-"], manifest)
+}
+
+/// `kubectl apply --server-side -f -` of `manifest` as the user of `kubeconfig` (with `extra` flags), as the agents
+/// write: the DRA driver its slice (created when missing, updated after), every agent its GPUNode's status.
+fn server_side_apply_as(kubeconfig: &Path, manifest: &serde_json::Value, extra: &[&str]) -> Run {
+    let config = kubeconfig.display().to_string();
+    let mut args = vec![
+        "--kubeconfig",
+        &config,
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "gpu-dra-driver",
+        "-f",
+        "-",
+    ];
+    args.extend_from_slice(extra);
+    kubectl_apply_with(&args, manifest)
+}
+
+/// GPUNode `node`'s status written as the agents write it (server-side apply of the status subresource).
+fn write_gpu_node_status(kubeconfig: &Path, node: &str) -> Run {
+    let status = json!({
+        "apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNode",
+        "metadata": {"name": node},
+        "status": {"gpuCount": 1},
+    });
+    server_side_apply_as(kubeconfig, &status, &["--subresource=status"])
+}
+
+fn kubectl_apply_with(args: &[&str], manifest: &serde_json::Value) -> Run {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(manifest.to_string().as_bytes())
+        .expect("write manifest");
+    child.wait_with_output().expect("kubectl").into()
+}
+
+/// The request failed, and the API server said `message` (the policy's, or RBAC's).
+#[track_caller]
+fn assert_refused(what: &str, result: &Run, message: &str) {
+    assert!(
+        !result.success,
+        "{what} was allowed:\n{}{}",
+        result.stdout, result.stderr
+    );
+    assert!(
+        result.stderr.contains(message),
+        "{what} was refused, but not with {message:?}:\n{}",
+        result.stderr
+    );
+}
+
+#[track_caller]
+fn assert_allowed(what: &str, result: &Run) {
+    assert!(
+        result.success,
+        "{what} was refused:\n{}{}",
+        result.stdout, result.stderr
+    );
+}
+
+fn gpu_node(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNode", "metadata": {"name": name}, "spec": {}})
+}
+
+/// A ResourceSlice named `name` of `driver` for `node`, in the pool named after it (as our driver names its pool).
+fn slice(name: &str, driver: &str, node: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    })
+}
+
+/// The value of `key` among node `node`'s labels or annotations (`kind`), as the admin reads it.
+fn node_metadata(node: &str, kind: &str, key: &str) -> Option<String> {
+    let node = kubectl_json(&["get", "node", node]);
+    node["metadata"][kind][key].as_str().map(str::to_owned)
+}
+
+/// Removes what the test wrote, as the admin, when dropped (also when an assertion fails).
+struct Cleanup {
+    pods: Vec<String>,
+    kubeconfigs: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for node in [NODE_A, NODE_B] {
+            drop(run(
+                "kubectl",
+                &[
+                    "label",
+                    "node",
+                    node,
+                    &format!("{LABEL}-"),
+                    "example.com/e2e-node-bound-",
+                ],
+            ));
+            drop(run(
+                "kubectl",
+                &[
+                    "annotate",
+                    "node",
+                    node,
+                    &format!("{LABEL}-"),
+                    "example.com/e2e-node-bound-",
+                ],
+            ));
+            drop(run("kubectl", &["taint", "node", node, "e2e-node-bound-"]));
+            clean_up(&["gpunode", node]);
+        }
+        for slice in [
+            "e2e-node-bound-a",
+            "e2e-node-bound-b",
+            "e2e-node-bound-other",
+        ] {
+            clean_up(&["resourceslice", slice]);
+        }
+        for pod in &self.pods {
+            clean_up(&["pod", pod, "-n", NAMESPACE, "--wait=false"]);
+        }
+        for kubeconfig in &self.kubeconfigs {
+            let _ = std::fs::remove_file(kubeconfig);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn node_agents_write_only_their_own_nodes_objects() {
+    chart_installed();
+    // The GPUNodes are created afresh by the agents' tokens below.
+    clean_up(&["gpunode", NODE_A]);
+    clean_up(&["gpunode", NODE_B]);
+
+    step(
+        "tokens of the MIG manager's and the DRA driver's pods on gpu-a100-0, and a MIG manager token of no pod",
+    );
+    let mig = pod_token_kubeconfig(MIG_MANAGER, NODE_A);
+    let dra = pod_token_kubeconfig(DRA_DRIVER, NODE_A);
+    let unbound = service_account_kubeconfig(MIG_MANAGER);
+    let _cleanup = Cleanup {
+        pods: vec![
+            token_pod(MIG_MANAGER, NODE_A).0,
+            token_pod(DRA_DRIVER, NODE_A).0,
+        ],
+        kubeconfigs: vec![mig.clone(), dra.clone(), unbound.clone()],
+    };
+    let label = format!("{LABEL}=yes");
+    // The API server loads a new policy within moments of its creation: wait until it decides (a dry run writes
+    // nothing).
+    eventually(Duration::from_secs(30), || {
+        let labelled = kubectl_as(&mig, &["label", "node", NODE_B, &label, "--dry-run=server"]);
+        Ok((!labelled.success).then_some(()))
+    })
+    .expect("the node-bound-writes policy never refused a write to another node");
+
+    step("MIG manager on gpu-a100-0: another Node, the taints, and keys not NVIDIA's are refused");
+    assert_refused(
+        "labelling gpu-a100-1",
+        &kubectl_as(&mig, &["label", "node", NODE_B, &label]),
+        "nvidia-mig-manager on node gpu-a100-0 may only write its own Node, not Node gpu-a100-1",
+    );
+    assert_eq!(node_metadata(NODE_B, "labels", LABEL), None);
+    assert_refused(
+        "tainting gpu-a100-0",
+        &kubectl_as(
+            &mig,
+            &["taint", "node", NODE_A, "e2e-node-bound=yes:NoSchedule"],
+        ),
+        "nvidia-mig-manager on node gpu-a100-0 may only change labels and annotations of its Node, never its spec \
+         (taints, unschedulable), owner references or finalizers",
+    );
+    let taints = kubectl_json(&["get", "node", NODE_A])["spec"]["taints"].to_string();
+    assert!(!taints.contains("e2e-node-bound"), "{taints}");
+    // What `kubectl cordon` sends (which itself exits 0 when the API server refuses it).
+    assert_refused(
+        "marking gpu-a100-0 unschedulable",
+        &kubectl_as(
+            &mig,
+            &[
+                "patch",
+                "node",
+                NODE_A,
+                "-p",
+                r#"{"spec":{"unschedulable":true}}"#,
+            ],
+        ),
+        "may only change labels and annotations of its Node, never its spec",
+    );
+    assert_eq!(
+        kubectl_json(&["get", "node", NODE_A])["spec"]["unschedulable"],
+        serde_json::Value::Null
+    );
+    assert_refused(
+        "a label not NVIDIA's on gpu-a100-0",
+        &kubectl_as(
+            &mig,
+            &["label", "node", NODE_A, "example.com/e2e-node-bound=yes"],
+        ),
+        "nvidia-mig-manager on node gpu-a100-0 may only change its Node's nvidia.com/ labels, not \
+         example.com/e2e-node-bound",
+    );
+    assert_refused(
+        "an annotation not NVIDIA's on gpu-a100-0",
+        &kubectl_as(
+            &mig,
+            &["annotate", "node", NODE_A, "example.com/e2e-node-bound=yes"],
+        ),
+        "nvidia-mig-manager on node gpu-a100-0 may only change its Node's nvidia.com/ annotations, not \
+         example.com/e2e-node-bound",
+    );
+
+    step(
+        "MIG manager on gpu-a100-0: its own Node's NVIDIA labels and annotations are written and removed",
+    );
+    assert_allowed(
+        "labelling gpu-a100-0",
+        &kubectl_as(&mig, &["label", "node", NODE_A, &label]),
+    );
+    assert_eq!(
+        node_metadata(NODE_A, "labels", LABEL).as_deref(),
+        Some("yes")
+    );
+    assert_allowed(
+        "annotating gpu-a100-0",
+        &kubectl_as(&mig, &["annotate", "node", NODE_A, &label]),
+    );
+    assert_eq!(
+        node_metadata(NODE_A, "annotations", LABEL).as_deref(),
+        Some("yes")
+    );
+    let removal = format!("{LABEL}-");
+    assert_allowed(
+        "removing the label",
+        &kubectl_as(&mig, &["label", "node", NODE_A, &removal]),
+    );
+    assert_eq!(node_metadata(NODE_A, "labels", LABEL), None);
+
+    step("a token bound to no pod names no node: it writes no Node and no GPUNode");
+    assert_refused(
+        "labelling gpu-a100-0 without a pod",
+        &kubectl_as(&unbound, &["label", "node", NODE_A, &label]),
+        "nvidia-mig-manager may write Nodes only with the token of its pod, which names the pod's node; this \
+         token names no node",
+    );
+    assert_refused(
+        "creating GPUNode gpu-a100-0 without a pod",
+        &create_as(&unbound, &gpu_node(NODE_A)),
+        "nvidia-mig-manager may write GPUNodes only with the token of its pod",
+    );
+
+    step(
+        "DRA driver on gpu-a100-0: it writes no Node at all (RBAC), and no GPUNode or ResourceSlice of gpu-a100-1",
+    );
+    assert_refused(
+        "labelling gpu-a100-0 as the DRA driver",
+        &kubectl_as(&dra, &["label", "node", NODE_A, &label]),
+        "cannot patch resource \"nodes\"",
+    );
+    assert_refused(
+        "tainting gpu-a100-0 as the DRA driver",
+        &kubectl_as(
+            &dra,
+            &["taint", "node", NODE_A, "e2e-node-bound=yes:NoSchedule"],
+        ),
+        "cannot patch resource \"nodes\"",
+    );
+    assert_refused(
+        "creating GPUNode gpu-a100-1",
+        &create_as(&dra, &gpu_node(NODE_B)),
+        "nvidia-dra-driver-gpu on node gpu-a100-0 may only write GPUNode gpu-a100-0, its own node's, not GPUNode \
+         gpu-a100-1",
+    );
+    assert_allowed(
+        "the admin creating GPUNode gpu-a100-1",
+        &kubectl_apply(&gpu_node(NODE_B).to_string(), &[]),
+    );
+    assert_refused(
+        "writing the status of GPUNode gpu-a100-1",
+        &write_gpu_node_status(&dra, NODE_B),
+        "nvidia-dra-driver-gpu on node gpu-a100-0 may only write GPUNode gpu-a100-0",
+    );
+    assert_refused(
+        "publishing gpu-a100-1's ResourceSlice",
+        &server_side_apply_as(
+            &dra,
+            &slice("e2e-node-bound-b", "gpu.nvidia.com", NODE_B),
+            &[],
+        ),
+        "nvidia-dra-driver-gpu on node gpu-a100-0 may only write its own node's ResourceSlice (node gpu-a100-0, \
+         pool gpu-a100-0), not one of node gpu-a100-1, pool gpu-a100-1",
+    );
+    assert_refused(
+        "publishing another driver's ResourceSlice on gpu-a100-0",
+        &server_side_apply_as(
+            &dra,
+            &slice("e2e-node-bound-other", "other.example.com", NODE_A),
+            &[],
+        ),
+        "nvidia-dra-driver-gpu on node gpu-a100-0 may only write ResourceSlices of driver gpu.nvidia.com, not of \
+         driver other.example.com",
+    );
+    let slices = kubectl_json(&["get", "resourceslices"]).to_string();
+    assert!(!slices.contains("e2e-node-bound-"), "{slices}");
+
+    step("DRA driver on gpu-a100-0: its own GPUNode and ResourceSlice are written");
+    assert_allowed(
+        "creating GPUNode gpu-a100-0",
+        &create_as(&dra, &gpu_node(NODE_A)),
+    );
+    assert_allowed(
+        "writing the status of GPUNode gpu-a100-0",
+        &write_gpu_node_status(&dra, NODE_A),
+    );
+    assert_eq!(
+        kubectl_json(&["get", "gpunode", NODE_A])["status"]["gpuCount"],
+        json!(1)
+    );
+    let own = slice("e2e-node-bound-a", "gpu.nvidia.com", NODE_A);
+    assert_allowed(
+        "publishing gpu-a100-0's ResourceSlice",
+        &server_side_apply_as(&dra, &own, &[]),
+    );
+    let mut next = own.clone();
+    next["spec"]["pool"]["generation"] = json!(2);
+    assert_allowed(
+        "updating gpu-a100-0's ResourceSlice",
+        &server_side_apply_as(&dra, &next, &[]),
+    );
+    let stored = kubectl_json(&["get", "resourceslice", "e2e-node-bound-a"]);
+    assert_eq!(stored["spec"]["nodeName"], NODE_A);
+    assert_eq!(stored["spec"]["pool"]["generation"], json!(2));
+    // The driver never deletes a slice (the kubelet does): it may not.
+    assert_refused(
+        "deleting gpu-a100-0's ResourceSlice",
+        &kubectl_as(&dra, &["delete", "resourceslice", "e2e-node-bound-a"]),
+        "cannot delete resource \"resourceslices\"",
+    );
+}
