@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use super::paths::{self, Layout};
 use super::progress;
-use super::versions::{GO_MINIMUM, GO_TOOLCHAIN, GoVersion};
+use super::versions::{GO_MINIMUM, GO_TOOLCHAIN, GO_TOOLCHAIN_SHA256, GoVersion};
 use super::{fetch, gomod};
 
 /// A `go` binary and its version.
@@ -85,12 +85,31 @@ pub fn toolchain_module_version(
     os: &str,
     arch: &str,
 ) -> anyhow::Result<String> {
-    let goarch = match arch {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
+    Ok(format!("v0.0.1-go{version}.{os}-{}", goarch(arch)?))
+}
+
+/// Go's name for a CPU architecture as Rust names it (`std::env::consts::ARCH`).
+fn goarch(arch: &str) -> anyhow::Result<&'static str> {
+    match arch {
+        "x86_64" => Ok("amd64"),
+        "aarch64" => Ok("arm64"),
         other => anyhow::bail!("no Go toolchain download for CPU architecture {other}"),
-    };
-    Ok(format!("v0.0.1-go{version}.{os}-{goarch}"))
+    }
+}
+
+/// The pinned SHA-256 of the [`GO_TOOLCHAIN`] zip for this OS and CPU architecture.
+fn toolchain_sha256(os: &str, arch: &str) -> anyhow::Result<&'static str> {
+    let platform = format!("{os}-{}", goarch(arch)?);
+    GO_TOOLCHAIN_SHA256
+        .iter()
+        .find(|(pinned, _)| *pinned == platform)
+        .map(|(_, digest)| *digest)
+        .with_context(|| {
+            format!(
+                "no SHA-256 of the Go {GO_TOOLCHAIN} toolchain for {platform} is pinned in \
+                 xtask/src/cluster/versions.rs"
+            )
+        })
 }
 
 /// Whether a file of the toolchain must be executable: the commands in bin/ and the compiler, linker etc. in
@@ -101,16 +120,19 @@ pub fn is_executable_in_goroot(relative: &Path) -> bool {
         || matches!(parts.as_slice(), [pkg, tool, _, _] if *pkg == "pkg" && *tool == "tool")
 }
 
-/// Downloads the toolchain zip and unpacks it to `root` (via a temporary sibling, so a half-done unpack is never
-/// taken for a toolchain).
+/// Downloads the toolchain zip, checks its pinned digest, and unpacks it to `root` (via a temporary sibling, so a
+/// half-done unpack is never taken for a toolchain).
 fn install(root: &Path) -> anyhow::Result<()> {
-    let module_version =
-        toolchain_module_version(GO_TOOLCHAIN, std::env::consts::OS, std::env::consts::ARCH)?;
+    let (os, arch) = (std::env::consts::OS, std::env::consts::ARCH);
+    let module_version = toolchain_module_version(GO_TOOLCHAIN, os, arch)?;
+    let sha256 = toolchain_sha256(os, arch)?;
     let proxy = gomod::module_proxy(std::env::var("GOPROXY").ok().as_deref());
     let url = gomod::proxy_url(&proxy, "golang.org/toolchain", &module_version, "zip");
     let zip = progress::step(&format!("download Go {GO_TOOLCHAIN}"), |step| {
         step.update(&url);
-        fetch::get_bytes(&url)
+        let zip = fetch::get_bytes(&url)?;
+        fetch::verify_sha256(&url, &zip, sha256)?;
+        Ok(zip)
     })?;
     progress::step(&format!("unpack Go {GO_TOOLCHAIN}"), |_| {
         let partial = paths::with_suffix(root, ".partial");
@@ -179,6 +201,16 @@ mod tests {
             "v0.0.1-go1.26.8.linux-arm64"
         );
         assert!(toolchain_module_version(version, "linux", "riscv64").is_err());
+    }
+
+    #[test]
+    fn pins_a_digest_for_every_linux_download() {
+        for arch in ["x86_64", "aarch64"] {
+            let digest = toolchain_sha256("linux", arch).unwrap();
+            assert_eq!(digest.len(), 64);
+            assert!(digest.bytes().all(|byte| byte.is_ascii_hexdigit()));
+        }
+        assert!(toolchain_sha256("macos", "aarch64").is_err());
     }
 
     #[test]
