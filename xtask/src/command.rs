@@ -71,9 +71,9 @@ pub fn release_env(root: &Path) -> Vec<(String, String)> {
     vec![("RUSTFLAGS".into(), flags)]
 }
 
-/// `cargo build --release` of the given `--package`/`--bin`/`--example` arguments, with [`release_env`].
+/// `cargo build --release --locked` of the given `--package`/`--bin`/`--example` arguments, with [`release_env`].
 pub fn release_build(root: &Path, targets: &[String]) -> anyhow::Result<()> {
-    let mut args = vec!["build", "--release"];
+    let mut args = vec!["build", "--release", "--locked"];
     args.extend(targets.iter().map(String::as_str));
     run(root, &release_env(root), &cargo(), &args)
 }

@@ -42,7 +42,7 @@ const BINARIES: [(&str, &str); 3] = [
 
 /// Builds workspace binaries (`(package, binary)` pairs) in one cargo run and returns where they are.
 pub fn build_binaries(root: &Path, binaries: &[(&str, &str)]) -> anyhow::Result<PathBuf> {
-    let mut args = vec!["build"];
+    let mut args = vec!["build", "--locked"];
     for (package, binary) in binaries {
         args.extend(["--package", package, "--bin", binary]);
     }
@@ -107,7 +107,7 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         info.state_dir.join("logs/audit.log").display().to_string(),
     ));
     let suites = suites(root)?;
-    let mut args = vec!["test", "--no-fail-fast", "--package", "e2e"];
+    let mut args = vec!["test", "--locked", "--no-fail-fast", "--package", "e2e"];
     for suite in &suites {
         args.extend(["--test", suite]);
     }
@@ -175,6 +175,7 @@ fn run_real_node_tests(
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     let mut args = vec![
         "test",
+        "--locked",
         "--package",
         "e2e",
         "--test",

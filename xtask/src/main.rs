@@ -6,6 +6,7 @@ mod cluster;
 mod command;
 mod crdgen;
 mod demo;
+mod deny;
 mod e2e;
 mod images;
 mod install;
@@ -35,6 +36,8 @@ enum Task {
     },
     /// Bring up the local cluster with simulated GPU nodes, install the chart, and show the ClusterPolicy.
     Demo,
+    /// Check the dependency tree's licences, bans and sources with cargo-deny (installed into the cache if needed).
+    Deny,
     /// Run the end-to-end tests against a fresh local cluster.
     E2e {
         /// Leave the cluster running afterwards, for a look around.
@@ -51,7 +54,8 @@ enum Task {
     Bench(bench::Args),
     /// Build the OCI image archives of the operator, node agent, device plugin and pause image (no registry).
     Images(images::Args),
-    /// Every check and test: formatting, generated CRDs, clippy, unit tests, helm lint, end-to-end tests.
+    /// Every check and test: formatting, dependencies (cargo-deny), generated CRDs, clippy, unit tests, helm lint,
+    /// end-to-end tests.
     Test,
 }
 
@@ -61,6 +65,7 @@ fn main() -> anyhow::Result<()> {
         Task::Crdgen { check } => crdgen::run(check),
         Task::Cluster { command } => cluster::run(command),
         Task::Demo => demo::run(&root),
+        Task::Deny => deny::run(&root),
         Task::E2e {
             keep_cluster,
             real_node,

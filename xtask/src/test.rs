@@ -3,12 +3,14 @@
 
 use std::path::Path;
 
-use crate::{cluster, command, crdgen, e2e, images};
+use crate::{cluster, command, crdgen, deny, e2e, images};
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
     let cargo = command::cargo();
     step("formatting");
     command::run(root, &[], &cargo, &["fmt", "--all", "--", "--check"])?;
+    step("dependencies: licences, bans and sources (cargo-deny)");
+    deny::run(root)?;
     step("generated CRDs match the Rust types");
     crdgen::run(true)?;
     step("clippy");
@@ -18,6 +20,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         &cargo,
         &[
             "clippy",
+            "--locked",
             "--workspace",
             "--all-targets",
             "--",
@@ -26,7 +29,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
     step("unit tests");
-    command::run(root, &[], &cargo, &["test", "--workspace"])?;
+    command::run(root, &[], &cargo, &["test", "--locked", "--workspace"])?;
     step("container images (release builds; each binary started in its image)");
     images::run(root, &images::Args::default())?;
     step("helm lint (helm is built with the cluster's tools)");
