@@ -745,7 +745,7 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     let _cleanup = HamiCleanup(nodes.iter().map(|node| (*node).to_owned()).collect());
     // The operator reconciles the chart's ClusterPolicy too: its own install, restored afterwards, keeps that from
     // the suites that follow.
-    let _install = OwnInstall::start_with(&GUIDE_VALUES, "e2e-hami", |identity| {
+    let mut install = OwnInstall::start_with(&GUIDE_VALUES, "e2e-hami", |identity| {
         Operator::with_webhook(identity, free_port())
     });
 
@@ -1001,5 +1001,35 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     wait_running("hami-cores-0", &String::new);
     wait_running("hami-cores-1", &String::new);
     wait_unschedulable("hami-cores-2");
+
+    step(
+        "a garbage webhook Secret: the restarted operator replaces it, serves again and admits a HAMi pod",
+    );
+    kubectl(&[
+        "patch",
+        "secret",
+        "gpu-operator-webhook-tls",
+        "-n",
+        NAMESPACE,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"tls.crt":"bm90IGEgY2VydGlmaWNhdGU=","tls.key":""}}"#,
+    ]);
+    drop(install.operator.take());
+    let restarted = std::time::Instant::now();
+    install.operator = Some(Operator::with_webhook("e2e-hami-restarted", free_port()));
+    let serving = restarted.elapsed();
+    apply(hami_share("hami-after-secret", "e2e-hami-pack", 1000, None));
+    wait_running("hami-after-secret", &String::new);
+    eprintln!(
+        "recovered from the garbage Secret: serving {serving:.1?} after the start, a HAMi pod running {:.1?} after it",
+        restarted.elapsed()
+    );
+    let secret = kubectl_json(&["get", "secret", "gpu-operator-webhook-tls", "-n", NAMESPACE]);
+    assert_ne!(
+        secret["data"]["tls.crt"], "bm90IGEgY2VydGlmaWNhdGU=",
+        "the garbage certificate was replaced"
+    );
     drop(drivers);
 }
