@@ -77,6 +77,11 @@ fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
 /// same way because the API server cannot store a larger integer as one: it decodes it as a float, which the
 /// Rust type cannot read back.
 const INT64_MAXIMUM: f64 = 9_223_372_036_854_774_784.0;
+/// The minimum of every signed 64-bit integer field: `-INT64_MAXIMUM`, not `i64::MIN` (-2^63). The API server
+/// refuses an object whose schema has a CEL rule on an int64 field with the minimum -2^63 ("Minimum boundary value
+/// must be of type integer with format int64", seen on Kubernetes 1.37 with `watchdog.intervalSeconds`), while it
+/// accepts -(2^63 - 1024).
+const INT64_MINIMUM: f64 = -INT64_MAXIMUM;
 
 /// The range of an integer `format` as schemars writes it for each Rust type (`uint` and `int` are usize and
 /// isize), as (minimum, maximum); `None` for a format with no such range.
@@ -85,7 +90,7 @@ fn format_range(format: &str) -> Option<(f64, f64)> {
         "int8" => (i8::MIN.into(), i8::MAX.into()),
         "int16" => (i16::MIN.into(), i16::MAX.into()),
         "int32" => (i32::MIN.into(), i32::MAX.into()),
-        "int64" | "int" => (i64::MIN as f64, INT64_MAXIMUM),
+        "int64" | "int" => (INT64_MINIMUM, INT64_MAXIMUM),
         "uint8" => (0.0, u8::MAX.into()),
         "uint16" => (0.0, u16::MAX.into()),
         "uint32" => (0.0, u32::MAX.into()),
