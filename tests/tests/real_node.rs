@@ -77,6 +77,9 @@ const TIME_SLICING_CONFIG: &str = "examples/time-slicing-config.yaml";
 /// The host folder of the simulated node's state file (`GPU_SIM_STATE` in [`SIMULATED_GPUS_VALUES`]).
 const SIMULATOR_DIR: &str = "/run/gpu-operator-rs-simulator";
 
+/// Node Feature Discovery's label prefix, which node-facts writes in NFD's place.
+const NFD_PREFIX: &str = "feature.node.kubernetes.io/";
+
 /// Each operand's `app` label, and the image it runs.
 const OPERANDS: [(&str, &str); 6] = [
     ("nvidia-operator-validator", "gpu-node-agent"),
@@ -93,6 +96,16 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     let operator = realnode::image("gpu-operator");
     // A state left by an earlier run would carry its MIG layout over.
     let _ = std::fs::remove_dir_all(SIMULATOR_DIR);
+    let node = realnode::node();
+    step("the node starts as a user's: no Node Feature Discovery label, no nvidia.com label");
+    for prefix in [NFD_PREFIX, "nvidia.com/"] {
+        let labels = labels_under(&node, prefix);
+        assert!(
+            labels.is_empty(),
+            "{node} has {prefix} labels before the chart is installed: {labels:?}"
+        );
+    }
+
     step("helm install with the images built here (never pulled), the operands on simulated GPUs");
     let chart = e2e::chart_dir();
     let values = e2e::repo_root().join(SIMULATED_GPUS_VALUES);
@@ -139,6 +152,32 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     }
     println!("{}", e2e::kubectl(&logs_args));
 
+    step("node-facts labels the bare node: the operator finds its GPUs");
+    let pod = scheduled_pod("gpu-node-facts");
+    let containers = realnode::wait_running(e2e::NAMESPACE, &pod, Duration::from_secs(120));
+    print_and_check(&containers);
+    let node_agent = realnode::image("gpu-node-agent").digest_reference();
+    for container in &containers {
+        assert_eq!(container.image_id, node_agent, "{container:?}");
+    }
+    let pci_label = format!("{NFD_PREFIX}pci-10de.present");
+    let labels = e2e::eventually(Duration::from_secs(120), || {
+        let labels = e2e::kubectl_json(&["get", "node", &node])["metadata"]["labels"].clone();
+        Ok(
+            (labels[&pci_label] == "true" && labels["nvidia.com/gpu.present"] == "true")
+                .then_some(labels),
+        )
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "{node} never got {pci_label}=true and nvidia.com/gpu.present=true: {error:#}\n{}\n\
+             node-facts' log:\n{}",
+            e2e::kubectl(&["get", "node", &node, "-o", "jsonpath={.metadata.labels}"]),
+            realnode::app_logs(e2e::NAMESPACE, "gpu-node-facts")
+        )
+    });
+    println!("labels: {labels}");
+
     step("every operand runs as a container on the real node, on the simulated GPUs");
     for (app, image) in OPERANDS {
         let pod = scheduled_pod(app);
@@ -170,7 +209,6 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     step(
         "the device plugin registered through the host socket: the node offers the simulated GPUs",
     );
-    let node = realnode::node();
     let allocatable = e2e::eventually(Duration::from_secs(60), || {
         let node = e2e::kubectl_json(&["get", "node", &node]);
         Ok((node["status"]["allocatable"]["nvidia.com/gpu"] == "4")
@@ -212,14 +250,15 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     exporters_answer_on_their_pod_ips(&node);
     watchdog_stops_the_pod_over_its_share(&node);
     mig_relabel_goes_pending_then_success(&node);
+    operator_rollouts_finish();
 
     step("every pod of the operator and its operands: Running, ready, never restarted, built here");
     // The operands the MIG change paused are coming back: wait until every pod runs, ready.
     let pods = e2e::eventually(Duration::from_secs(120), || {
         let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE]);
         let settled = pods["items"].as_array().is_some_and(|items| {
-            // The operator and one pod of each operand.
-            items.len() == OPERANDS.len() + 1
+            // The operator, node-facts and one pod of each operand.
+            items.len() == OPERANDS.len() + 2
                 && items.iter().all(|pod| {
                     pod["status"]["phase"] == "Running"
                         && realnode::containers_of(pod)
@@ -260,9 +299,111 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     uninstall_leaves_nothing_behind(&node);
 }
 
+/// `kubectl rollout restart` and a `helm upgrade` that changes the operator's pod template both finish: the new
+/// pod becomes Ready while the old one still leads (readiness is health, not leadership), the old one releases
+/// the lease when it is stopped, and the new one leads and reconciles.
+fn operator_rollouts_finish() {
+    let rollout_status = [
+        "rollout",
+        "status",
+        "deploy/gpu-operator",
+        "-n",
+        e2e::NAMESPACE,
+        "--timeout=60s",
+    ];
+    step("kubectl rollout restart deploy/gpu-operator finishes within 60 s, and the new pod leads");
+    let started = std::time::Instant::now();
+    e2e::kubectl(&[
+        "rollout",
+        "restart",
+        "deploy/gpu-operator",
+        "-n",
+        e2e::NAMESPACE,
+    ]);
+    let status = e2e::run("kubectl", &rollout_status);
+    assert!(
+        status.success,
+        "the rollout did not finish within 60 s: {}{}\n{}",
+        status.stdout,
+        status.stderr,
+        e2e::kubectl(&["get", "pods", "-n", e2e::NAMESPACE, "-o", "wide"])
+    );
+    println!("rollout restart finished in {:.1?}", started.elapsed());
+    let pod = operator_pod_leads();
+    println!(
+        "{pod} leads {:.1?} after the restart began",
+        started.elapsed()
+    );
+
+    step("helm upgrade with a changed pod template finishes, and the upgraded pod leads");
+    let started = std::time::Instant::now();
+    e2e::ok(
+        "helm",
+        &[
+            "upgrade",
+            e2e::RELEASE,
+            &e2e::chart_dir(),
+            "-n",
+            e2e::NAMESPACE,
+            "--reuse-values",
+            "--set-string",
+            "operator.annotations.e2e/upgraded=yes",
+        ],
+    );
+    let status = e2e::run("kubectl", &rollout_status);
+    assert!(
+        status.success,
+        "the upgrade's rollout did not finish within 60 s: {}{}",
+        status.stdout, status.stderr
+    );
+    let pod = operator_pod_leads();
+    println!(
+        "helm upgrade rolled out and {pod} leads after {:.1?}",
+        started.elapsed()
+    );
+    patch_policy(r#"{"spec":{"dcgmExporter":{"env":[{"name":"E2E_AFTER_UPGRADE","value":"1"}]}}}"#);
+    e2e::eventually(Duration::from_secs(60), || {
+        let env = e2e::kubectl(&[
+            "get",
+            "daemonset",
+            "nvidia-dcgm-exporter",
+            "-n",
+            e2e::NAMESPACE,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env}",
+        ]);
+        Ok(env.contains("E2E_AFTER_UPGRADE").then_some(()))
+    })
+    .expect("the upgraded operator reconciles a ClusterPolicy change");
+}
+
+/// Waits until an operator pod that is not terminating holds the leader lease; returns its name.
+fn operator_pod_leads() -> String {
+    e2e::eventually(Duration::from_secs(30), || {
+        let holder = e2e::lease_holder();
+        let pods = e2e::kubectl_json(&[
+            "get",
+            "pods",
+            "-n",
+            e2e::NAMESPACE,
+            "-l",
+            "app=gpu-operator",
+        ]);
+        let live = pods["items"].as_array().is_some_and(|pods| {
+            pods.iter().any(|pod| {
+                pod["metadata"]["name"] == holder.as_str()
+                    && pod["metadata"]["deletionTimestamp"].is_null()
+            })
+        });
+        Ok(live.then_some(holder))
+    })
+    .expect("the new operator pod leads")
+}
+
 /// `helm uninstall`: its hook deletes the ClusterPolicy while the operator still runs, which stops the operands
 /// and removes the labels they and it wrote and the GPUNode; then Helm deletes the rest. Only the admin's own
-/// label (the MIG config this test chose) stays.
+/// label (the MIG config this test chose) stays, and node-facts' Node Feature Discovery labels (values.yaml,
+/// nodeFacts): they describe the hardware, and node-facts still runs while the hook cleans up.
 fn uninstall_leaves_nothing_behind(node: &str) {
     step("helm uninstall: no operand, label or GPUNode left behind");
     let started = std::time::Instant::now();
@@ -301,19 +442,28 @@ fn uninstall_leaves_nothing_behind(node: &str) {
         "pods left:\n{}",
         e2e::kubectl(&["get", "pods", "-n", e2e::NAMESPACE, "-o", "wide"])
     );
-    let labels = e2e::kubectl_json(&["get", "node", node])["metadata"]["labels"].clone();
-    let nvidia: serde_json::Map<String, serde_json::Value> = labels
-        .as_object()
-        .expect("labels")
-        .iter()
-        .filter(|(key, _)| key.starts_with("nvidia.com/"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
     assert_eq!(
-        serde_json::Value::Object(nvidia),
+        serde_json::Value::Object(labels_under(node, "nvidia.com/")),
         serde_json::json!({"nvidia.com/mig.config": "all-1g.5gb"}),
         "only the admin's label may stay"
     );
+    let nfd = labels_under(node, NFD_PREFIX);
+    assert_eq!(
+        nfd[&format!("{NFD_PREFIX}pci-10de.present")],
+        "true",
+        "node-facts' labels describe the hardware and stay: {nfd:?}"
+    );
+}
+
+/// The node's labels whose keys begin with `prefix`.
+fn labels_under(node: &str, prefix: &str) -> serde_json::Map<String, serde_json::Value> {
+    e2e::kubectl_json(&["get", "node", node])["metadata"]["labels"]
+        .as_object()
+        .expect("labels")
+        .iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
 
 /// A pod of the test image asks for one `nvidia.com/gpu.shared` replica, starts, and prints the GPU the device

@@ -12,8 +12,14 @@ use crate::command;
 use crate::install::{self, NAMESPACE};
 
 /// The chart values both runs use: drivers pre-installed on the nodes (NVIDIA's guide for clusters whose images
-/// carry the driver) and no node-feature-discovery (the kwok nodes carry its labels already).
-const VALUES: &[&str] = &["driver.enabled=false", "nfd.enabled=false"];
+/// carry the driver) and no node-feature-discovery (the kwok nodes carry its labels already), nor our chart's
+/// node-facts DaemonSet in its place (NVIDIA's chart ignores the key), so that neither run has a labeller's pods
+/// on every node.
+const VALUES: &[&str] = &[
+    "driver.enabled=false",
+    "nfd.enabled=false",
+    "nodeFacts.enabled=false",
+];
 
 /// The CRDs either chart installs; removed between the runs, since both define `clusterpolicies.nvidia.com`.
 const CRDS: &[&str] = &[

@@ -211,7 +211,9 @@ fn uuid_format(hex: &str) -> String {
 }
 
 /// The Node object for one simulated GPU node, status included (the API server keeps a Node's status on create, and
-/// kwok's node-initialize stage keeps the capacity and nodeInfo it finds).
+/// kwok's node-initialize stage keeps the capacity and nodeInfo it finds). It carries the Node Feature Discovery
+/// labels from the start: kwok runs no containers, so the chart's node-facts pod, which labels a real node, only
+/// appears to run here.
 pub fn gpu_node(name: &str, request: &AddNodes) -> Node {
     let os = &request.os;
     let labels = BTreeMap::from(

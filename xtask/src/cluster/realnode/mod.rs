@@ -69,7 +69,8 @@ pub struct AddRealNode {
     #[arg(long, default_value = "real-node")]
     pub name: String,
     /// Simulated GPUs for the node agents on this node, as MODEL:COUNT: sets the `nvidia.com/gpu.simulator`
-    /// annotation and the PCI label node-feature-discovery would publish for an NVIDIA device.
+    /// annotation, which stands for the hardware (the agents, node-facts included, read it in place of the PCI
+    /// devices and NVML). No label is set: the chart's node-facts role labels the node as it would a real one.
     #[arg(long)]
     pub gpus: Option<GpuSpec>,
     /// The directory with `images.json` from `cargo xtask images` (default: `<cache>/images`).
@@ -296,10 +297,8 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
             free_port()?,
         ),
     )?;
-    let mut labels = vec![format!("kubernetes.io/hostname={}", request.name)];
-    if request.gpus.is_some() {
-        labels.push("feature.node.kubernetes.io/pci-10de.present=true".into());
-    }
+    // No --node-labels: the node starts as a user's node does, with only the kubelet's own labels; the chart's
+    // node-facts role labels it as Node Feature Discovery would.
     let args = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--config={}", dirs.path("kubelet.yaml").display()),
@@ -307,7 +306,6 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         format!("--cert-dir={}", dirs.path("kubelet-pki").display()),
         format!("--hostname-override={}", request.name),
         format!("--node-ip={host}"),
-        format!("--node-labels={}", labels.join(",")),
     ];
     let kubelet = state.bin_dir.join("kubelet");
     start(
