@@ -401,6 +401,23 @@ fn operator_reconciles_the_cluster_policy() {
     wait_for_state("ready");
     let operator = successor;
 
+    step("at rest the operator writes nothing to the API server for 60 s (audit log)");
+    let user = format!("system:serviceaccount:{NAMESPACE}:gpu-operator");
+    let (start, _) = audited_writes(&user, 0);
+    std::thread::sleep(Duration::from_secs(60));
+    let (_, writes) = audited_writes(&user, start);
+    let lease_renewals: usize = writes
+        .iter()
+        .filter(|(k, _)| k.ends_with(" leases"))
+        .map(|(_, n)| n)
+        .sum();
+    let other: Vec<_> = writes
+        .iter()
+        .filter(|(k, _)| !k.ends_with(" leases"))
+        .collect();
+    eprintln!("writes at rest over 60 s: {other:?}; leader-lease renewals: {lease_renewals}");
+    assert!(other.is_empty(), "the operator wrote at rest: {other:?}");
+
     step("an operand someone else edited is reverted by the operator");
     let image_of_plugin = || {
         kubectl(&[
@@ -428,23 +445,6 @@ fn operator_reconciles_the_cluster_policy() {
     })
     .expect("the operator re-applies the edited DaemonSet");
     eprintln!("the edit was reverted after {:.1?}", edited.elapsed());
-
-    step("at rest the operator writes nothing to the API server for 60 s (audit log)");
-    let user = format!("system:serviceaccount:{NAMESPACE}:gpu-operator");
-    let (start, _) = audited_writes(&user, 0);
-    std::thread::sleep(Duration::from_secs(60));
-    let (_, writes) = audited_writes(&user, start);
-    let lease_renewals: usize = writes
-        .iter()
-        .filter(|(k, _)| k.ends_with(" leases"))
-        .map(|(_, n)| n)
-        .sum();
-    let other: Vec<_> = writes
-        .iter()
-        .filter(|(k, _)| !k.ends_with(" leases"))
-        .collect();
-    eprintln!("writes at rest over 60 s: {other:?}; leader-lease renewals: {lease_renewals}");
-    assert!(other.is_empty(), "the operator wrote at rest: {other:?}");
 
     step("a second ClusterPolicy is ignored, with the reason");
     let spec = policy()["spec"].clone();
