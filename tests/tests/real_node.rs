@@ -346,6 +346,9 @@ fn operator_rollouts_finish() {
             "-n",
             e2e::NAMESPACE,
             "--reuse-values",
+            // Helm 4 upgrades by server-side apply, which refuses to take back the ClusterPolicy fields an admin
+            // changed with `kubectl patch` (the watchdog's, above) unless told to let the chart's values win.
+            "--force-conflicts",
             "--set-string",
             "operator.annotations.e2e/upgraded=yes",
         ],
