@@ -154,10 +154,16 @@ pub fn events_about(name: &str) -> Vec<Value> {
 
 /// Applies a manifest given as text through `kubectl apply -f -` (kubectl's default strict field validation).
 pub fn kubectl_apply(manifest: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["apply", "-f", "-"];
+    args.extend_from_slice(extra);
+    kubectl_with_input(&args, manifest)
+}
+
+/// Runs `kubectl` with `args`, writing `input` to its standard input (for `-f -`).
+pub fn kubectl_with_input(args: &[&str], input: &str) -> Run {
     use std::io::Write;
     let mut child = Command::new("kubectl")
-        .args(["apply", "-f", "-"])
-        .args(extra)
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -167,9 +173,9 @@ pub fn kubectl_apply(manifest: &str, extra: &[&str]) -> Run {
         .stdin
         .take()
         .expect("stdin")
-        .write_all(manifest.as_bytes())
-        .expect("write manifest");
-    child.wait_with_output().expect("kubectl apply").into()
+        .write_all(input.as_bytes())
+        .expect("write the input");
+    child.wait_with_output().expect("kubectl").into()
 }
 
 pub fn repo_root() -> PathBuf {

@@ -28,7 +28,10 @@ fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> Run {
 /// `kubectl create -f -` of `manifest` as the user of `kubeconfig`.
 fn create_as(kubeconfig: &Path, manifest: &serde_json::Value) -> Run {
     let config = kubeconfig.display().to_string();
-    kubectl_apply_with(&["--kubeconfig", &config, "create", "-f", "-"], manifest)
+    kubectl_with_input(
+        &["--kubeconfig", &config, "create", "-f", "-"],
+        &manifest.to_string(),
+    )
 }
 
 /// `kubectl apply --server-side -f -` of `manifest` as the user of `kubeconfig` (with `extra` flags), as the agents
@@ -46,7 +49,7 @@ fn server_side_apply_as(kubeconfig: &Path, manifest: &serde_json::Value, extra: 
         "-",
     ];
     args.extend_from_slice(extra);
-    kubectl_apply_with(&args, manifest)
+    kubectl_with_input(&args, &manifest.to_string())
 }
 
 /// GPUNode `node`'s status written as the agents write it (server-side apply of the status subresource).
@@ -57,24 +60,6 @@ fn write_gpu_node_status(kubeconfig: &Path, node: &str) -> Run {
         "status": {"gpuCount": 1},
     });
     server_side_apply_as(kubeconfig, &status, &["--subresource=status"])
-}
-
-fn kubectl_apply_with(args: &[&str], manifest: &serde_json::Value) -> Run {
-    use std::io::Write;
-    let mut child = std::process::Command::new("kubectl")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(manifest.to_string().as_bytes())
-        .expect("write manifest");
-    child.wait_with_output().expect("kubectl").into()
 }
 
 /// The request failed, and the API server said `message` (the policy's, or RBAC's).

@@ -384,14 +384,7 @@ fn operator_rollouts_finish() {
 fn operator_pod_leads() -> String {
     e2e::eventually(Duration::from_secs(30), || {
         let holder = e2e::lease_holder();
-        let pods = e2e::kubectl_json(&[
-            "get",
-            "pods",
-            "-n",
-            e2e::NAMESPACE,
-            "-l",
-            "app=gpu-operator",
-        ]);
+        let pods = pods_of("gpu-operator");
         let live = pods["items"].as_array().is_some_and(|pods| {
             pods.iter().any(|pod| {
                 pod["metadata"]["name"] == holder.as_str()
@@ -811,14 +804,7 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
     realnode::delete_pod("default", "gpu-calm");
     patch_policy(r#"{"spec":{"watchdog":{"enabled":false}}}"#);
     e2e::eventually(Duration::from_secs(60), || {
-        let pods = e2e::kubectl_json(&[
-            "get",
-            "pods",
-            "-n",
-            e2e::NAMESPACE,
-            "-l",
-            "app=nvidia-gpu-watchdog",
-        ]);
+        let pods = pods_of("nvidia-gpu-watchdog");
         Ok(pods["items"]
             .as_array()
             .is_some_and(Vec::is_empty)
@@ -881,7 +867,7 @@ fn mig_relabel_goes_pending_then_success(node: &str) {
 fn scheduled_pod(app: &str) -> String {
     let selector = format!("app={app}");
     let pods = e2e::eventually(Duration::from_secs(120), || {
-        let pods = e2e::kubectl_json(&["get", "pods", "-n", e2e::NAMESPACE, "-l", &selector]);
+        let pods = pods_of(app);
         Ok(pods["items"][0]["spec"]["nodeName"]
             .is_string()
             .then_some(pods))
@@ -905,6 +891,18 @@ fn scheduled_pod(app: &str) -> String {
         .as_str()
         .expect("a named pod")
         .to_owned()
+}
+
+/// The pods of the operator's namespace with label `app=<app>`, as `kubectl get pods -o json` lists them.
+fn pods_of(app: &str) -> serde_json::Value {
+    e2e::kubectl_json(&[
+        "get",
+        "pods",
+        "-n",
+        e2e::NAMESPACE,
+        "-l",
+        &format!("app={app}"),
+    ])
 }
 
 /// Lists a pod's containers with their image digests, and checks none restarted.
