@@ -359,10 +359,54 @@ mod tests {
         assert!(values.contains(&format!("repository: {REPOSITORY}")));
     }
 
+    /// The project has one version: the workspace's, which every crate inherits (so every binary's `--version`
+    /// prints it), is the chart's `version` and `appVersion`, and the images are tagged with the appVersion.
     #[test]
-    fn the_app_version_is_read_from_the_chart() {
+    fn images_chart_and_crates_share_the_workspace_version() {
+        #[derive(Deserialize)]
+        struct ChartVersions {
+            version: String,
+            #[serde(rename = "appVersion")]
+            app_version: String,
+        }
         let root = crate::crdgen::workspace_root();
-        let version = chart_app_version(&root).unwrap();
-        assert!(!version.is_empty());
+        // xtask inherits the workspace version, as the loop below checks of every member.
+        let workspace_version = env!("CARGO_PKG_VERSION");
+        let chart_path = root.join("charts/gpu-operator/Chart.yaml");
+        let chart: ChartVersions =
+            serde_saphyr::from_str(&std::fs::read_to_string(&chart_path).unwrap()).unwrap();
+        assert_eq!(
+            chart.version, workspace_version,
+            "Chart.yaml version differs from the workspace version in Cargo.toml"
+        );
+        assert_eq!(
+            chart.app_version, workspace_version,
+            "Chart.yaml appVersion differs from the workspace version in Cargo.toml"
+        );
+        assert_eq!(chart_app_version(&root).unwrap(), workspace_version);
+
+        let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let members = workspace_members(&workspace);
+        assert!(members.contains(&"xtask"), "{members:?}");
+        for member in members {
+            let manifest = std::fs::read_to_string(root.join(member).join("Cargo.toml")).unwrap();
+            assert!(
+                manifest
+                    .lines()
+                    .any(|line| line.trim() == "version.workspace = true"),
+                "{member}/Cargo.toml does not inherit the workspace version (version.workspace = true)"
+            );
+        }
+    }
+
+    /// The paths of the workspace's `members = [ ... ]` list, one quoted path a line as Cargo.toml writes them.
+    fn workspace_members(cargo_toml: &str) -> Vec<&str> {
+        cargo_toml
+            .lines()
+            .skip_while(|line| !line.starts_with("members = ["))
+            .skip(1)
+            .take_while(|line| !line.starts_with(']'))
+            .map(|line| line.trim().trim_end_matches(',').trim_matches('"'))
+            .collect()
     }
 }
