@@ -15,7 +15,7 @@ mod test;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "xtask", about = "Developer and CI tasks for the GPU operator")]
+#[command(name = "xtask", version, about = "Developer and CI tasks for the GPU operator")]
 struct Cli {
     #[command(subcommand)]
     task: Task,
