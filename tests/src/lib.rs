@@ -461,13 +461,17 @@ impl Operator {
     }
 
     /// Starts the operator without waiting: a second replica becomes ready but waits for the lease while another
-    /// one leads. Its HAMi webhook is off: a test that needs it starts the operator with [`Operator::with_webhook`].
+    /// one leads. Its webhooks are off: a test that needs them starts the operator with [`Operator::with_webhook`].
     pub fn launch(identity: &str) -> Self {
-        Self::spawn(identity, &[("HAMI_WEBHOOK", "false")])
+        Self::spawn(
+            identity,
+            &[("HAMI_WEBHOOK", "false"), ("NODE_BOUND_EVICTIONS", "false")],
+        )
     }
 
-    /// Starts the operator with its HAMi webhook, which the API server calls at `https://127.0.0.1:<port>`, and
-    /// waits until it is ready.
+    /// Starts the operator with its webhooks (HAMi pods, node-bound evictions), which the API server calls at
+    /// `https://127.0.0.1:<port>`, and waits until it is ready, leads, and both configurations send their requests to it. The last step is the leader's
+    /// own, after the lease: a pod applied before it would go to the previous operator's address.
     pub fn with_webhook(identity: &str, port: u16) -> Self {
         let address = format!("127.0.0.1:{port}");
         let url = format!("https://{address}");
@@ -480,6 +484,31 @@ impl Operator {
         );
         operator.wait_ready(Duration::from_secs(90));
         wait_leader(identity, Duration::from_secs(90));
+        let ours = format!("{url}/");
+        eventually(Duration::from_secs(90), || {
+            let calls_us = |kind: &str, name: &str| {
+                let configured = run(
+                    "kubectl",
+                    &[
+                        "get",
+                        kind,
+                        name,
+                        "-o",
+                        "jsonpath={.webhooks[0].clientConfig.url}",
+                    ],
+                );
+                configured.success && configured.stdout.starts_with(&ours)
+            };
+            Ok(
+                (calls_us("mutatingwebhookconfiguration", "gpu-operator-hami")
+                    && calls_us(
+                        "validatingwebhookconfiguration",
+                        "gpu-operator-node-bound-evictions",
+                    ))
+                .then_some(()),
+            )
+        })
+        .expect("the webhook configurations call the new operator");
         operator
     }
 

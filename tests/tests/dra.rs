@@ -1023,7 +1023,7 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     apply(hami_share("hami-after-secret", "e2e-hami-pack", 1000, None));
     wait_running("hami-after-secret", &String::new);
     eprintln!(
-        "recovered from the garbage Secret: serving {serving:.1?} after the start, a HAMi pod running {:.1?} after it",
+        "recovered from the garbage Secret: webhook serving and configured {serving:.1?} after the start, a HAMi pod running {:.1?} after it",
         restarted.elapsed()
     );
     let secret = kubectl_json(&["get", "secret", "gpu-operator-webhook-tls", "-n", NAMESPACE]);

@@ -1,7 +1,8 @@
 //! Every write from a node is bound to that node: with the token the kubelet gives a node agent's pod on node A
 //! (which names A), the API server lets the agent write A's Node labels, A's GPUNode and A's ResourceSlice, and
 //! refuses the same writes for node B, a taint on A, and keys that are not the agent's, with the messages of the
-//! chart's node-bound-writes policies. A token bound to no pod names no node and writes none of these.
+//! chart's node-bound-writes policies. A token bound to no pod names no node and writes none of these. Evictions,
+//! which no policy can bind (it sees the Eviction, not the pod's node), are checked by the operator's webhook.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -111,7 +112,10 @@ fn node_metadata(node: &str, kind: &str, key: &str) -> Option<String> {
 
 /// Removes what the test wrote, as the admin, when dropped (also when an assertion fails).
 struct Cleanup {
+    /// Token pods, in the operator's namespace.
     pods: Vec<String>,
+    /// Workload pods, in the default namespace.
+    workloads: Vec<String>,
     kubeconfigs: Vec<PathBuf>,
 }
 
@@ -151,6 +155,9 @@ impl Drop for Cleanup {
         for pod in &self.pods {
             clean_up(&["pod", pod, "-n", NAMESPACE, "--wait=false"]);
         }
+        for pod in &self.workloads {
+            clean_up(&["pod", pod, "-n", "default", "--wait=false"]);
+        }
         for kubeconfig in &self.kubeconfigs {
             let _ = std::fs::remove_file(kubeconfig);
         }
@@ -176,6 +183,7 @@ fn node_agents_write_only_their_own_nodes_objects() {
             token_pod(MIG_MANAGER, NODE_A).0,
             token_pod(DRA_DRIVER, NODE_A).0,
         ],
+        workloads: Vec::new(),
         kubeconfigs: vec![mig.clone(), dra.clone(), unbound.clone()],
     };
     let label = format!("{LABEL}=yes");
@@ -369,4 +377,97 @@ fn node_agents_write_only_their_own_nodes_objects() {
         &kubectl_as(&dra, &["delete", "resourceslice", "e2e-node-bound-a"]),
         "cannot delete resource \"resourceslices\"",
     );
+}
+
+/// The Eviction of pod `pod` in the default namespace, as `kubeconfig`'s user sends it (what `kubectl drain` and the
+/// MIG manager send).
+fn evict_as(kubeconfig: &Path, pod: &str) -> Run {
+    let config = kubeconfig.display().to_string();
+    let eviction = json!({
+        "apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": "default"},
+    });
+    kubectl_with_input(
+        &[
+            "--kubeconfig",
+            &config,
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/default/pods/{pod}/eviction"),
+            "-f",
+            "-",
+        ],
+        &eviction.to_string(),
+    )
+}
+
+/// A workload pod on `node` in the default namespace, removed when the test ends.
+fn workload_on(node: &str) -> String {
+    let name = format!("e2e-evictable-{node}");
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    });
+    let created = kubectl_apply(&pod.to_string(), &[]);
+    assert!(created.success, "{}{}", created.stdout, created.stderr);
+    name
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn node_agents_evict_only_pods_on_their_own_node() {
+    chart_installed();
+    // The operator's validating webhook reads the pod an agent evicts: RBAC grants pods/eviction cluster-wide,
+    // and an admission policy sees the Eviction, not the pod's node.
+    let _operator = Operator::with_webhook("e2e-evictions", free_port());
+    let mig = pod_token_kubeconfig(MIG_MANAGER, NODE_A);
+    let unbound = service_account_kubeconfig(MIG_MANAGER);
+    let on_a = workload_on(NODE_A);
+    let on_b = workload_on(NODE_B);
+    let _cleanup = Cleanup {
+        pods: vec![token_pod(MIG_MANAGER, NODE_A).0],
+        workloads: vec![on_a.clone(), on_b.clone()],
+        kubeconfigs: vec![mig.clone(), unbound.clone()],
+    };
+
+    step("MIG manager on gpu-a100-0: evicting a pod on gpu-a100-1 is refused, naming both nodes");
+    assert_refused(
+        "evicting the pod on gpu-a100-1",
+        &evict_as(&mig, &on_b),
+        &format!(
+            "nvidia-mig-manager on node gpu-a100-0 may evict only pods on node gpu-a100-0; pod default/{on_b} \
+             runs on node gpu-a100-1"
+        ),
+    );
+    let still_there = kubectl_json(&["get", "pod", &on_b, "-n", "default"]);
+    assert_eq!(
+        still_there["metadata"]["deletionTimestamp"],
+        serde_json::Value::Null
+    );
+
+    step("a token bound to no pod names no node: it evicts nothing");
+    assert_refused(
+        "evicting the pod on gpu-a100-0 without a pod-bound token",
+        &evict_as(&unbound, &on_a),
+        "its token names no node (authentication.kubernetes.io/node-name)",
+    );
+
+    step("MIG manager on gpu-a100-0: the pod on its own node is evicted");
+    assert_allowed("evicting the pod on gpu-a100-0", &evict_as(&mig, &on_a));
+    eventually(Duration::from_secs(60), || {
+        let pod = run(
+            "kubectl",
+            &["get", "pod", &on_a, "-n", "default", "-o", "json"],
+        );
+        let deleting = !pod.success
+            || serde_json::from_str::<serde_json::Value>(&pod.stdout)
+                .is_ok_and(|pod| pod["metadata"]["deletionTimestamp"].is_string());
+        Ok(deleting.then_some(()))
+    })
+    .expect("the evicted pod is deleted");
 }

@@ -47,7 +47,11 @@ enum Command {
         /// become DRA claims); `false` removes its configuration.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "HAMI_WEBHOOK")]
         hami_webhook: bool,
-        /// Address of the webhook's HTTPS server.
+        /// Bind the node agents' evictions to their nodes: a validating webhook lets the MIG manager's token evict
+        /// only pods on the node it is bound to; `false` removes its configuration.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NODE_BOUND_EVICTIONS")]
+        node_bound_evictions: bool,
+        /// Address of the webhooks' HTTPS server (it runs when either webhook is on).
         #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
         webhook_listen: SocketAddr,
         /// The Service (in the operator's namespace, port 443) through which the API server calls the webhook.
@@ -142,11 +146,12 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             identity,
             hami_webhook,
+            node_bound_evictions,
             webhook_listen,
             webhook_service,
             webhook_url,
         } => {
-            let webhook = hami_webhook.then(|| webhook::Settings {
+            let webhook = (hami_webhook || node_bound_evictions).then(|| webhook::Settings {
                 listen: webhook_listen,
                 endpoint: webhook_url.map_or_else(
                     || webhook::tls::Endpoint::Service {
@@ -157,6 +162,8 @@ async fn main() -> anyhow::Result<()> {
                     webhook::tls::Endpoint::Url,
                 ),
                 namespace: namespace.clone(),
+                hami: hami_webhook,
+                node_bound_evictions,
             });
             run(health_addr, namespace, identity, webhook).await?;
         }
@@ -216,7 +223,7 @@ async fn run(
         // version, changes no CRD or webhook under the old leader.
         crd_install::apply_crds(&client).await?;
         if !webhook_enabled {
-            webhook::tls::delete_configuration(&client, webhook::CONFIGURATION).await?;
+            webhook::delete_unserved_configurations(&client, None).await?;
         }
         leading.send_replace(true);
         info!(%health_addr, namespace = %namespace, "reconciling");

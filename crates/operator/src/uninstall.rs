@@ -40,7 +40,7 @@ pub enum UninstallError {
     )]
     DeleteCrd { name: String, source: kube::Error },
     #[error(
-        "{0} (the hook's ServiceAccount needs delete on mutatingwebhookconfigurations gpu-operator-hami)"
+        "{0} (the hook's ServiceAccount needs delete on mutatingwebhookconfigurations gpu-operator-hami and validatingwebhookconfigurations gpu-operator-node-bound-evictions)"
     )]
     DeleteWebhook(#[source] crate::webhook::tls::TlsError),
 }
@@ -89,7 +89,7 @@ pub async fn uninstall(
         tokio::time::sleep(POLL).await;
     }
     info!(clusterpolicies = ?deleted, took = ?started.elapsed(), "cleaned up");
-    crate::webhook::tls::delete_configuration(client, crate::webhook::CONFIGURATION)
+    crate::webhook::delete_unserved_configurations(client, None)
         .await
         .map_err(UninstallError::DeleteWebhook)?;
     if delete_crds {

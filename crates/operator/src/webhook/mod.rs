@@ -1,10 +1,12 @@
-//! The HAMi admission webhook, served by every operator replica: pods written for HAMi (`nvidia.com/gpu` with
-//! `nvidia.com/gpumem`, `gpumem-percentage` or `gpucores`, and HAMi's GPU-type annotations) are rewritten onto
-//! DRA claims of the `shared.gpu.nvidia.com` class, so the kube-scheduler places them and the DRA driver enforces
-//! their bounds.
+//! The operator's admission webhooks, served by every operator replica:
+//! - HAMi pods: pods written for HAMi (`nvidia.com/gpu` with `nvidia.com/gpumem`, `gpumem-percentage` or
+//!   `gpucores`, and HAMi's GPU-type annotations) are rewritten onto DRA claims of the `shared.gpu.nvidia.com`
+//!   class, so the kube-scheduler places them and the DRA driver enforces their bounds;
+//! - node-bound evictions: a node agent's token evicts only pods on its own node.
 //!
 //! - [`hami`] (pure): the conversion of one pod.
-//! - [`review`]: the admission endpoint, with the cluster's shared GPUs from a watch of the driver's slices.
+//! - [`review`]: the HAMi endpoint, with the cluster's shared GPUs from a watch of the driver's slices.
+//! - [`eviction`]: the eviction guard's decision (pure), endpoint and configuration.
 //! - [`certs`] (pure): the webhook's CA and serving certificate; [`tls`]: the Secret that holds them, their
 //!   renewal, and the MutatingWebhookConfiguration; [`server`]: HTTPS with a certificate replaced in place.
 
@@ -26,14 +28,15 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 pub mod certs;
+pub mod eviction;
 pub mod hami;
 pub mod review;
 pub mod server;
 pub mod tls;
 
-/// The admission path.
+/// The HAMi admission path.
 pub const PATH: &str = "/hami";
-/// The MutatingWebhookConfiguration's name.
+/// The HAMi MutatingWebhookConfiguration's name.
 pub const CONFIGURATION: &str = "gpu-operator-hami";
 /// The Secret with the webhook's certificate, in the operator's namespace.
 pub const SECRET: &str = "gpu-operator-webhook-tls";
@@ -54,6 +57,46 @@ pub struct Settings {
     pub namespace: String,
     /// The Service or URL the API server calls.
     pub endpoint: tls::Endpoint,
+    /// Whether HAMi pods are converted.
+    pub hami: bool,
+    /// Whether node agents' evictions are bound to their nodes.
+    pub node_bound_evictions: bool,
+}
+
+/// Every webhook configuration the operator keeps, with whether `settings` (`None`: no webhook runs) enables it.
+#[must_use]
+pub fn configurations_enabled(
+    settings: Option<&Settings>,
+) -> [(tls::ConfigurationKind, &'static str, bool); 2] {
+    [
+        (
+            tls::ConfigurationKind::Mutating,
+            CONFIGURATION,
+            settings.is_some_and(|settings| settings.hami),
+        ),
+        (
+            tls::ConfigurationKind::Validating,
+            eviction::CONFIGURATION,
+            settings.is_some_and(|settings| settings.node_bound_evictions),
+        ),
+    ]
+}
+
+/// Deletes the configurations of the webhooks `settings` leaves off, so that the API server calls none that is not
+/// served.
+///
+/// # Errors
+/// When the API refuses.
+pub async fn delete_unserved_configurations(
+    client: &Client,
+    settings: Option<&Settings>,
+) -> Result<(), tls::TlsError> {
+    for (kind, name, enabled) in configurations_enabled(settings) {
+        if !enabled {
+            tls::delete_configuration(client, kind, name).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Why the webhook cannot be set up yet; each is logged and retried.
@@ -107,22 +150,38 @@ pub async fn run(
         }
         std::future::ready(())
     });
+    // HAMi pods only: the eviction guard reads no slice.
+    let watch = async {
+        if settings.hami {
+            watch.await;
+        }
+    };
     // Before the first list, every HAMi pod would be refused for want of GPUs.
     let ready = {
         let slices = slices.clone();
         async move {
-            if slices.wait_until_ready().await.is_ok() {
-                info!(listen = %settings.listen, "serving the HAMi admission webhook");
+            if !settings.hami || slices.wait_until_ready().await.is_ok() {
+                info!(listen = %settings.listen, hami = settings.hami, node_bound_evictions = settings.node_bound_evictions, "serving the admission webhooks");
                 serving();
             }
         }
     };
-    let router = Router::new()
-        .route(PATH, post(review::review))
-        .with_state(review::Admission {
-            client: client.clone(),
-            slices,
-        });
+    let mut router = Router::new();
+    if settings.hami {
+        router = router.merge(Router::new().route(PATH, post(review::review)).with_state(
+            review::Admission {
+                client: client.clone(),
+                slices,
+            },
+        ));
+    }
+    if settings.node_bound_evictions {
+        router = router.merge(
+            Router::new()
+                .route(eviction::PATH, post(eviction::review))
+                .with_state(client.clone()),
+        );
+    }
     let renew = async {
         if leading.wait_for(|leading| *leading).await.is_err() {
             // The process is ending.
@@ -145,11 +204,8 @@ pub async fn run(
             match checked {
                 Ok(latest) if latest != stored => {
                     // The API server trusts the new CA before any replica presents the new certificate.
-                    if let Err(error) = tls::apply_configuration(
-                        &client,
-                        &configuration(&settings, &latest.ca_bundle),
-                    )
-                    .await
+                    if let Err(error) =
+                        apply_configurations(&client, &settings, &latest.ca_bundle).await
                     {
                         warn!(%error, "cannot update the webhook's CA bundle; retrying in an hour");
                         continue;
@@ -188,17 +244,36 @@ async fn set_up(
     Ok((stored, cert, acceptor))
 }
 
-/// The configuration, trusting the CAs of `stored`.
+/// The configurations of the enabled webhooks, trusting the CAs of `stored`; those of the others deleted.
 async fn trust(
     client: &Client,
     settings: &Settings,
     stored: &tls::Stored,
 ) -> Result<(), tls::TlsError> {
-    tls::apply_configuration(client, &configuration(settings, &stored.ca_bundle)).await
+    delete_unserved_configurations(client, Some(settings)).await?;
+    apply_configurations(client, settings, &stored.ca_bundle).await
 }
 
-fn configuration(settings: &Settings, ca_bundle: &str) -> Value {
-    tls::configuration(CONFIGURATION, PATH, &settings.endpoint, ca_bundle)
+async fn apply_configurations(
+    client: &Client,
+    settings: &Settings,
+    ca_bundle: &str,
+) -> Result<(), tls::TlsError> {
+    for configuration in configurations(settings, ca_bundle) {
+        tls::apply_configuration(client, &configuration).await?;
+    }
+    Ok(())
+}
+
+/// The configurations of the enabled webhooks (pure).
+fn configurations(settings: &Settings, ca_bundle: &str) -> Vec<Value> {
+    let hami = settings
+        .hami
+        .then(|| tls::configuration(CONFIGURATION, PATH, &settings.endpoint, ca_bundle));
+    let evictions = settings
+        .node_bound_evictions
+        .then(|| eviction::configuration(&settings.namespace, &settings.endpoint, ca_bundle));
+    hami.into_iter().chain(evictions).collect()
 }
 
 /// `attempt` until it succeeds; each failure is logged and followed by a longer wait (the watches' backoff).
@@ -262,6 +337,8 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             namespace: "gpu-operator".into(),
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
+            hami: true,
+            node_bound_evictions: true,
         };
         let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (_, leading) = watch::channel(false);
@@ -295,21 +372,30 @@ mod tests {
                 "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-operator-hami",
                 Answer::Echo,
             ),
+            expect(
+                Method::PATCH,
+                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-operator-node-bound-evictions",
+                Answer::Echo,
+            ),
         ]);
         let settings = Settings {
             listen: "127.0.0.1:0".parse().unwrap(),
             namespace: "gpu-operator".into(),
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
+            hami: true,
+            node_bound_evictions: true,
         };
         let hosts = settings.endpoint.hosts();
         let (stored, _, _) = set_up(&client, &settings, &hosts).await.unwrap();
         trust(&client, &settings, &stored).await.unwrap();
         let received = api.finish();
         assert_eq!(received[1].body["metadata"]["resourceVersion"], "3");
-        assert_eq!(
-            received[2].body["webhooks"][0]["clientConfig"]["caBundle"],
-            base64_of(&stored.material.ca_pem)
-        );
+        for configuration in &received[2..] {
+            assert_eq!(
+                configuration.body["webhooks"][0]["clientConfig"]["caBundle"],
+                base64_of(&stored.material.ca_pem)
+            );
+        }
         assert!(
             !certs::needs_renewal(&stored.material, &hosts, OffsetDateTime::now_utc()).unwrap()
         );

@@ -8,10 +8,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tracing::{info, warn};
@@ -233,7 +235,7 @@ impl Endpoint {
         }
     }
 
-    fn client_config(&self, path: &str, ca_bundle: &str) -> Value {
+    pub(super) fn client_config(&self, path: &str, ca_bundle: &str) -> Value {
         let ca = base64_encode(ca_bundle.as_bytes());
         match self {
             Self::Service {
@@ -315,7 +317,41 @@ pub fn configuration(name: &str, path: &str, endpoint: &Endpoint, ca_bundle: &st
     })
 }
 
-/// Applies the configuration (server-side apply).
+/// The two kinds of webhook configuration the operator keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigurationKind {
+    /// The HAMi pod conversion.
+    Mutating,
+    /// The node-bound eviction guard.
+    Validating,
+}
+
+impl ConfigurationKind {
+    fn of(configuration: &Value) -> Self {
+        if configuration["kind"] == "ValidatingWebhookConfiguration" {
+            Self::Validating
+        } else {
+            Self::Mutating
+        }
+    }
+
+    fn api(self, client: &Client) -> Api<DynamicObject> {
+        let resource = match self {
+            Self::Mutating => ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            Self::Validating => ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        };
+        Api::all_with(client.clone(), &resource)
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Self::Mutating => "MutatingWebhookConfiguration",
+            Self::Validating => "ValidatingWebhookConfiguration",
+        }
+    }
+}
+
+/// Applies the configuration (server-side apply), of either kind.
 ///
 /// # Errors
 /// When the API refuses it.
@@ -323,30 +359,36 @@ pub async fn apply_configuration(client: &Client, configuration: &Value) -> Resu
     let name = configuration["metadata"]["name"]
         .as_str()
         .unwrap_or_default();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
+    let kind = ConfigurationKind::of(configuration);
+    kind.api(client)
         .patch(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(configuration),
         )
         .await
-        .map_err(api(format!("applying MutatingWebhookConfiguration {name}")))?;
+        .map_err(api(format!("applying {} {name}", kind.kind())))?;
     Ok(())
 }
 
-/// Deletes the configuration (the webhook is switched off); gone already is fine.
+/// Deletes a configuration (its webhook is switched off); gone already is fine.
 ///
 /// # Errors
 /// When the API refuses.
-pub async fn delete_configuration(client: &Client, name: &str) -> Result<(), TlsError> {
-    match Api::<MutatingWebhookConfiguration>::all(client.clone())
+pub async fn delete_configuration(
+    client: &Client,
+    kind: ConfigurationKind,
+    name: &str,
+) -> Result<(), TlsError> {
+    match kind
+        .api(client)
         .delete(name, &kube::api::DeleteParams::default())
         .await
     {
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         result => result
             .map(drop)
-            .map_err(api(format!("deleting MutatingWebhookConfiguration {name}"))),
+            .map_err(api(format!("deleting {} {name}", kind.kind()))),
     }
 }
 
