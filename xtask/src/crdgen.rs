@@ -1,6 +1,7 @@
 //! `cargo xtask crdgen [--check]`: the chart's generated files — the CRDs from the Rust types in `crates/crd`,
-//! and the default MIG geometries from `crd::mig::DEFAULT_MIG_CONFIG` — are never edited by hand. `--check`
-//! (run by the test command) fails when they drift.
+//! values.schema.json from the same types ([`crate::values_schema`]), and the default MIG geometries from
+//! `crd::mig::DEFAULT_MIG_CONFIG` — are never edited by hand. `--check` (run by the test command) fails when they
+//! drift.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -15,9 +16,12 @@ const HEADER: &str =
 const CRD_DIR: &str = "charts/gpu-operator/crds";
 /// Where the chart keeps the files its templates embed.
 const FILES_DIR: &str = "charts/gpu-operator/files";
+/// The chart's values schema, relative to the workspace root.
+const VALUES_SCHEMA: &str = "charts/gpu-operator/values.schema.json";
 
 pub fn run(check: bool) -> anyhow::Result<()> {
     sync(CRD_DIR, render()?, check)?;
+    sync_file(VALUES_SCHEMA, &crate::values_schema::render()?, check)?;
     let mig = BTreeMap::from([(
         "default-mig-parted-config.yaml".to_string(),
         format!(
@@ -57,6 +61,23 @@ fn sync(relative_dir: &str, wanted: BTreeMap<String, String>, check: bool) -> an
         fs::write(dir.join(name), text).with_context(|| format!("writing {name}"))?;
         println!("wrote {relative_dir}/{name}");
     }
+    Ok(())
+}
+
+/// Writes `wanted` to the file `relative_path`, or with `check` fails when the file differs.
+fn sync_file(relative_path: &str, wanted: &str, check: bool) -> anyhow::Result<()> {
+    let path = workspace_root().join(relative_path);
+    if check {
+        if fs::read_to_string(&path).ok().as_deref() != Some(wanted) {
+            bail!(
+                "{relative_path} differs from its Rust sources or is missing; run `cargo xtask crdgen` and commit the result"
+            );
+        }
+        println!("{relative_path} matches its Rust sources");
+        return Ok(());
+    }
+    fs::write(&path, wanted).with_context(|| format!("writing {relative_path}"))?;
+    println!("wrote {relative_path}");
     Ok(())
 }
 

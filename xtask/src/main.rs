@@ -2,6 +2,7 @@
 
 mod apt;
 mod bench;
+mod chart;
 mod cluster;
 mod command;
 mod crdgen;
@@ -11,11 +12,16 @@ mod e2e;
 mod images;
 mod install;
 mod test;
+mod values_schema;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "xtask", version, about = "Developer and CI tasks for the GPU operator")]
+#[command(
+    name = "xtask",
+    version,
+    about = "Developer and CI tasks for the GPU operator"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -23,12 +29,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Write charts/gpu-operator/crds/*.yaml from the Rust API types.
+    /// Write charts/gpu-operator/crds/*.yaml and values.schema.json from the Rust API types.
     Crdgen {
         /// Fail instead of writing when the checked-in CRDs differ from the types.
         #[arg(long)]
         check: bool,
     },
+    /// Check the Helm chart with the cluster tools' helm, no cluster needed: lint with every values file users start
+    /// from, the values schema refusing misspelled keys, DRA objects per Kubernetes version, standard labels.
+    Chart,
     /// Build, start, stop and populate the local Kubernetes cluster used by the demo and the end-to-end tests.
     Cluster {
         #[command(subcommand)]
@@ -54,8 +63,8 @@ enum Task {
     Bench(bench::Args),
     /// Build the OCI image archives of the operator, node agent, device plugin and pause image (no registry).
     Images(images::Args),
-    /// Every check and test: formatting, dependencies (cargo-deny), generated CRDs, clippy, unit tests, helm lint,
-    /// end-to-end tests.
+    /// Every check and test: formatting, dependencies (cargo-deny), generated files, clippy, unit tests, the Helm
+    /// chart, images, end-to-end tests.
     Test,
 }
 
@@ -63,6 +72,7 @@ fn main() -> anyhow::Result<()> {
     let root = crdgen::workspace_root();
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen::run(check),
+        Task::Chart => chart::check(&root, &cluster::tools_env()?),
         Task::Cluster { command } => cluster::run(command),
         Task::Demo => demo::run(&root),
         Task::Deny => deny::run(&root),

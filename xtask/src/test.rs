@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::{cluster, command, crdgen, deny, e2e, images};
+use crate::{chart, cluster, command, crdgen, deny, e2e, images};
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
     let cargo = command::cargo();
@@ -11,7 +11,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     command::run(root, &[], &cargo, &["fmt", "--all", "--", "--check"])?;
     step("dependencies: licences, bans and sources (cargo-deny)");
     deny::run(root)?;
-    step("generated CRDs match the Rust types");
+    step("generated files (CRDs, values schema, MIG geometries) match their Rust sources");
     crdgen::run(true)?;
     step("clippy");
     command::run(
@@ -30,17 +30,12 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     )?;
     step("unit tests");
     command::run(root, &[], &cargo, &["test", "--locked", "--workspace"])?;
+    step(
+        "the Helm chart: lint, values schema, DRA objects per Kubernetes version, labels (helm is built with the cluster's tools; no cluster)",
+    );
+    chart::check(root, &cluster::tools_env()?)?;
     step("container images (release builds; each binary started in its image)");
     images::run(root, &images::Args::default())?;
-    step("helm lint (helm is built with the cluster's tools)");
-    let info = cluster::ensure_up()?;
-    let chart = root.join("charts/gpu-operator").display().to_string();
-    command::run(
-        root,
-        &cluster::env_vars(&info),
-        "helm",
-        &["lint", "--strict", &chart],
-    )?;
     step("end-to-end tests against the local cluster");
     e2e::run(root, false, false, None)?;
     step("end-to-end tests on the real node (containerd, images built here)");

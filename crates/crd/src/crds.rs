@@ -155,18 +155,35 @@ fn preserve_unknown_fields(schema: &mut JSONSchemaProps) {
 /// not define, e.g. `spec.devicePlugin.confg`. Maps (labels, resources) and the unimplemented sections accept
 /// any key.
 pub fn unknown_spec_fields(spec: &serde_json::Value) -> Vec<String> {
-    let crd = ClusterPolicy::crd();
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .and_then(|root| root.properties.as_ref())
-        .and_then(|properties| properties.get("spec"));
     let mut unknown = Vec::new();
-    if let Some(schema) = schema {
-        collect_unknown(spec, schema, "spec", &mut unknown);
+    if let Some(schema) = typed_spec_schema() {
+        collect_unknown(spec, &schema, "spec", &mut unknown);
     }
     unknown
+}
+
+/// The ClusterPolicy `spec` schema as the Rust types define it: only the types that keep arbitrary fields on
+/// purpose (the unimplemented sections) preserve unknown fields, before [`all`] marks every object.
+fn typed_spec_schema() -> Option<JSONSchemaProps> {
+    let crd = ClusterPolicy::crd();
+    crd.spec
+        .versions
+        .into_iter()
+        .next()?
+        .schema?
+        .open_api_v3_schema?
+        .properties?
+        .remove("spec")
+}
+
+/// The ClusterPolicy `spec` schema for the Helm chart's values.schema.json (`cargo xtask crdgen`): the fields,
+/// descriptions and integer bounds of the CRD, and unknown fields refused wherever the Rust types define every
+/// field, so that a misspelled value is caught at `helm install` instead of being kept and reported.
+pub fn cluster_policy_spec_schema() -> Option<JSONSchemaProps> {
+    let mut spec = typed_spec_schema()?;
+    unwrap_descriptions(&mut spec);
+    bound_integers(&mut spec);
+    Some(spec)
 }
 
 fn collect_unknown(

@@ -106,6 +106,14 @@ pub struct ClusterInfo {
     pub state_dir: PathBuf,
 }
 
+/// Builds the tools if they are not cached, without starting a cluster; the environment that puts them first on
+/// `PATH` (as [`env_vars`] does), for checks that need only helm or kubectl.
+pub fn tools_env() -> anyhow::Result<Vec<(String, String)>> {
+    let layout = paths::Layout::from_env()?;
+    let toolset = tools::ensure_built(&layout)?;
+    Ok(vec![("PATH".into(), path_with(&toolset.bin_dir))])
+}
+
 /// Builds the tools if they are not cached, and starts the cluster unless a healthy one runs already (a cluster
 /// whose processes died, or that runs other versions, is replaced). Returns once the API server is ready and the
 /// controllers run (the `default` ServiceAccount exists).
@@ -272,14 +280,19 @@ pub fn build_go_binary(source_dir: &Path, output: &Path) -> anyhow::Result<()> {
 /// The environment for commands that use the cluster: `KUBECONFIG`, and `PATH` with [`ClusterInfo::bin_dir`] first
 /// (followed by this process's PATH), so that `kubectl` and `helm` are ours.
 pub fn env_vars(info: &ClusterInfo) -> Vec<(String, String)> {
-    let mut path = info.bin_dir.display().to_string();
+    vec![
+        ("KUBECONFIG".into(), info.kubeconfig.display().to_string()),
+        ("PATH".into(), path_with(&info.bin_dir)),
+    ]
+}
+
+/// `bin_dir`, followed by this process's PATH.
+fn path_with(bin_dir: &Path) -> String {
+    let mut path = bin_dir.display().to_string();
     if let Some(current) = std::env::var_os("PATH").filter(|current| !current.is_empty()) {
         path = format!("{path}:{}", current.to_string_lossy());
     }
-    vec![
-        ("KUBECONFIG".into(), info.kubeconfig.display().to_string()),
-        ("PATH".into(), path),
-    ]
+    path
 }
 
 /// Shell lines that set KUBECONFIG and put `bin_dir` first on the caller's PATH.
