@@ -1,10 +1,33 @@
-{{/* Common labels of every object the chart creates. */}}
+{{/*
+Common labels of every object the chart creates, Helm's standard ones. The component is that of the template file
+the object comes from (one part of the stack per file), so that every template includes the labels the same way.
+*/}}
 {{- define "gpu-operator.labels" -}}
+{{- $components := dict
+      "clusterpolicy.yaml" "cluster-policy"
+      "configmaps.yaml" "config"
+      "dashboard.yaml" "dashboard"
+      "deployment.yaml" "operator"
+      "device-plugin-rbac.yaml" "device-plugin"
+      "deviceclasses.yaml" "dra"
+      "node-agent-rbac.yaml" "node-agent"
+      "node-bound-writes.yaml" "node-agent"
+      "node-facts.yaml" "node-facts"
+      "operand-serviceaccounts.yaml" "operands"
+      "prometheusrule.yaml" "monitoring"
+      "rbac.yaml" "operator"
+      "serviceaccount.yaml" "operator"
+      "uninstall-hook.yaml" "uninstall" }}
 app.kubernetes.io/name: gpu-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- $component := get $components (base .Template.Name) }}
+{{- if not $component }}
+{{- fail (printf "templates/_helpers.tpl: %s has no component in gpu-operator.labels; add it there" (base .Template.Name)) }}
+{{- end }}
+app.kubernetes.io/component: {{ $component }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
 {{/*
