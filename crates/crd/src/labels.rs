@@ -97,6 +97,10 @@ pub const SIMULATED_GPUS_ANNOTATION: &str = "nvidia.com/gpu.simulator";
 pub const GPU_MEMORY_LIMIT_ANNOTATION: &str = "nvidia.com/gpu-memory-limit";
 
 #[cfg(test)]
+#[path = "labels_properties.rs"]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

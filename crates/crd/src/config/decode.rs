@@ -154,4 +154,36 @@ mod tests {
         );
         assert_eq!(error("version: v1\n"), "missing field \"items\"");
     }
+
+    /// Input that would exhaust the stack or memory of a recursive reader is refused by the YAML reader's budget:
+    /// flow and block nesting past its depth, and aliases that expand to more nodes than it allows.
+    #[test]
+    fn nesting_and_alias_bombs_are_refused() {
+        let deep_flow = format!(
+            "version: v1\nx: {}{}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert!(matches!(
+            document(&deep_flow, VersionField::Required),
+            Err(ConfigError::Syntax(message)) if message.contains("recursion limit")
+        ));
+        let deep_block: String = (0..5000)
+            .map(|depth| format!("{}- \n", "  ".repeat(depth)))
+            .collect();
+        assert!(matches!(
+            document(&format!("version: v1\nx:\n{deep_block}"), VersionField::Required),
+            Err(ConfigError::Syntax(message)) if message.contains("budget breached: Depth")
+        ));
+        let mut bomb = String::from("version: v1\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..10 {
+            let previous = format!("*a{}", level - 1);
+            let list = [previous.as_str(); 10].join(", ");
+            bomb.push_str(&format!("a{level}: &a{level} [{list}]\n"));
+        }
+        assert!(matches!(
+            document(&bomb, VersionField::Required),
+            Err(ConfigError::Syntax(message)) if message.contains("budget breached: Nodes")
+        ));
+    }
 }

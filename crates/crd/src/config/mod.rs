@@ -11,6 +11,8 @@ mod decode;
 pub mod device_plugin;
 mod error;
 pub mod mig_parted;
+#[cfg(test)]
+mod mutation;
 
 use serde::{Deserialize, Serialize};
 

@@ -15,6 +15,11 @@ pub use profile_name::{
     GpuInstanceProfileName, MigProfileName, ProfileAttribute, ProfileNameError,
 };
 
+/// The most MIG devices one GPU can be split into: every MIG-capable GPU has at most 7 compute slices, and each
+/// device of a mig-parted config is a GPU instance of its own, which takes at least one. Counts are checked against
+/// it before anything is expanded, so that a count near `u32::MAX` is an error, not an allocation.
+pub const MAX_MIG_DEVICES_PER_GPU: u32 = 7;
+
 /// The default mig-parted config (YAML): every config of NVIDIA's default (gpu-operator v26.7.0) with the same
 /// geometry for every device id (`all-disabled`, `all-enabled`, `all-balanced`, `all-<profile>` for every profile of
 /// every catalog model) plus the `2x2g.10gb-3x1g.5gb` example of the guides. Embedded so that the chart's ConfigMap
@@ -155,6 +160,26 @@ mod tests {
             for profile in model.profiles {
                 let name = format!("all-{}", profile.name.to_string().replace('+', "."));
                 assert!(config.mig_configs.contains_key(&name), "{name} missing");
+            }
+        }
+    }
+
+    /// The bound that config counts are checked against holds for every model the catalog knows.
+    #[test]
+    fn no_model_holds_more_mig_devices_than_the_bound() {
+        for model in models() {
+            assert!(
+                u32::from(model.compute_slices) <= MAX_MIG_DEVICES_PER_GPU,
+                "{}",
+                model.product_name()
+            );
+            for profile in model.profiles {
+                assert!(
+                    profile.max_instances <= MAX_MIG_DEVICES_PER_GPU,
+                    "{} {}",
+                    model.product_name(),
+                    profile.name
+                );
             }
         }
     }

@@ -258,7 +258,7 @@ fn wanted_devices(
     model: &GpuModel,
     desired: &BTreeMap<MigProfileName, u32>,
 ) -> Result<Vec<Wanted>, PlanError> {
-    let mut wanted = Vec::new();
+    let mut asked: Vec<(MigProfileName, &'static GpuInstanceProfile, u32)> = Vec::new();
     let mut per_profile: BTreeMap<u32, (&'static GpuInstanceProfile, u32)> = BTreeMap::new();
     for (&name, &count) in desired.iter().filter(|(_, count)| **count > 0) {
         let profile =
@@ -283,9 +283,13 @@ fn wanted_devices(
                 known: join(sizes.iter().map(ToString::to_string)),
             });
         }
-        per_profile.entry(profile.id).or_insert((profile, 0)).1 += count;
-        wanted.extend((0..count).map(|_| Wanted { name, profile }));
+        // Two names of one GPU-instance profile (`3g.20gb`, `1c.3g.20gb`) add up; saturating, so that counts near
+        // `u32::MAX` still compare as too many rather than wrap to a small number.
+        let total = &mut per_profile.entry(profile.id).or_insert((profile, 0)).1;
+        *total = total.saturating_add(count);
+        asked.push((name, profile, count));
     }
+    // Checked before one entry per device is made: a count is only expanded once it is known to fit.
     for (profile, count) in per_profile.values() {
         if *count > profile.max_instances {
             return Err(PlanError::TooMany {
@@ -296,6 +300,10 @@ fn wanted_devices(
             });
         }
     }
+    let mut wanted: Vec<Wanted> = asked
+        .into_iter()
+        .flat_map(|(name, profile, count)| (0..count).map(move |_| Wanted { name, profile }))
+        .collect();
     let total = |slices: fn(&GpuInstanceProfile) -> u8| -> u32 {
         wanted
             .iter()

@@ -220,6 +220,20 @@ fn errors_say_what_does_not_fit() {
     );
 }
 
+/// Counts near `u32::MAX` are refused by the bound check, which runs before one entry per device is made; two
+/// names of one profile whose counts add up past `u32::MAX` are too many, not a wrapped small number.
+#[test]
+fn counts_near_u32_max_are_too_many_before_anything_is_expanded() {
+    assert_eq!(
+        error(&[("1g.5gb", u32::MAX)]),
+        "1g.5gb x4294967295 does not fit on A100-SXM4-40GB: at most 7"
+    );
+    assert_eq!(
+        error(&[("3g.20gb", u32::MAX), ("1c.3g.20gb", 2)]),
+        "3g.20gb x4294967295 does not fit on A100-SXM4-40GB: at most 2"
+    );
+}
+
 /// A model whose two profiles both want slice 0, so that the counts fit but no packing does.
 static CRAMPED_PROFILES: [GpuInstanceProfile; 2] = [
     GpuInstanceProfile {

@@ -222,8 +222,18 @@ fn is_uuid(text: &str) -> bool {
         })
 }
 
-/// `deserialize_with` for `replicas`: an integer of at least 2, because one replica shares nothing and NVIDIA's
-/// plugin would then advertise a "shared" resource that is not.
+/// The most replicas one device may be split into. NVIDIA's plugin sets no limit; this one is far above any use its
+/// guides show (2 to 10), and keeps what the plugin expands a count into small: 16 GPUs of 7 MIG devices each make
+/// at most 28,672 replicas on a node, well inside the 4 MiB a gRPC peer accepts in one message by default.
+pub const MAX_REPLICAS: u32 = 256;
+
+/// The most replicas of one device under MPS: each replica is given `100 / replicas` percent of the device's
+/// threads (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), which must be a whole percent of at least 1.
+pub const MAX_MPS_REPLICAS: u32 = 100;
+
+/// `deserialize_with` for `replicas`: an integer from 2 (one replica shares nothing, and NVIDIA's plugin would then
+/// advertise a "shared" resource that is not) to [`MAX_REPLICAS`], checked here so that no count is ever expanded
+/// before it is known to be bounded.
 pub(super) fn replicas<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
     let replicas = i64::deserialize(deserializer)?;
     if replicas < 2 {
@@ -231,9 +241,12 @@ pub(super) fn replicas<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32
             "{replicas} is too small, replicas must be at least 2 (use 2 or more, or remove the sharing entry)"
         )));
     }
-    u32::try_from(replicas).map_err(|_| {
-        de::Error::custom(format!(
-            "{replicas} replicas is more than can be advertised"
-        ))
-    })
+    u32::try_from(replicas)
+        .ok()
+        .filter(|replicas| *replicas <= MAX_REPLICAS)
+        .ok_or_else(|| {
+            de::Error::custom(format!(
+                "{replicas} is too large, replicas must be at most {MAX_REPLICAS}"
+            ))
+        })
 }

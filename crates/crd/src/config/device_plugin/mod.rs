@@ -32,12 +32,17 @@ mod resource_name;
 mod validate;
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 use serde::{Deserialize, Serialize};
 
 pub use config_map::{ParsedConfigMap, parse_config_map};
-pub use devices::{DeviceRef, ReplicatedDevices, device_uuid, is_replica, replica_id};
+pub use devices::{
+    DeviceRef, MAX_MPS_REPLICAS, MAX_REPLICAS, ReplicatedDevices, device_uuid, is_replica,
+    replica_id,
+};
 pub use duration::GoDuration;
 pub use node_config::{ChoiceError, CommandLine, ConfigInputs, NodeConfig, node_config};
 pub use resource_name::{ResourceName, ResourceNameError, mig_resource_name};
@@ -417,7 +422,7 @@ pub struct ReplicatedResource {
     /// Which devices are replicated (all when unset).
     #[serde(default)]
     pub devices: ReplicatedDevices,
-    /// Replicas per device; at least 2.
+    /// Replicas per device: from 2 to [`MAX_REPLICAS`], and at most [`MAX_MPS_REPLICAS`] under MPS.
     #[serde(deserialize_with = "devices::replicas")]
     pub replicas: u32,
 }
@@ -433,6 +438,10 @@ pub struct Imex {
     #[serde(default)]
     pub required: bool,
 }
+
+/// The most keys this version does not know that one file may have and still be read (NVIDIA's own files have
+/// none; a newer plugin version adds a few).
+const MAX_UNKNOWN_KEYS: usize = 64;
 
 /// A config as parsed, with the keys it ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -463,10 +472,23 @@ pub fn parse_tolerant(text: &str) -> Result<Parsed, ConfigError> {
     let mut document = document(text, VersionField::Optional)?;
     let mut unknown_keys = Vec::new();
     // Each round removes one unknown key, so the loop ends; the structs deny unknown fields precisely so that
-    // each one is found with its path.
+    // each one is found with its path. Each round reads the whole document again, so the rounds are bounded: a
+    // file of thousands of unknown keys would otherwise cost time in the square of its size.
     let config: DevicePluginConfig = loop {
         match serde_path_to_error::deserialize(document.clone()) {
             Ok(config) => break config,
+            Err(error)
+                if error.inner().to_string().starts_with("unknown field")
+                    && unknown_keys.len() == MAX_UNKNOWN_KEYS =>
+            {
+                return Err(ConfigError::invalid(
+                    error.path().to_string(),
+                    format!(
+                        "unknown key, and more than {MAX_UNKNOWN_KEYS} keys this version does not know: is this a \
+                         device-plugin config (version v1)?"
+                    ),
+                ));
+            }
             Err(error)
                 if error.inner().to_string().starts_with("unknown field")
                     && remove(&mut document, error.path()) =>

@@ -336,6 +336,58 @@ fn replicas_below_two() {
     );
 }
 
+/// Replicas are bounded while the file is read, before the plugin expands a device into one entry per replica: a
+/// count near `u32::MAX` is an error naming the field and the limit, not an allocation.
+#[test]
+fn replicas_beyond_the_bound_are_refused_before_expansion() {
+    for replicas in ["257", "4294967295", "4294967296", "9223372036854775807"] {
+        assert_eq!(
+            error(&time_slicing(&format!(
+                "name: nvidia.com/gpu\nreplicas: {replicas}"
+            ))),
+            format!(
+                "sharing.timeSlicing.resources[0].replicas: {replicas} is too large, replicas must be at most 256"
+            )
+        );
+    }
+    let most = parse(&time_slicing("name: nvidia.com/gpu\nreplicas: 256")).unwrap();
+    let shared = most.sharing.unwrap().time_slicing.unwrap();
+    assert_eq!(shared.resources[0].replicas, MAX_REPLICAS);
+}
+
+/// Each unknown key costs a read of the whole file, so a file of thousands of them is refused at the bound rather
+/// than read in time that grows with the square of its size.
+#[test]
+fn thousands_of_unknown_keys_are_refused_at_the_bound() {
+    let keys: String = (0..5_000).map(|key| format!("  key{key}: 1\n")).collect();
+    let error = parse_tolerant(&format!("version: v1\nflags:\n{keys}")).unwrap_err();
+    assert!(error.path().starts_with("flags.key"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .ends_with("unknown key, and more than 64 keys this version does not know: is this a device-plugin config (version v1)?"),
+        "{error}"
+    );
+}
+
+/// MPS gives each replica a whole percent of the GPU's threads, so it takes at most 100 replicas.
+#[test]
+fn mps_replicas_beyond_a_whole_percent_are_refused() {
+    let mps = |replicas: u32| {
+        parse(&format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n    \
+             - name: nvidia.com/mig-1g.5gb\n      replicas: {replicas}\n"
+        ))
+    };
+    assert_eq!(
+        mps(101).unwrap_err().to_string(),
+        "sharing.mps.resources[1].replicas: 101 is too large for MPS, replicas must be at most 100 (each replica \
+         gets a whole percent of the GPU's threads); use time-slicing for more"
+    );
+    let most = mps(MAX_MPS_REPLICAS).unwrap().sharing.unwrap().mps.unwrap();
+    assert_eq!(most.resources[1].replicas, 100);
+}
+
 #[test]
 fn bad_devices() {
     assert_eq!(

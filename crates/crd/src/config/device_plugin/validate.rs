@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{DevicePluginConfig, ReplicatedResources, ResourceName};
+use super::{DevicePluginConfig, MAX_MPS_REPLICAS, ReplicatedResources, ResourceName};
 use crate::config::ConfigError;
 
 /// Checks a typed config; returns the first problem in document order of sections.
@@ -28,6 +28,21 @@ pub(super) fn validate(config: &DevicePluginConfig) -> Result<(), ConfigError> {
             if let Some(shared) = shared {
                 validate_shared(&format!("sharing.{section}.resources"), shared)?;
             }
+        }
+        if let Some(mps) = &sharing.mps
+            && let Some(index) = mps
+                .resources
+                .iter()
+                .position(|resource| resource.replicas > MAX_MPS_REPLICAS)
+        {
+            return Err(ConfigError::invalid(
+                format!("sharing.mps.resources[{index}].replicas"),
+                format!(
+                    "{} is too large for MPS, replicas must be at most {MAX_MPS_REPLICAS} (each replica gets a whole \
+                     percent of the GPU's threads); use time-slicing for more",
+                    mps.resources[index].replicas
+                ),
+            ));
         }
     }
     if let Some(imex) = &config.imex

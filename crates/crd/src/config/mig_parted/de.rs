@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{DeviceSelector, PciDeviceId};
-use crate::mig::MigProfileName;
+use crate::mig::{MAX_MIG_DEVICES_PER_GPU, MigProfileName};
 
 impl Serialize for DeviceSelector {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -123,7 +123,7 @@ impl Visitor<'_> for PciDeviceIdVisitor {
 }
 
 /// `deserialize_with` for `mig-devices`: a missing or null field is `None`; a mapping is parsed with every key
-/// checked against the profile-name grammar and every count checked to be at least 1.
+/// checked against the profile-name grammar and every count checked to be from 1 to [`MAX_MIG_DEVICES_PER_GPU`].
 pub(super) fn profile_counts<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<BTreeMap<MigProfileName, u32>>, D::Error> {
@@ -159,11 +159,20 @@ impl<'de> Visitor<'de> for ProfileCountsVisitor {
         while let Some(key) = map.next_key::<String>()? {
             let count: i64 = map.next_value()?;
             let profile: MigProfileName = key.parse().map_err(de::Error::custom)?;
-            let count = u32::try_from(count).ok().filter(|count| *count >= 1).ok_or_else(|| {
-                de::Error::custom(format!(
+            if count < 1 {
+                return Err(de::Error::custom(format!(
                     "\"{key}\": {count} is not a valid count, use at least 1 or remove the profile"
-                ))
-            })?;
+                )));
+            }
+            let count = u32::try_from(count)
+                .ok()
+                .filter(|count| *count <= MAX_MIG_DEVICES_PER_GPU)
+                .ok_or_else(|| {
+                    de::Error::custom(format!(
+                        "\"{key}\": {count} is more MIG devices than a GPU holds, use at most \
+                         {MAX_MIG_DEVICES_PER_GPU}"
+                    ))
+                })?;
             match written.entry(profile) {
                 Entry::Occupied(first) => {
                     return Err(de::Error::custom(format!(

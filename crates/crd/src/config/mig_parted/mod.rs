@@ -23,6 +23,8 @@ mod de;
 mod validate;
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

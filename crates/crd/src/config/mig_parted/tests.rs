@@ -220,7 +220,7 @@ fn unknown_profile_with_filter_lists_that_models_profiles() {
 fn filter_of_unknown_models_is_left_to_the_node() {
     let config = valid(&one_entry(
         "future",
-        "devices: all\ndevice-filter: \"0x999910DE\"\nmig-enabled: true\nmig-devices: {\"1g.99gb+gfx\": 9}",
+        "devices: all\ndevice-filter: \"0x999910DE\"\nmig-enabled: true\nmig-devices: {\"1g.99gb+gfx\": 7}",
     ));
     assert!(config.mig_configs.contains_key("future"));
     assert_eq!(
@@ -252,11 +252,53 @@ fn counts_beyond_the_model_are_refused() {
     assert_eq!(
         error(&one_entry(
             "x",
-            "devices: all\ndevice-filter: \"0x20B010DE\"\nmig-enabled: true\nmig-devices: {\"1g.5gb\": 8}"
+            "devices: all\ndevice-filter: \"0x20B010DE\"\nmig-enabled: true\nmig-devices: {\"3g.20gb\": 3}"
         )),
-        "mig-configs.x[0].mig-devices: \"1g.5gb\": 8 instances do not fit on NVIDIA A100-SXM4-40GB, which holds at \
-         most 7"
+        "mig-configs.x[0].mig-devices: \"3g.20gb\": 3 instances do not fit on NVIDIA A100-SXM4-40GB, which holds \
+         at most 2"
     );
+}
+
+/// The bound holds on every GPU, known or not: a count near `u32::MAX` is refused while the file is read, so that
+/// no later step (the planner expands counts into one entry per device) ever sees it.
+#[test]
+fn counts_beyond_any_gpu_are_refused_whatever_the_filter() {
+    for (filter, count) in [
+        ("", "4294967295"),
+        ("device-filter: \"0x999910DE\"\n", "8"),
+        ("device-filter: \"0x20B010DE\"\n", "4294967296"),
+        ("", "9223372036854775807"),
+    ] {
+        assert_eq!(
+            error(&one_entry(
+                "x",
+                &format!(
+                    "devices: all\n{filter}mig-enabled: true\nmig-devices: {{\"1g.5gb\": {count}}}"
+                )
+            )),
+            format!(
+                "mig-configs.x[0].mig-devices: \"1g.5gb\": {count} is more MIG devices than a GPU holds, use at \
+                 most 7"
+            )
+        );
+    }
+}
+
+/// Counts that each fit but add up to more devices than a GPU holds are refused before any model is consulted.
+#[test]
+fn counts_that_add_up_beyond_any_gpu_are_refused() {
+    assert_eq!(
+        error(&one_entry(
+            "x",
+            "devices: all\nmig-enabled: true\nmig-devices: {\"1g.5gb\": 7, \"1g.10gb\": 7, \"2g.10gb\": 1}"
+        )),
+        "mig-configs.x[0].mig-devices: 15 MIG devices in all, more than a GPU holds: use at most 7 per entry"
+    );
+    let config = valid(&one_entry(
+        "x",
+        "devices: all\nmig-enabled: true\nmig-devices: {\"1g.5gb\": 3, \"2g.10gb\": 2}",
+    ));
+    assert!(config.mig_configs.contains_key("x"));
 }
 
 #[test]

@@ -5,7 +5,10 @@ use std::collections::BTreeSet;
 
 use super::MigConfigEntry;
 use crate::config::{ConfigError, label_value_problem};
-use crate::mig::{GpuInstanceProfileName, GpuModel, MigProfileName, model_by_pci_device_id};
+use crate::mig::{
+    GpuInstanceProfileName, GpuModel, MAX_MIG_DEVICES_PER_GPU, MigProfileName,
+    model_by_pci_device_id,
+};
 
 /// Checks the typed entries of config `name` (at `path`, `mig-configs.<name>`); returns the first problem, entries
 /// in file order.
@@ -54,6 +57,16 @@ fn validate_entry(path: &str, entry: &MigConfigEntry) -> Result<(), ConfigError>
         (Some(counts), true) => counts,
         (_, false) => return Ok(()),
     };
+    // Each count is at most the bound, so the sum of a map's counts cannot overflow before it is compared.
+    let total: u64 = counts.values().map(|&count| u64::from(count)).sum();
+    if total > u64::from(MAX_MIG_DEVICES_PER_GPU) {
+        return Err(ConfigError::invalid(
+            devices_path,
+            format!(
+                "{total} MIG devices in all, more than a GPU holds: use at most {MAX_MIG_DEVICES_PER_GPU} per entry"
+            ),
+        ));
+    }
 
     // Only the models the catalog knows can be checked here. The rest of the filter, and an entry without a filter
     // (which applies to whatever GPU a node has), are checked on the node against the GPU NVML reports.
