@@ -174,7 +174,13 @@ fn dra_objects_follow_the_served_apis(helm: &Helm) -> anyhow::Result<()> {
 fn every_object_has_the_standard_labels(helm: &Helm) -> anyhow::Result<()> {
     // Every optional object switched on, the DeviceClasses included.
     let mut args = vec!["template", "gpu-operator", &helm.chart];
-    args.extend(["--set", "dashboard.enabled=true"]);
+    for value in [
+        "dashboard.enabled=true",
+        "prometheusRule.enabled=true",
+        "operator.serviceMonitor.enabled=true",
+    ] {
+        args.extend(["--set", value]);
+    }
     for api in DRA_APIS_1_34 {
         args.extend(["--api-versions", api]);
     }

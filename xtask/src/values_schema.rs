@@ -344,6 +344,14 @@ fn operator_section(spec: &Value) -> anyhow::Result<Value> {
             "additionalProperties": false
         })),
         "metrics": ignored(json!({"type": "object"})),
+        "serviceMonitor": closed_object(
+            "A Service and a ServiceMonitor for the operator's own metrics.",
+            json!({
+                "enabled": boolean("Whether the chart creates them (needs the Prometheus operator's CRDs)."),
+                "interval": field(&["dcgmExporter", "serviceMonitor", "interval"])?,
+                "additionalLabels": field(&["dcgmExporter", "serviceMonitor", "additionalLabels"])?,
+            }),
+        ),
     });
     properties.extend(chart.as_object().cloned().unwrap_or_default());
     Ok(closed_object(
@@ -377,6 +385,13 @@ fn chart_sections(spec: &Value) -> anyhow::Result<Map<String, Value>> {
                 "enabled": boolean("Whether the chart creates the dashboard ConfigMap."),
                 "namespace": string("Its namespace; empty: the release namespace."),
                 "labels": schema_at(spec, &["daemonsets", "labels"])?,
+            }),
+        ),
+        "prometheusRule": closed_object(
+            "A PrometheusRule with alerts on the metrics of the operator, the node status exporter, the exporter and the watchdog.",
+            json!({
+                "enabled": boolean("Whether the chart creates it (needs the Prometheus operator's CRDs)."),
+                "additionalLabels": schema_at(spec, &["dcgmExporter", "serviceMonitor", "additionalLabels"])?,
             }),
         ),
         "nfd": closed_object(

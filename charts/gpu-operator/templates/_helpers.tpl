@@ -10,11 +10,11 @@ the object comes from (one part of the stack per file), so that every template i
       "deployment.yaml" "operator"
       "device-plugin-rbac.yaml" "device-plugin"
       "deviceclasses.yaml" "dra"
+      "monitoring.yaml" "monitoring"
       "node-agent-rbac.yaml" "node-agent"
       "node-bound-writes.yaml" "node-agent"
       "node-facts.yaml" "node-facts"
       "operand-serviceaccounts.yaml" "operands"
-      "prometheusrule.yaml" "monitoring"
       "rbac.yaml" "operator"
       "serviceaccount.yaml" "operator"
       "uninstall-hook.yaml" "uninstall" }}

@@ -365,7 +365,9 @@ pub struct ServiceMonitorSpec {
     /// Scrape interval such as 15s; Prometheus' global interval when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
-    /// Keep the metric's labels when they collide with target labels.
+    /// Keep the metric's labels when they collide with target labels. Default true (NVIDIA's: false): the series
+    /// carry the `pod` and `namespace` of the workload using the GPU, which would otherwise become exported_pod
+    /// and exported_namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub honor_labels: Option<bool>,
     /// Labels added to the ServiceMonitor, e.g. the release label your Prometheus selects.

@@ -85,7 +85,8 @@ fn service(
 }
 
 /// The ServiceMonitor, when enabled, as JSON (its types are the Prometheus operator's): scrapes the Service's
-/// port at /metrics, labelled with `additionalLabels` so the user's Prometheus selects it.
+/// port at /metrics, keeping the series' own `pod` and `namespace`, labelled with `additionalLabels` so the
+/// user's Prometheus selects it.
 fn service_monitor(
     policy: &ValidatedPolicy,
     facts: &ClusterFacts,
@@ -106,9 +107,12 @@ fn service_monitor(
     if let Some(interval) = settings.interval.as_deref().filter(|i| !i.is_empty()) {
         endpoint["interval"] = interval.into();
     }
-    if let Some(honor_labels) = settings.honor_labels {
-        endpoint["honorLabels"] = honor_labels.into();
-    }
+    // The exporter and the watchdog label each series with the `pod` and `namespace` of the workload using the
+    // GPU, the labels the dashboard groups by. Prometheus' target labels of the same names (the exporter's own pod)
+    // would rename them to exported_pod and exported_namespace unless the series' labels are honoured, so unset
+    // means true here, where NVIDIA's default is false. An explicit false (as NVIDIA's values file writes) is kept
+    // for queries written against exported_*.
+    endpoint["honorLabels"] = settings.honor_labels.unwrap_or(true).into();
     if !settings.relabelings.is_empty() {
         endpoint["relabelings"] = Value::Array(settings.relabelings.clone());
     }
@@ -122,4 +126,48 @@ fn service_monitor(
             "endpoints": [endpoint],
         },
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::fixture::{one_node, policy};
+
+    fn monitor(settings: Value) -> Value {
+        let policy = policy(json!({}));
+        let facts = one_node();
+        let metrics = MetricsPort {
+            component: Component::DcgmExporter,
+            port: 9400,
+            service_port_name: "gpu-metrics",
+        };
+        let settings: ServiceMonitorSpec = serde_json::from_value(settings).expect("settings");
+        match service_monitor(&policy, &facts, &metrics, Some(&settings)) {
+            Some(RenderedObject::ServiceMonitor(monitor)) => monitor,
+            other => panic!("expected a ServiceMonitor, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn service_monitor_honours_the_series_labels_unless_told_not_to() {
+        let default = monitor(json!({"enabled": true}));
+        assert_eq!(default["spec"]["endpoints"][0]["honorLabels"], true);
+        let nvidias = monitor(json!({"enabled": true, "honorLabels": false}));
+        assert_eq!(nvidias["spec"]["endpoints"][0]["honorLabels"], false);
+    }
+
+    #[test]
+    fn service_monitor_carries_the_additional_labels() {
+        let labelled = monitor(
+            json!({"enabled": true, "additionalLabels": {"release": "kube-prometheus-stack"}}),
+        );
+        assert_eq!(
+            labelled["metadata"]["labels"]["release"],
+            "kube-prometheus-stack"
+        );
+        assert_eq!(
+            labelled["metadata"]["labels"][APP_LABEL],
+            "nvidia-dcgm-exporter"
+        );
+    }
 }
