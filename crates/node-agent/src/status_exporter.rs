@@ -2,15 +2,20 @@
 //! as Prometheus gauges on port 8000, so that alerts can fire on a node whose driver stopped validating, whose MIG
 //! change failed or whose GPUs went Unhealthy, without reading the API server:
 //!
+//! - `gpu_operator_node_metrics_ready_ts_seconds`: when the exporter started (Unix time);
 //! - `gpu_operator_node_driver_ready`, `gpu_operator_node_toolkit_ready`: 1 while the validator's ready file
-//!   exists, else 0; `gpu_operator_node_{driver,toolkit}_validation_last_success_seconds`: when it was written
-//!   (Unix time), only while it exists;
+//!   exists, else 0; `gpu_operator_node_driver_validation`: the same for the driver, which the validator writes
+//!   only once the driver validated; `gpu_operator_node_{driver,toolkit}_validation_last_success_ts_seconds`: when
+//!   it was written (Unix time), only while it exists;
 //! - from the node's GPUNode status: `gpu_operator_node_gpus`, `gpu_operator_node_device_plugin_devices{resource}`
-//!   (healthy devices advertised), `gpu_operator_node_device_plugin_unhealthy_gpus`,
-//!   `gpu_operator_node_mig_config_state{config, state}` and `gpu_operator_node_health{health}` (1 for the current
-//!   value). The GPUNode is watched, so a scrape costs no API call.
+//!   (healthy devices advertised) and their sum `gpu_operator_node_device_plugin_devices_total`,
+//!   `gpu_operator_node_device_plugin_unhealthy_gpus`, `gpu_operator_node_mig_config_state{config, state}` and
+//!   `gpu_operator_node_health{health}` (1 for the current value). The GPUNode is watched, so a scrape costs no API
+//!   call.
 //!
-//! Every series carries `node`. [`render`] is pure; [`run`] reads the files, watches the GPUNode and serves HTTP.
+//! The names NVIDIA's node status exporter also serves (its validator's metrics.go) have its meaning, type (gauge)
+//! and label (`node`), so that its alert rules keep firing. Every series carries `node`. [`render`] is pure; [`run`]
+//! reads the files, watches the GPUNode and serves HTTP.
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -43,10 +48,12 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const PARTS: [(Part, &str); 2] = [(Part::Driver, "driver"), (Part::Toolkit, "toolkit")];
 
 /// What one scrape reports: the ready files (when each was written, `None` when missing) and GPUNode status.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeState {
     /// The node's name (the `node` label).
     pub node: String,
+    /// When the exporter started.
+    pub started: SystemTime,
     /// Each validated part's ready file: when it was written, or `None` while it is missing.
     pub ready: Vec<(Part, Option<SystemTime>)>,
     /// The node's GPUNode status, `None` while there is none.
@@ -72,6 +79,20 @@ pub fn render(state: &NodeState) -> String {
             .map(|(key, value)| (key.to_owned(), value.to_owned()))
             .collect()
     };
+    let unix_seconds = |at: SystemTime| {
+        at.duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|since| i64::try_from(since.as_secs()).ok())
+    };
+    if let Some(seconds) = unix_seconds(state.started) {
+        family(
+            &mut registry,
+            "gpu_operator_node_metrics_ready_ts_seconds",
+            "When the node status exporter started (Unix time).",
+        )
+        .get_or_create(&node(&[]))
+        .set(seconds);
+    }
     for (part, name) in PARTS {
         let written = state
             .ready
@@ -85,15 +106,21 @@ pub fn render(state: &NodeState) -> String {
         )
         .get_or_create(&node(&[]))
         .set(i64::from(written.is_some()));
+        if part == Part::Driver {
+            family(
+                &mut registry,
+                "gpu_operator_node_driver_validation",
+                "1 if the driver validated on the node (its ready file exists), else 0.",
+            )
+            .get_or_create(&node(&[]))
+            .set(i64::from(written.is_some()));
+        }
         let last_success = family(
             &mut registry,
-            &format!("gpu_operator_node_{name}_validation_last_success_seconds"),
+            &format!("gpu_operator_node_{name}_validation_last_success_ts_seconds"),
             &format!("When the {name} last validated (Unix time), while it is ready."),
         );
-        if let Some(seconds) = written
-            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
-            .and_then(|since| i64::try_from(since.as_secs()).ok())
-        {
+        if let Some(seconds) = written.and_then(unix_seconds) {
             last_success.get_or_create(&node(&[])).set(seconds);
         }
     }
@@ -112,6 +139,13 @@ pub fn render(state: &NodeState) -> String {
                     .get_or_create(&node(&[("resource", &resource.name)]))
                     .set(i64::from(resource.count));
             }
+            family(
+                &mut registry,
+                "gpu_operator_node_device_plugin_devices_total",
+                "Number of GPU devices the device plugin advertises on the node, every resource together.",
+            )
+            .get_or_create(&node(&[]))
+            .set(plugin.resources.iter().map(|r| i64::from(r.count)).sum());
             family(
                 &mut registry,
                 "gpu_operator_node_device_plugin_unhealthy_gpus",
@@ -164,6 +198,7 @@ fn read_ready(folder: &Path) -> Vec<(Part, Option<SystemTime>)> {
 #[derive(Clone)]
 struct Sources {
     node: String,
+    started: SystemTime,
     validations: PathBuf,
     status: watch::Receiver<Option<GpuNodeStatus>>,
 }
@@ -171,6 +206,7 @@ struct Sources {
 async fn metrics(State(sources): State<Sources>) -> ([(HeaderName, &'static str); 1], String) {
     let state = NodeState {
         node: sources.node.clone(),
+        started: sources.started,
         ready: read_ready(&sources.validations),
         status: sources.status.borrow().clone(),
     };
@@ -192,6 +228,7 @@ pub async fn run(args: StatusExporterArgs) -> anyhow::Result<()> {
     });
     let sources = Sources {
         node: args.node_name.clone(),
+        started: SystemTime::now(),
         validations: args.validations_dir.clone(),
         status,
     };
@@ -227,6 +264,7 @@ mod tests {
         let written = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let text = render(&NodeState {
             node: "gpu-0".into(),
+            started: written,
             ready: vec![(Part::Driver, Some(written)), (Part::Toolkit, None)],
             status: None,
         });
@@ -241,20 +279,40 @@ mod tests {
         assert_eq!(
             line(
                 &text,
-                "gpu_operator_node_driver_validation_last_success_seconds{"
+                "gpu_operator_node_driver_validation_last_success_ts_seconds{"
             ),
             Some(
-                "gpu_operator_node_driver_validation_last_success_seconds{node=\"gpu-0\"} 1700000000"
+                "gpu_operator_node_driver_validation_last_success_ts_seconds{node=\"gpu-0\"} 1700000000"
             )
         );
         assert_eq!(
             line(
                 &text,
-                "gpu_operator_node_toolkit_validation_last_success_seconds{"
+                "gpu_operator_node_toolkit_validation_last_success_ts_seconds{"
             ),
             None,
             "not ready: no time"
         );
+        assert_eq!(
+            line(&text, "gpu_operator_node_driver_validation{"),
+            Some("gpu_operator_node_driver_validation{node=\"gpu-0\"} 1")
+        );
+        assert_eq!(
+            line(&text, "gpu_operator_node_metrics_ready_ts_seconds{"),
+            Some("gpu_operator_node_metrics_ready_ts_seconds{node=\"gpu-0\"} 1700000000")
+        );
+        for nvidia_gauge in [
+            "gpu_operator_node_metrics_ready_ts_seconds",
+            "gpu_operator_node_driver_ready",
+            "gpu_operator_node_driver_validation",
+            "gpu_operator_node_driver_validation_last_success_ts_seconds",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l == format!("# TYPE {nvidia_gauge} gauge")),
+                "{nvidia_gauge} is a gauge\n{text}"
+            );
+        }
         assert!(
             line(&text, "gpu_operator_node_gpus{").is_none(),
             "no GPUNode yet"
@@ -285,12 +343,14 @@ mod tests {
         };
         let text = render(&NodeState {
             node: "gpu-0".into(),
+            started: UNIX_EPOCH,
             ready: Vec::new(),
             status: Some(status),
         });
         for expected in [
             "gpu_operator_node_gpus{node=\"gpu-0\"} 4",
             "gpu_operator_node_device_plugin_devices{node=\"gpu-0\",resource=\"nvidia.com/gpu.shared\"} 12",
+            "gpu_operator_node_device_plugin_devices_total{node=\"gpu-0\"} 12",
             "gpu_operator_node_device_plugin_unhealthy_gpus{node=\"gpu-0\"} 1",
             "gpu_operator_node_mig_config_state{node=\"gpu-0\",config=\"all-1g.10gb\",state=\"failed\"} 1",
             "gpu_operator_node_health{node=\"gpu-0\",health=\"Degraded\"} 1",

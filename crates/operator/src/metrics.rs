@@ -1,7 +1,9 @@
-//! The operator's own Prometheus metrics, served on /metrics beside the probes.
+//! The operator's own Prometheus metrics, served on /metrics beside the probes: ours, and those of NVIDIA's
+//! operator (controllers/operator_metrics.go) whose meaning this operator has, with NVIDIA's names, types and
+//! values, so that alert rules written for NVIDIA's operator keep firing after a switch.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -30,7 +32,37 @@ pub struct Metrics {
     pub gpu_nodes: Gauge,
     pub components_enabled: Gauge,
     pub components_ready: Gauge,
+    nvidia: NvidiaMetrics,
     registry: Registry,
+}
+
+/// NVIDIA's operator metrics, by their names there.
+#[derive(Debug, Default)]
+struct NvidiaMetrics {
+    /// `gpu_operator_gpu_nodes_total`.
+    gpu_nodes_total: Gauge,
+    /// `gpu_operator_reconciliation_status`: one of the [`ReconciliationStatus`] values.
+    reconciliation_status: Gauge,
+    /// `gpu_operator_reconciliation_last_success_ts_seconds`: Unix time of the last reconcile that found every
+    /// enabled component ready.
+    last_success: Gauge,
+    /// `gpu_operator_reconciliation_total`.
+    reconciliations: Counter,
+    /// `gpu_operator_reconciliation_failed_total`.
+    failed: Counter,
+}
+
+/// The values of `gpu_operator_reconciliation_status`, as NVIDIA's operator sets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconciliationStatus {
+    /// Every enabled component is ready.
+    Success = 1,
+    /// The policy was applied and some component is not ready yet.
+    NotReady = 0,
+    /// The ClusterPolicy cannot be used (this operator: its spec is invalid).
+    ClusterPolicyUnavailable = -1,
+    /// The reconcile failed.
+    OperatorError = -2,
 }
 
 impl Default for Metrics {
@@ -68,6 +100,33 @@ impl Default for Metrics {
             "Enabled operands that are ready on every GPU node",
             components_ready.clone(),
         );
+        let nvidia = NvidiaMetrics::default();
+        registry.register(
+            "gpu_nodes_total",
+            "Number of nodes with GPUs (NVIDIA's name)",
+            nvidia.gpu_nodes_total.clone(),
+        );
+        registry.register(
+            "reconciliation_status",
+            "1 if the reconciliation is currently successful, 0 if the operands are not ready, -1 if the cluster policy is unavailable, -2 if an error occurred within the operator",
+            nvidia.reconciliation_status.clone(),
+        );
+        registry.register(
+            "reconciliation_last_success_ts_seconds",
+            "Timestamp (in seconds) of the last reconciliation that found every enabled operand ready",
+            nvidia.last_success.clone(),
+        );
+        // Counters get the `_total` suffix from the encoder.
+        registry.register(
+            "reconciliation",
+            "Total number of reconciliations",
+            nvidia.reconciliations.clone(),
+        );
+        registry.register(
+            "reconciliation_failed",
+            "Number of failed reconciliations",
+            nvidia.failed.clone(),
+        );
         Self {
             reconcile_duration,
             reconcile_errors,
@@ -75,6 +134,7 @@ impl Default for Metrics {
             gpu_nodes,
             components_enabled,
             components_ready,
+            nvidia,
             registry,
         }
     }
@@ -87,14 +147,49 @@ impl Metrics {
 
     pub fn observe_reconcile(&self, elapsed: Duration) {
         self.reconcile_duration.observe(elapsed.as_secs_f64());
+        self.nvidia.reconciliations.inc();
     }
 
+    /// A failed reconcile; `validate` (an invalid spec) leaves the ClusterPolicy unusable, any other reason is an
+    /// error of the operator's, as NVIDIA's operator tells them apart.
     pub fn count_error(&self, reason: &str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels {
                 reason: reason.into(),
             })
             .inc();
+        self.nvidia.failed.inc();
+        let status = if reason == "validate" {
+            ReconciliationStatus::ClusterPolicyUnavailable
+        } else {
+            ReconciliationStatus::OperatorError
+        };
+        self.nvidia.reconciliation_status.set(status as i64);
+    }
+
+    /// What a reconcile that applied the policy found: GPU nodes, enabled and ready components, at `now`.
+    pub fn record_policy_status(
+        &self,
+        gpu_nodes: usize,
+        enabled: usize,
+        ready: usize,
+        now: SystemTime,
+    ) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.gpu_nodes.set(count(gpu_nodes));
+        self.nvidia.gpu_nodes_total.set(count(gpu_nodes));
+        self.components_enabled.set(count(enabled));
+        self.components_ready.set(count(ready));
+        let status = if ready >= enabled {
+            let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            self.nvidia
+                .last_success
+                .set(i64::try_from(seconds).unwrap_or(i64::MAX));
+            ReconciliationStatus::Success
+        } else {
+            ReconciliationStatus::NotReady
+        };
+        self.nvidia.reconciliation_status.set(status as i64);
     }
 
     pub fn count_unreadable(&self, kind: &str) {
@@ -132,5 +227,90 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("gpu_operator_gpu_nodes 3"), "{text}");
+    }
+
+    /// The value of the series `name` (no labels) in `text`.
+    fn value(text: &str, name: &str) -> Option<String> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .map(str::to_owned)
+    }
+
+    /// `# TYPE` of `name` in `text`.
+    fn type_of(text: &str, name: &str) -> Option<String> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("# TYPE {name} ")))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn serves_nvidias_operator_metrics_with_their_names_types_and_values() {
+        let metrics = Metrics::default();
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        metrics.record_policy_status(4, 6, 5, now);
+        metrics.observe_reconcile(Duration::from_millis(3));
+        let text = metrics.encode();
+        assert_eq!(
+            value(&text, "gpu_operator_gpu_nodes_total").as_deref(),
+            Some("4")
+        );
+        assert_eq!(
+            type_of(&text, "gpu_operator_gpu_nodes_total").as_deref(),
+            Some("gauge")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_status").as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            type_of(&text, "gpu_operator_reconciliation_status").as_deref(),
+            Some("gauge")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_total").as_deref(),
+            Some("1")
+        );
+        // OpenMetrics names a counter's family without `_total`; Prometheus stores the sample's name.
+        assert_eq!(
+            type_of(&text, "gpu_operator_reconciliation").as_deref(),
+            Some("counter")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_last_success_ts_seconds").as_deref(),
+            Some("0"),
+            "never successful yet"
+        );
+
+        metrics.record_policy_status(4, 6, 6, now);
+        let text = metrics.encode();
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_status").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_last_success_ts_seconds").as_deref(),
+            Some("1700000000")
+        );
+
+        metrics.count_error("apply");
+        let text = metrics.encode();
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_status").as_deref(),
+            Some("-2")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_failed_total").as_deref(),
+            Some("1")
+        );
+        metrics.count_error("validate");
+        let text = metrics.encode();
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_status").as_deref(),
+            Some("-1")
+        );
+        assert_eq!(
+            value(&text, "gpu_operator_reconciliation_failed_total").as_deref(),
+            Some("2")
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crd::cluster_policy::ClusterPolicyStatus;
 use crd::{ClusterPolicy, GPUNode};
@@ -205,20 +206,17 @@ async fn compute_status(
                 .extend(built.summary.skipped.iter().cloned());
         }
     }
-    context
-        .metrics
-        .gpu_nodes
-        .set(built.facts.gpu_nodes.len() as i64);
-    context
-        .metrics
-        .components_enabled
-        .set(built.policy.enabled().len() as i64);
     let ready = status
         .components
         .iter()
         .filter(|c| c.enabled && c.state == "ready")
         .count();
-    context.metrics.components_ready.set(ready as i64);
+    context.metrics.record_policy_status(
+        built.facts.gpu_nodes.len(),
+        built.policy.enabled().len(),
+        ready,
+        SystemTime::now(),
+    );
     status
 }
 
