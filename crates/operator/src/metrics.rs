@@ -243,6 +243,18 @@ mod tests {
             .map(str::to_owned)
     }
 
+    /// Asserts each `(series, value)` of the current scrape.
+    fn assert_values(metrics: &Metrics, expected: &[(&str, &str)]) {
+        let text = metrics.encode();
+        for (name, wanted) in expected {
+            assert_eq!(
+                value(&text, name).as_deref(),
+                Some(*wanted),
+                "{name}\n{text}"
+            );
+        }
+    }
+
     #[test]
     fn serves_nvidias_operator_metrics_with_their_names_types_and_values() {
         let metrics = Metrics::default();
@@ -250,67 +262,60 @@ mod tests {
         metrics.record_policy_status(4, 6, 5, now);
         metrics.observe_reconcile(Duration::from_millis(3));
         let text = metrics.encode();
-        assert_eq!(
-            value(&text, "gpu_operator_gpu_nodes_total").as_deref(),
-            Some("4")
-        );
-        assert_eq!(
-            type_of(&text, "gpu_operator_gpu_nodes_total").as_deref(),
-            Some("gauge")
-        );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_status").as_deref(),
-            Some("0")
-        );
-        assert_eq!(
-            type_of(&text, "gpu_operator_reconciliation_status").as_deref(),
-            Some("gauge")
-        );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_total").as_deref(),
-            Some("1")
-        );
+        for gauge in [
+            "gpu_operator_gpu_nodes_total",
+            "gpu_operator_reconciliation_status",
+            "gpu_operator_reconciliation_last_success_ts_seconds",
+        ] {
+            assert_eq!(type_of(&text, gauge).as_deref(), Some("gauge"), "{gauge}");
+        }
         // OpenMetrics names a counter's family without `_total`; Prometheus stores the sample's name.
-        assert_eq!(
-            type_of(&text, "gpu_operator_reconciliation").as_deref(),
-            Some("counter")
+        for counter in [
+            "gpu_operator_reconciliation",
+            "gpu_operator_reconciliation_failed",
+        ] {
+            assert_eq!(
+                type_of(&text, counter).as_deref(),
+                Some("counter"),
+                "{counter}"
+            );
+        }
+        // One component not ready: never successful yet.
+        assert_values(
+            &metrics,
+            &[
+                ("gpu_operator_gpu_nodes_total", "4"),
+                ("gpu_operator_reconciliation_status", "0"),
+                ("gpu_operator_reconciliation_total", "1"),
+                ("gpu_operator_reconciliation_last_success_ts_seconds", "0"),
+            ],
         );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_last_success_ts_seconds").as_deref(),
-            Some("0"),
-            "never successful yet"
-        );
-
         metrics.record_policy_status(4, 6, 6, now);
-        let text = metrics.encode();
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_status").as_deref(),
-            Some("1")
+        assert_values(
+            &metrics,
+            &[
+                ("gpu_operator_reconciliation_status", "1"),
+                (
+                    "gpu_operator_reconciliation_last_success_ts_seconds",
+                    "1700000000",
+                ),
+            ],
         );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_last_success_ts_seconds").as_deref(),
-            Some("1700000000")
-        );
-
         metrics.count_error("apply");
-        let text = metrics.encode();
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_status").as_deref(),
-            Some("-2")
-        );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_failed_total").as_deref(),
-            Some("1")
+        assert_values(
+            &metrics,
+            &[
+                ("gpu_operator_reconciliation_status", "-2"),
+                ("gpu_operator_reconciliation_failed_total", "1"),
+            ],
         );
         metrics.count_error("validate");
-        let text = metrics.encode();
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_status").as_deref(),
-            Some("-1")
-        );
-        assert_eq!(
-            value(&text, "gpu_operator_reconciliation_failed_total").as_deref(),
-            Some("2")
+        assert_values(
+            &metrics,
+            &[
+                ("gpu_operator_reconciliation_status", "-1"),
+                ("gpu_operator_reconciliation_failed_total", "2"),
+            ],
         );
     }
 }
