@@ -1,8 +1,8 @@
 //! `cargo xtask chart`: the Helm chart's checks that need only the helm binary, no cluster. `helm lint --strict`
-//! with every values file users start from (none, NVIDIA's complete values file, ours in examples/); a misspelled
-//! key refused by the values schema, with the key named; DRA objects only where the API server serves
-//! resource.k8s.io/v1; Kubernetes versions below Chart.yaml's kubeVersion refused; Helm's standard labels on every
-//! object the chart renders.
+//! and `helm template` with every values file users start from (none, NVIDIA's complete values file, ours in
+//! examples/); a misspelled key refused by the values schema (lint, template and install), with the key named; DRA
+//! objects only where the API server serves resource.k8s.io/v1; Kubernetes versions below Chart.yaml's kubeVersion
+//! refused; Helm's standard labels on every object the chart renders.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,13 +90,15 @@ fn refuses_misspelled_keys(helm: &Helm) -> anyhow::Result<()> {
     let typo = dir.join("misspelled-values.yaml");
     std::fs::write(&typo, "devicePlugin:\n  enabeld: true\n")?;
     let typo = typo.display().to_string();
-    for command in ["lint", "template"] {
-        let mut args = vec![command];
-        args.extend(if command == "lint" {
-            ["--strict", &helm.chart]
-        } else {
-            ["gpu-operator", &helm.chart]
-        });
+    // `install --dry-run=client` validates as `install` does, without a cluster.
+    let commands: [&[&str]; 3] = [
+        &["lint", "--strict", &helm.chart],
+        &["template", "gpu-operator", &helm.chart],
+        &["install", "gpu-operator", &helm.chart, "--dry-run=client"],
+    ];
+    for command_line in commands {
+        let command = command_line[0];
+        let mut args = command_line.to_vec();
         args.extend(["-f", &typo]);
         let outcome = helm.outcome(&args)?;
         ensure!(
