@@ -480,6 +480,9 @@ impl Operator {
             &[
                 ("WEBHOOK_LISTEN", address.as_str()),
                 ("WEBHOOK_URL", url.as_str()),
+                // Templates no pod names are swept within seconds, so the suites see it happen.
+                ("HAMI_TEMPLATES_UNUSED_FOR_SECONDS", "5"),
+                ("HAMI_TEMPLATES_SWEEP_EVERY_SECONDS", "2"),
             ],
         );
         operator.wait_ready(Duration::from_secs(90));

@@ -734,8 +734,12 @@ impl Drop for HamiCleanup {
             "--wait=false",
         ]);
         clean_up(&["mutatingwebhookconfiguration", "gpu-operator-hami"]);
+        clean_up(&["namespace", QUOTA_NAMESPACE, "--wait=false"]);
     }
 }
+
+/// The namespace of the HAMi suite's GPU quota.
+const QUOTA_NAMESPACE: &str = "e2e-hami-quota";
 
 #[test]
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
@@ -1003,6 +1007,74 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     wait_unschedulable("hami-cores-2");
 
     step(
+        "GPU quota: a namespace whose ResourceQuota limits nvidia.com/gpu refuses HAMi pods, saying what to add, until the quota charges the claims' class too; then it charges them",
+    );
+    let in_quota_namespace = |name: &str| {
+        let mut pod: Value =
+            serde_json::from_str(&hami_share(name, "e2e-hami-pack", 1000, None)).unwrap();
+        pod["metadata"]["namespace"] = json!(QUOTA_NAMESPACE);
+        kubectl_apply(&pod.to_string(), &[])
+    };
+    apply(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": QUOTA_NAMESPACE}})
+            .to_string(),
+    );
+    let quota = |hard: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": QUOTA_NAMESPACE},
+            "spec": {"hard": hard},
+        })
+        .to_string()
+    };
+    apply(quota(json!({"requests.nvidia.com/gpu": "2"})));
+    let escaping = in_quota_namespace("hami-quota-0");
+    assert!(!escaping.success, "{}", escaping.stdout);
+    assert!(
+        escaping
+            .stderr
+            .contains("ResourceQuota gpus limits requests.nvidia.com/gpu in this namespace")
+            && escaping
+                .stderr
+                .contains("add `shared.gpu.nvidia.com.deviceclass.resource.k8s.io/devices`"),
+        "{}",
+        escaping.stderr
+    );
+    let devices = "shared.gpu.nvidia.com.deviceclass.resource.k8s.io/devices";
+    apply(quota(json!({"requests.nvidia.com/gpu": "2", devices: "1"})));
+    for name in ["hami-quota-0", "hami-quota-1"] {
+        let admitted = in_quota_namespace(name);
+        assert!(admitted.success, "{}", admitted.stderr);
+    }
+    eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", "hami-quota-0", "-n", QUOTA_NAMESPACE]);
+        Ok((pod["status"]["phase"] == "Running").then_some(()))
+    })
+    .expect("the pod within the quota runs");
+    let used = kubectl_json(&["get", "resourcequota", "gpus", "-n", QUOTA_NAMESPACE]);
+    assert_eq!(used["status"]["used"][devices], "1", "{used:#}");
+    let over = eventually(WAIT, || {
+        let events = kubectl_json(&[
+            "get",
+            "events",
+            "-n",
+            QUOTA_NAMESPACE,
+            "--field-selector",
+            "involvedObject.name=hami-quota-1",
+        ]);
+        Ok(events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|event| event["message"].as_str())
+            .find(|message| message.contains("exceeded quota"))
+            .map(str::to_owned))
+    })
+    .expect("the second pod's claim is refused by the quota");
+    eprintln!("the second pod in the quota: {over}");
+    clean_up(&["namespace", QUOTA_NAMESPACE, "--wait=false"]);
+
+    step(
         "a garbage webhook Secret: the restarted operator replaces it, serves again and admits a HAMi pod",
     );
     kubectl(&[
@@ -1030,6 +1102,39 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     assert_ne!(
         secret["data"]["tls.crt"], "bm90IGEgY2VydGlmaWNhdGU=",
         "the garbage certificate was replaced"
+    );
+
+    step(
+        "templates no pod names any more are swept (kept 5 s after their last use here, an hour by default)",
+    );
+    let ours = [
+        "-n",
+        "default",
+        "-l",
+        "app.kubernetes.io/managed-by=gpu-operator",
+    ];
+    let templates = |extra: &[&str]| {
+        let mut args = vec!["get", "resourceclaimtemplates"];
+        args.extend_from_slice(&ours);
+        args.extend_from_slice(extra);
+        kubectl_json(&args)["items"].as_array().map_or(0, Vec::len)
+    };
+    assert!(templates(&[]) > 0, "the webhook's templates exist");
+    kubectl(&[
+        "delete",
+        "pods",
+        "-n",
+        "default",
+        "-l",
+        "nvidia.com/gpu-sharing=hami-dra",
+        "--wait=true",
+    ]);
+    let unused = std::time::Instant::now();
+    eventually(WAIT, || Ok((templates(&[]) == 0).then_some(())))
+        .expect("every template no pod names is deleted");
+    eprintln!(
+        "the last pods gone, their templates were deleted {:.1?} later",
+        unused.elapsed()
     );
     drop(drivers);
 }

@@ -51,6 +51,21 @@ enum Command {
         /// only pods on the node it is bound to; `false` removes its configuration.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NODE_BOUND_EVICTIONS")]
         node_bound_evictions: bool,
+        /// Seconds the leader keeps a ResourceClaimTemplate of the HAMi webhook that no pod names, after its last
+        /// use.
+        #[arg(
+            long,
+            default_value_t = 3600,
+            env = "HAMI_TEMPLATES_UNUSED_FOR_SECONDS"
+        )]
+        hami_templates_unused_for_seconds: u64,
+        /// Seconds between the leader's sweeps of those templates.
+        #[arg(
+            long,
+            default_value_t = 600,
+            env = "HAMI_TEMPLATES_SWEEP_EVERY_SECONDS"
+        )]
+        hami_templates_sweep_every_seconds: u64,
         /// Address of the webhooks' HTTPS server (it runs when either webhook is on).
         #[arg(long, default_value = "0.0.0.0:9443", env = "WEBHOOK_LISTEN")]
         webhook_listen: SocketAddr,
@@ -147,6 +162,8 @@ async fn main() -> anyhow::Result<()> {
             identity,
             hami_webhook,
             node_bound_evictions,
+            hami_templates_unused_for_seconds,
+            hami_templates_sweep_every_seconds,
             webhook_listen,
             webhook_service,
             webhook_url,
@@ -164,6 +181,8 @@ async fn main() -> anyhow::Result<()> {
                 namespace: namespace.clone(),
                 hami: hami_webhook,
                 node_bound_evictions,
+                templates_unused_for: Duration::from_secs(hami_templates_unused_for_seconds),
+                templates_sweep_every: Duration::from_secs(hami_templates_sweep_every_seconds),
             });
             run(health_addr, namespace, identity, webhook).await?;
         }

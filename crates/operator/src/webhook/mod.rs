@@ -6,7 +6,9 @@
 //!
 //! - [`hami`] (pure): the conversion of one pod.
 //! - [`review`]: the HAMi endpoint, with the cluster's shared GPUs from a watch of the driver's slices.
+//! - [`quota`]: the GPU quota a converted pod must still be charged against.
 //! - [`eviction`]: the eviction guard's decision (pure), endpoint and configuration.
+//! - [`template_gc`]: the leader's sweep of the ResourceClaimTemplates no pod uses any more.
 //! - [`certs`] (pure): the webhook's CA and serving certificate; [`tls`]: the Secret that holds them, their
 //!   renewal, and the MutatingWebhookConfiguration; [`server`]: HTTPS with a certificate replaced in place.
 
@@ -30,8 +32,10 @@ use tracing::{info, warn};
 pub mod certs;
 pub mod eviction;
 pub mod hami;
+pub mod quota;
 pub mod review;
 pub mod server;
+pub mod template_gc;
 pub mod tls;
 
 /// The HAMi admission path.
@@ -61,6 +65,10 @@ pub struct Settings {
     pub hami: bool,
     /// Whether node agents' evictions are bound to their nodes.
     pub node_bound_evictions: bool,
+    /// How long the leader keeps a HAMi ResourceClaimTemplate no pod names after its last use.
+    pub templates_unused_for: Duration,
+    /// Time between the leader's sweeps of the templates.
+    pub templates_sweep_every: Duration,
 }
 
 /// Every webhook configuration the operator keeps, with whether `settings` (`None`: no webhook runs) enables it.
@@ -172,6 +180,7 @@ pub async fn run(
             review::Admission {
                 client: client.clone(),
                 slices,
+                templates_unused_for: settings.templates_unused_for,
             },
         ));
     }
@@ -191,6 +200,13 @@ pub async fn run(
             trust(&client, &settings, &stored)
         })
         .await;
+        if settings.hami {
+            tokio::spawn(template_gc::run(
+                client.clone(),
+                settings.templates_sweep_every,
+                settings.templates_unused_for,
+            ));
+        }
         loop {
             tokio::time::sleep(RENEWAL_CHECK).await;
             let checked = tls::ensure_secret(
@@ -339,6 +355,8 @@ mod tests {
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
             node_bound_evictions: true,
+            templates_unused_for: template_gc::UNUSED_FOR,
+            templates_sweep_every: template_gc::SWEEP_EVERY,
         };
         let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (_, leading) = watch::channel(false);
@@ -384,6 +402,8 @@ mod tests {
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
             node_bound_evictions: true,
+            templates_unused_for: template_gc::UNUSED_FOR,
+            templates_sweep_every: template_gc::SWEEP_EVERY,
         };
         let hosts = settings.endpoint.hosts();
         let (stored, _, _) = set_up(&client, &settings, &hosts).await.unwrap();

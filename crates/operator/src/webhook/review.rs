@@ -1,22 +1,27 @@
 //! The admission endpoint: a HAMi pod in, the pod rewritten onto DRA out (a JSON patch), with the
-//! ResourceClaimTemplates it names created first in its namespace. The cluster's shared GPUs come from a watch of
+//! ResourceClaimTemplates it names created first in its namespace, unless a GPU quota of the namespace would not
+//! charge its claims. The cluster's shared GPUs come from a watch of
 //! the DRA driver's ResourceSlices, so admission never waits on a list.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use crd::dra::{ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY, TYPE_GPU};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimSpec, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::Store;
+use serde_json::json;
 use tracing::{info, warn};
 
 use super::hami::{self, DraGpu};
+use super::{quota, template_gc};
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// What the endpoint works with.
@@ -26,6 +31,8 @@ pub struct Admission {
     pub client: Client,
     /// The DRA driver's ResourceSlices, kept current by a watch.
     pub slices: Store<ResourceSlice>,
+    /// How long the leader's sweep keeps a template no pod names after its last use.
+    pub templates_unused_for: Duration,
 }
 
 impl std::fmt::Debug for Admission {
@@ -87,13 +94,16 @@ pub enum TemplateError {
 
 /// Creates `template`; when one of its name exists, checks it is the webhook's and asks for the same. Names are
 /// content-addressed (`hami-gpu-<hash>`), so the webhook's own template of that name says the same; one made by
-/// someone else might not, and trusting it would give the pod other devices than it asked for.
+/// someone else might not, and trusting it would give the pod other devices than it asked for. Either way the
+/// template is marked used ([`template_gc::LAST_USED_ANNOTATION`]), so that the leader's sweep keeps it; one the sweep
+/// deleted meanwhile is created again.
 ///
 /// # Errors
 /// When the API refuses, or the existing template is not this one.
 pub async fn ensure_template(
     templates: &Api<ResourceClaimTemplate>,
     template: &ResourceClaimTemplate,
+    unused_for: Duration,
 ) -> Result<(), TemplateError> {
     let name = template.metadata.name.clone().unwrap_or_default();
     let api = |action| {
@@ -104,11 +114,43 @@ pub async fn ensure_template(
             source,
         }
     };
-    match templates.create(&PostParams::default(), template).await {
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        written => return written.map(drop).map_err(api("create")),
+    let now = Timestamp::now();
+    let mut marked = template.clone();
+    marked.metadata.annotations.get_or_insert_default().insert(
+        template_gc::LAST_USED_ANNOTATION.to_owned(),
+        now.to_string(),
+    );
+    // The second round follows a sweep that deleted the template between the 409 and the mark.
+    for _ in 0..2 {
+        match templates.create(&PostParams::default(), &marked).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            written => return written.map(drop).map_err(api("create")),
+        }
+        let existing = templates.get(&name).await.map_err(api("read"))?;
+        check_existing(&existing, template)?;
+        if !template_gc::needs_mark(&existing, now, unused_for) {
+            return Ok(());
+        }
+        let mark = json!({"metadata": {"annotations": {
+            template_gc::LAST_USED_ANNOTATION: now.to_string(),
+        }}});
+        match templates
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            marked => return marked.map(drop).map_err(api("mark")),
+        }
     }
-    let existing = templates.get(&name).await.map_err(api("read"))?;
+    Err(TemplateError::Deleting { name })
+}
+
+/// Whether the `existing` template of `template`'s name is the webhook's, asks for the same, and stays.
+fn check_existing(
+    existing: &ResourceClaimTemplate,
+    template: &ResourceClaimTemplate,
+) -> Result<(), TemplateError> {
+    let name = existing.metadata.name.clone().unwrap_or_default();
     let foreign = |why| TemplateError::Foreign {
         name: name.clone(),
         why,
@@ -128,7 +170,7 @@ pub async fn ensure_template(
             .and_then(|spec| spec.spec.clone())
             .map(with_api_defaults)
     };
-    if claim(&existing) != claim(template) {
+    if claim(existing) != claim(template) {
         return Err(foreign("asks for other devices"));
     }
     if existing.metadata.deletion_timestamp.is_some() {
@@ -192,11 +234,27 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
             return response.deny(error.to_string());
         }
     };
+    match quota::of_namespace(&admission.client, &namespace).await {
+        Ok(quotas) => {
+            if let Err(why) = quota::check(pod, &conversion.templates, &quotas) {
+                info!(pod = %format!("{namespace}/{pod_name}"), %why, "HAMi pod refused: it would escape a GPU quota");
+                return response.deny(format!("namespace {namespace}: {why}"));
+            }
+        }
+        Err(error) => {
+            warn!(%namespace, %error, "HAMi pod refused: cannot read its namespace's ResourceQuotas");
+            return response.deny(format!(
+                "cannot read the ResourceQuotas of namespace {namespace}, which must charge the pod's claims: {error}"
+            ));
+        }
+    }
     if !request.dry_run {
         let templates =
             Api::<ResourceClaimTemplate>::namespaced(admission.client.clone(), &namespace);
         for template in &conversion.templates {
-            if let Err(error) = ensure_template(&templates, template).await {
+            if let Err(error) =
+                ensure_template(&templates, template, admission.templates_unused_for).await
+            {
                 warn!(%namespace, %error, "HAMi pod refused: its ResourceClaimTemplate is not usable");
                 return response.deny(format!("namespace {namespace}: {error}"));
             }
@@ -234,7 +292,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, expect};
+    use crate::controller::scenario::{Answer, ApiScenario, Expected, expect};
 
     const TEMPLATES: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates";
     const NAME: &str = "hami-gpu-00000000000000aa";
@@ -262,36 +320,88 @@ mod tests {
         template
     }
 
-    /// `ensure_template` for the webhook's 3000 MiB template, when creating it answers 409 and reading it
-    /// answers `existing`.
-    async fn over(existing: Value) -> Result<(), TemplateError> {
-        let (api, client) = ApiScenario::start(vec![
+    /// `ensure_template` for the webhook's 3000 MiB template, when creating it answers 409, reading it answers
+    /// `existing`, and then `more` are expected.
+    async fn over_then(existing: Value, more: Vec<Expected>) -> Result<(), TemplateError> {
+        let mut expected = vec![
             expect(Method::POST, TEMPLATES, Answer::Error(409, "AlreadyExists")),
             expect(
                 Method::GET,
                 &format!("{TEMPLATES}/{NAME}"),
                 Answer::Json(200, existing),
             ),
-        ]);
+        ];
+        expected.extend(more);
+        let (api, client) = ApiScenario::start(expected);
         let ours = serde_json::from_value(template("3000Mi")).unwrap();
-        let result = ensure_template(&Api::namespaced(client, "team"), &ours).await;
+        let result = ensure_template(
+            &Api::namespaced(client, "team"),
+            &ours,
+            template_gc::UNUSED_FOR,
+        )
+        .await;
         api.finish();
         result
     }
 
-    #[tokio::test]
-    async fn a_template_is_created_once() {
-        let (api, client) = ApiScenario::start(vec![expect(Method::POST, TEMPLATES, Answer::Echo)]);
-        let ours = serde_json::from_value(template("3000Mi")).unwrap();
-        ensure_template(&Api::namespaced(client, "team"), &ours)
-            .await
-            .unwrap();
-        assert_eq!(api.finish()[0].body["metadata"]["name"], NAME);
+    /// As [`over_then`] with nothing more expected.
+    async fn over(existing: Value) -> Result<(), TemplateError> {
+        over_then(existing, Vec::new()).await
+    }
+
+    fn marked_now(mut template: Value) -> Value {
+        template["metadata"]["annotations"] =
+            json!({template_gc::LAST_USED_ANNOTATION: Timestamp::now().to_string()});
+        template
     }
 
     #[tokio::test]
-    async fn an_existing_template_the_webhook_wrote_is_used() {
-        over(stored(template("3000Mi"))).await.unwrap();
+    async fn a_template_is_created_once_marked_used() {
+        let (api, client) = ApiScenario::start(vec![expect(Method::POST, TEMPLATES, Answer::Echo)]);
+        let ours = serde_json::from_value(template("3000Mi")).unwrap();
+        ensure_template(
+            &Api::namespaced(client, "team"),
+            &ours,
+            template_gc::UNUSED_FOR,
+        )
+        .await
+        .unwrap();
+        let created = &api.finish()[0].body;
+        assert_eq!(created["metadata"]["name"], NAME);
+        assert!(
+            created["metadata"]["annotations"][template_gc::LAST_USED_ANNOTATION].is_string(),
+            "{created:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_existing_template_the_webhook_wrote_is_used_and_marked() {
+        let mark = expect(
+            Method::PATCH,
+            &format!("{TEMPLATES}/{NAME}"),
+            Answer::Json(200, marked_now(stored(template("3000Mi")))),
+        );
+        over_then(stored(template("3000Mi")), vec![mark])
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_template_marked_moments_ago_is_used_without_a_write() {
+        over(marked_now(stored(template("3000Mi")))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_template_the_sweep_deleted_before_the_mark_is_created_again() {
+        let gone = expect(
+            Method::PATCH,
+            &format!("{TEMPLATES}/{NAME}"),
+            Answer::Error(404, "NotFound"),
+        );
+        let again = expect(Method::POST, TEMPLATES, Answer::Echo);
+        over_then(stored(template("3000Mi")), vec![gone, again])
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
