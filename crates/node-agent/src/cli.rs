@@ -85,16 +85,10 @@ pub struct MigArgs {
     /// ConfigMap naming host services that use the GPUs (accepted for compatibility; see the crate docs).
     #[arg(long)]
     pub gpu_clients_config_map: Option<String>,
-    /// Reboot the node when a MIG mode change needs a GPU reset the platform cannot do.
+    /// Reboot the node when a MIG mode change needs a GPU reset the platform cannot do: SIGINT to the host's
+    /// systemd, which needs the host's PID namespace (the operator renders it with this setting).
     #[arg(long, env = "WITH_REBOOT")]
     pub with_reboot: bool,
-    /// The command that reboots the node (not used on the simulator, where a reboot resets the simulated GPUs).
-    #[arg(
-        long,
-        env = "REBOOT_COMMAND",
-        default_value = "chroot /host systemctl reboot"
-    )]
-    pub reboot_command: String,
     /// How long to wait for the node's GPU clients (device plugin, feature discovery, DCGM) to leave.
     #[arg(long, value_parser = seconds, default_value = "300")]
     pub clients_timeout: Duration,

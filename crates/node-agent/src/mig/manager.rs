@@ -15,7 +15,7 @@ use super::clients::{Progress, rebooting, restore};
 use super::drain::{DrainError, NodePods};
 use super::gpus::{ChangeError, Mismatch, Target};
 use super::observe::{ConfigSource, Rejection, observe};
-use super::reboot::{RebootError, reboot};
+use super::reboot::{Init, RebootError, reboot};
 use super::report::{MigEvent, Reporter};
 use crd::gpu_node::MigState;
 
@@ -41,8 +41,6 @@ pub struct Settings {
     pub default_config: Option<String>,
     /// Whether the node may be rebooted.
     pub with_reboot: bool,
-    /// The command that reboots the node.
-    pub reboot_command: String,
     /// How long the GPU clients get to leave.
     pub clients_timeout: Duration,
     /// How long evictions are retried.
@@ -291,7 +289,7 @@ impl MigManager {
                 "rebooting the node so that a MIG mode change takes effect",
             )
             .await;
-        match reboot(&self.gpus, &self.settings.reboot_command).await {
+        match reboot(&self.gpus, &Init::host_systemd()).await {
             Ok(()) => Ok(()),
             Err(error @ RebootError::Simulated(_)) => Err(ReconcileError::Reboot(error)),
             Err(error) => {

@@ -69,7 +69,6 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
         config_map: config_map.clone(),
         default_config: args.default_config,
         with_reboot: args.with_reboot,
-        reboot_command: args.reboot_command,
         clients_timeout: args.clients_timeout,
         eviction_timeout: args.eviction_timeout,
     };

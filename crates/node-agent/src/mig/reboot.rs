@@ -4,13 +4,40 @@
 //! so that the restarted agent resumes the change and knows a second reboot would not help. On the simulator a
 //! reboot resets every simulated GPU and returns: the next reconcile (the Node just changed) resumes the change,
 //! as the restarted agent of a real node does.
+//!
+//! On a real node no program is run (the image has none to run): the agent sends SIGINT to the host's systemd,
+//! PID 1 of the host's PID namespace, which the operator shares with the MIG manager only when `WITH_REBOOT` is
+//! true. systemd answers SIGINT by starting `ctrl-alt-del.target`, a clean reboot (`reboot.target`) unless the
+//! node's admin changed that target. A host whose init is not systemd is not rebooted: the change fails and says so.
 
-use std::process::ExitStatus;
+use std::path::PathBuf;
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tracing::info;
 
 use super::gpus::{ChangeError, simulated_reboot};
 use node_runtime::backend::Gpus;
+
+/// The process a reboot signals, checked by name first so that a wrong PID namespace never signals something else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Init {
+    /// Its process id.
+    pub pid: i32,
+    /// Its name (`/proc/<pid>/comm`).
+    pub name: &'static str,
+}
+
+impl Init {
+    /// The host's systemd, as the MIG manager sees it in the host's PID namespace.
+    #[must_use]
+    pub fn host_systemd() -> Self {
+        Self {
+            pid: 1,
+            name: "systemd",
+        }
+    }
+}
 
 /// Why the node was not rebooted.
 #[derive(Debug, thiserror::Error)]
@@ -18,36 +45,38 @@ pub enum RebootError {
     /// The simulated GPUs could not be reset.
     #[error("rebooting the simulated node: {0}")]
     Simulated(#[source] ChangeError),
-    /// The reboot command could not be started.
+    /// PID 1 is not the host's systemd: not the host's PID namespace, or a host without systemd.
     #[error(
-        "rebooting with `{command}` failed: {source}; set REBOOT_COMMAND (migManager.env) to a command that \
-         reboots this node from the MIG manager's container"
+        "not rebooting: process {pid} is `{found}`, not the host's {expected}; the MIG manager reboots a node by \
+         signalling systemd in the host's PID namespace, which its DaemonSet shares when migManager.env sets \
+         WITH_REBOOT=true"
     )]
-    Start {
-        /// The command.
-        command: String,
-        /// Why it did not start.
-        source: std::io::Error,
+    NotInit {
+        /// The process looked at.
+        pid: i32,
+        /// The name expected.
+        expected: &'static str,
+        /// Its name, or why it could not be read.
+        found: String,
     },
-    /// The reboot command failed.
-    #[error(
-        "rebooting with `{command}` failed: it exited with {status}; set REBOOT_COMMAND (migManager.env) to a \
-         command that reboots this node from the MIG manager's container"
-    )]
-    Exited {
-        /// The command.
-        command: String,
-        /// How it ended.
-        status: ExitStatus,
+    /// The signal could not be sent.
+    #[error("rebooting: cannot send SIGINT to {expected} (process {pid}): {source}")]
+    Signal {
+        /// The process.
+        pid: i32,
+        /// Its name.
+        expected: &'static str,
+        /// Why.
+        source: nix::Error,
     },
 }
 
-/// Reboots the node: on the simulator, resets the simulated GPUs and returns; on a real node, runs `command` and
-/// waits to be stopped by the shutdown, never returning.
+/// Reboots the node: on the simulator, resets the simulated GPUs and returns; on a real node, sends SIGINT to
+/// `init` and waits to be stopped by the shutdown, never returning.
 ///
 /// # Errors
-/// When the simulated GPUs cannot be reset, or the command does not run or fails.
-pub async fn reboot(gpus: &Gpus, command: &str) -> Result<(), RebootError> {
+/// When the simulated GPUs cannot be reset, or `init` is not the expected process or cannot be signalled.
+pub async fn reboot(gpus: &Gpus, init: &Init) -> Result<(), RebootError> {
     if gpus.simulator().is_some() {
         gpus.run(|gpus| {
             let count = gpus.backend().gpu_count()?;
@@ -60,46 +89,108 @@ pub async fn reboot(gpus: &Gpus, command: &str) -> Result<(), RebootError> {
         info!("simulated reboot done");
         return Ok(());
     }
-    let mut words = command.split_whitespace();
-    let program = words.next().unwrap_or("reboot");
-    let status = tokio::process::Command::new(program)
-        .args(words)
-        .status()
-        .await
-        .map_err(|source| RebootError::Start {
-            command: command.to_owned(),
-            source,
-        })?;
-    if !status.success() {
-        return Err(RebootError::Exited {
-            command: command.to_owned(),
-            status,
+    let found = process_name(init.pid);
+    if found != init.name {
+        return Err(RebootError::NotInit {
+            pid: init.pid,
+            expected: init.name,
+            found,
         });
     }
-    info!("reboot requested; waiting to be stopped");
+    kill(Pid::from_raw(init.pid), Signal::SIGINT).map_err(|source| RebootError::Signal {
+        pid: init.pid,
+        expected: init.name,
+        source,
+    })?;
+    info!(init = init.name, "reboot requested; waiting to be stopped");
     std::future::pending().await
+}
+
+/// A process's name, or why it cannot be read.
+fn process_name(pid: i32) -> String {
+    let path = PathBuf::from(format!("/proc/{pid}/comm"));
+    std::fs::read_to_string(&path).map_or_else(
+        |error| format!("unreadable ({}: {error})", path.display()),
+        |name| name.trim_end().to_owned(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
     use std::sync::Arc;
+
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::process::{Child, Command};
 
     use super::*;
     use node_runtime::testing::simulated;
 
+    fn real_gpus() -> (tempfile::TempDir, Gpus) {
+        let (dir, simulator) = simulated("h100-80gb:1", &[]);
+        (
+            dir,
+            Gpus::from_backend(simulator as Arc<dyn gpu::GpuBackend>),
+        )
+    }
+
+    /// A running `cat`: the line it echoes back proves that it runs as `cat`, not as the test that forked it.
+    async fn cat() -> Child {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cat starts");
+        let mut stdin = child.stdin.take().expect("a stdin");
+        stdin.write_all(b"ready\n").await.expect("cat reads");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("a stdout"))
+            .read_line(&mut line)
+            .await
+            .expect("cat echoes");
+        assert_eq!(line, "ready\n");
+        // Kept open, so that cat waits for more input until it is signalled.
+        child.stdin = Some(stdin);
+        child
+    }
+
+    fn init_of(child: &Child, name: &'static str) -> Init {
+        Init {
+            pid: i32::try_from(child.id().expect("the child runs")).expect("a pid fits i32"),
+            name,
+        }
+    }
+
     #[tokio::test]
-    async fn a_failing_reboot_command_says_which_and_how_to_fix_it() {
-        let (_dir, simulator) = simulated("h100-80gb:1", &[]);
-        let real = Gpus::from_backend(simulator as Arc<dyn gpu::GpuBackend>);
-        let error = reboot(&real, "false").await.unwrap_err();
-        assert!(matches!(error, RebootError::Exited { .. }), "{error}");
+    async fn a_process_that_is_not_the_init_is_never_signalled() {
+        let (_dir, gpus) = real_gpus();
+        let mut child = cat().await;
+        let error = reboot(&gpus, &init_of(&child, "systemd"))
+            .await
+            .unwrap_err();
         assert!(
-            error.to_string().starts_with(
-                "rebooting with `false` failed: it exited with exit status: 1; set REBOOT_COMMAND"
-            ),
+            matches!(&error, RebootError::NotInit { found, .. } if found == "cat"),
             "{error}"
         );
-        let missing = reboot(&real, "/nonexistent/reboot now").await.unwrap_err();
-        assert!(matches!(missing, RebootError::Start { .. }), "{missing}");
+        assert!(error.to_string().contains("WITH_REBOOT=true"), "{error}");
+        assert!(
+            child.try_wait().expect("the child is ours").is_none(),
+            "the process was left alone"
+        );
+        child.kill().await.expect("the child stops");
+    }
+
+    #[tokio::test]
+    async fn the_init_gets_sigint_and_the_agent_waits_to_be_stopped() {
+        let (_dir, gpus) = real_gpus();
+        let mut child = cat().await;
+        let init = init_of(&child, "cat");
+        tokio::select! {
+            result = reboot(&gpus, &init) => panic!("a real reboot never returns: {result:?}"),
+            status = child.wait() => {
+                assert_eq!(status.expect("the child ends").signal(), Some(Signal::SIGINT as i32));
+            }
+        }
     }
 }

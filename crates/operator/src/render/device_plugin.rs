@@ -7,7 +7,8 @@ use crd::paths::{CDI_DIR, DEVICE_PLUGINS_DIR, MPS_ROOT};
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, HostMount, OperandDaemonSet, container, namespace_env, node_name_env, privileged,
+    Awaits, HostMount, OperandDaemonSet, RootFs, container, gpu_access_env, namespace_env,
+    node_name_env, privileged,
 };
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
@@ -30,13 +31,17 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     let mut ds = OperandDaemonSet::new(policy, facts, Component::DevicePlugin);
     ds.main = container("nvidia-device-plugin", command);
     let mut env = vec![node_name_env(), namespace_env(facts)];
+    env.extend(gpu_access_env());
     if spec.dra_driver.is_enabled() {
         // The GPUs the DRA driver takes, which the plugin leaves out (a node's label may override both alike).
         env.push(super::common::env("DRA_GPUS", spec.dra_driver.gpus()));
     }
     ds.main.env = Some(env);
-    // Privileged: the plugin starts MPS control daemons and opens every GPU's device nodes.
-    ds.main.security_context = privileged();
+    // Privileged, as NVIDIA's device plugin in its operator, for a reason that holds on real GPUs: listing MIG
+    // devices needs the MIG capability device nodes (/dev/nvidia-caps), which the runtime gives only to a container
+    // with CAP_SYS_ADMIN, and whether a node uses MIG is its config's choice at run time; the plugin also checks
+    // every GPU's health and starts MPS control daemons on them.
+    ds.main.security_context = privileged(RootFs::ReadOnly);
     ds.mount(&HostMount::same("device-plugins", DEVICE_PLUGINS_DIR));
     ds.mount(&HostMount::same("mps-root", mps_root).create());
     ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());

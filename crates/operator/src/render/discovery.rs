@@ -3,7 +3,8 @@
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, NODE_AGENT, OperandDaemonSet, container, namespace_env, node_name_env,
+    Awaits, NODE_AGENT, OperandDaemonSet, RootFs, User, confined, container, gpu_access_env,
+    namespace_env, node_name_env,
 };
 use super::device_plugin::{config_flags, mig_strategy_flag};
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
@@ -16,7 +17,13 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     let mut ds = OperandDaemonSet::new(policy, facts, Component::GpuFeatureDiscovery);
     ds.main = container(Component::GpuFeatureDiscovery.app_name(), command);
     // The namespace of the device-plugin ConfigMap it reads.
-    ds.main.env = Some(vec![node_name_env(), namespace_env(facts)]);
+    let mut env = vec![node_name_env(), namespace_env(facts)];
+    env.extend(gpu_access_env());
+    ds.main.env = Some(env);
+    // Root without capabilities: NVML lists MIG devices (the `mig-*` labels) only to holders of the MIG monitor
+    // capability device (/dev/nvidia-caps), which is root's only. Its DMI and PCI files are the container's own
+    // read-only sysfs.
+    ds.main.security_context = confined(User::Root, &[], RootFs::ReadOnly);
     ds.await_validation(Awaits::DriverAndToolkit);
     vec![ds.build().into()]
 }

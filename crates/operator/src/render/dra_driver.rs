@@ -7,7 +7,8 @@ use crd::paths::{CDI_DIR, MPS_ROOT};
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, HostMount, OperandDaemonSet, container, env, node_name_env, privileged,
+    Awaits, HostMount, OperandDaemonSet, RootFs, container, env, gpu_access_env, node_name_env,
+    privileged,
 };
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
@@ -18,7 +19,12 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     let spec = &policy.spec.dra_driver;
     let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
     let registry = format!("{}/plugins_registry", kubelet_root.trim_end_matches('/'));
-    let plugins = format!("{}/plugins", kubelet_root.trim_end_matches('/'));
+    // Its own folder under the kubelet's plugins (socket and checkpoint), not the other drivers'.
+    let plugin = format!(
+        "{}/plugins/{}",
+        kubelet_root.trim_end_matches('/'),
+        crd::dra::DRIVER
+    );
     let command = vec![
         "gpu-node-agent",
         "dra-driver",
@@ -33,17 +39,23 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ];
     let mut ds = OperandDaemonSet::new(policy, facts, Component::DraDriver);
     ds.main = container(Component::DraDriver.app_name(), command);
-    ds.main.env = Some(vec![
+    let mut env = vec![
         node_name_env(),
         env("DRA_GPUS", spec.gpus()),
         env("DRA_SHARED_GPUS", spec.shared_gpus()),
-    ]);
-    // Privileged: it starts MPS control daemons for claims on shared GPUs, which open the GPUs' device nodes.
-    ds.main.security_context = privileged();
+    ];
+    env.extend(gpu_access_env());
+    ds.main.env = Some(env);
+    // Privileged, as NVIDIA's DRA kubelet plugin, for a reason that holds on real GPUs: preparing a claim for a MIG
+    // device creates it (CAP_SYS_ADMIN and the MIG configuration capability device of every GPU), and claims on
+    // shared GPUs get MPS control daemons, which open the GPUs' device nodes.
+    ds.main.security_context = privileged(RootFs::ReadOnly);
     ds.mount(&HostMount::same("plugins-registry", &registry));
-    ds.mount(&HostMount::same("plugins", &plugins));
+    ds.mount(&HostMount::same("plugin", &plugin).create());
     ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());
     ds.mount(&HostMount::same("mps-root", MPS_ROOT).create());
+    // The host's /dev, read-only: device nodes made after the container started (a new MIG device's) appear
+    // there, not in the container's own /dev.
     ds.mount(&HostMount::new("host-dev", "/dev", HOST_DEV).read_only());
     ds.await_validation(Awaits::DriverAndToolkit);
     vec![ds.build().into()]

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{EnvFromSource, ExecAction, Probe, SecretEnvSour
 
 use super::RenderedObject;
 use super::common::{
-    HostMount, OperandDaemonSet, config_map_name, container, env, node_name_env, object_name,
-    on_delete, privileged, update_strategy, with_user_env,
+    HostMount, OperandDaemonSet, RootFs, config_map_name, container, env, node_name_env,
+    object_name, on_delete, privileged, update_strategy, with_user_env,
 };
 use crate::model::{ClusterFacts, Component, OsPool, ValidatedPolicy};
 
@@ -67,6 +67,7 @@ fn pool_daemonset(
             .insert(NFD_KERNEL_VERSION.into(), kernel.into());
     }
     ds.update_strategy = driver_update_strategy(policy);
+    // NVIDIA's image looks for the host's processes that hold the driver before it unloads the modules.
     ds.host_pid = true;
 
     ds.main = container("nvidia-driver-ctr", ["nvidia-driver", "init"]);
@@ -84,7 +85,9 @@ fn pool_daemonset(
                 ..EnvFromSource::default()
             }]
         });
-    ds.main.security_context = privileged();
+    // Privileged, with a writable root (NVIDIA's image): it loads kernel modules, builds them in its own
+    // filesystem, and exposes that filesystem to the host through /run/nvidia.
+    ds.main.security_context = privileged(RootFs::Writable);
     ds.main.startup_probe = Some(probe(driver.startup_probe.as_ref(), &STARTUP_DEFAULTS));
     ds.main.liveness_probe = driver
         .liveness_probe
@@ -122,7 +125,8 @@ fn pool_daemonset(
             vec![node_name_env()],
             manager.map_or(&[], |m| m.env.as_slice()),
         ));
-        init.security_context = privileged();
+        // Privileged (NVIDIA's image): it unloads the driver's kernel modules and stops their host users.
+        init.security_context = privileged(RootFs::Writable);
         let default_pull = ImageSpec::default();
         let pull = manager.map_or(&default_pull, |m| &m.image);
         ds.add_init(

@@ -3,8 +3,8 @@
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, config_map_name, container, node_name_env,
-    port,
+    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, RootFs, User, config_map_name, confined,
+    container, gpu_access_env, node_name_env, port,
 };
 use super::metrics::{self, MetricsPort, ServiceSettings};
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
@@ -40,8 +40,13 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
 
     let mut ds = OperandDaemonSet::new(policy, facts, Component::DcgmExporter);
     ds.main = container(Component::DcgmExporter.app_name(), command);
-    ds.main.env = Some(vec![node_name_env()]);
+    let mut env = vec![node_name_env()];
+    env.extend(gpu_access_env());
+    ds.main.env = Some(env);
     ds.main.ports = Some(vec![port("metrics", METRICS.port)]);
+    // Root without capabilities: the kubelet's pod-resources socket and the MIG monitor capability device
+    // (/dev/nvidia-caps, for MIG devices' metrics) are root's only.
+    ds.main.security_context = confined(User::Root, &[], RootFs::ReadOnly);
     // The kubelet's pod-resources API says which pod holds which GPU, for the pod/namespace/container labels.
     ds.mount(&HostMount::pod_resources(policy));
     // The host's procfs: each GPU process's cgroup names its pod, for the per-pod memory series. Read through

@@ -25,6 +25,8 @@ pub(crate) mod fixture;
 #[cfg(test)]
 mod option_tests;
 #[cfg(test)]
+mod privileges;
+#[cfg(test)]
 mod tests;
 
 use k8s_openapi::Resource;

@@ -3,7 +3,8 @@
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, container, node_name_env, port,
+    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, RootFs, User, confined, container,
+    node_name_env, port,
 };
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
@@ -18,6 +19,8 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     );
     ds.main.env = Some(vec![node_name_env()]);
     ds.main.ports = Some(vec![port("metrics", METRICS_PORT)]);
+    // Non-root: it reads world-readable ready files and talks to the API server.
+    ds.main.security_context = confined(User::NonRoot, &[], RootFs::ReadOnly);
     // The validator's ready files are the status it exports.
     ds.mount(&HostMount::validations().read_only());
     ds.await_validation(Awaits::DriverAndToolkit);

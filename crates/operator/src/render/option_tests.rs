@@ -274,6 +274,12 @@ fn mig_manager_with_reboot_and_gpu_clients() {
         "{}",
         manager["volumeMounts"]
     );
+    // The reboot signals the host's systemd: the host's PID namespace with WITH_REBOOT, and only then.
+    let pod = &managers[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true);
+    assert!(pod["hostIPC"].is_null(), "{pod}");
+    let default = render_component(json!({}), &one_node(), Component::MigManager);
+    assert!(default[0]["spec"]["template"]["spec"]["hostPID"].is_null());
     snapshot("mig_manager_reboot_gpu_clients", &managers);
 }
 
@@ -545,7 +551,7 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
         .collect();
     for path in [
         "/var/lib/kubelet/plugins_registry",
-        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins/gpu.nvidia.com",
         "/var/run/cdi",
         "/run/nvidia/mps",
     ] {

@@ -4,7 +4,7 @@
 //! selects its nodes by the runtime label the operator writes ([`RUNTIME_LABEL`]).
 
 use super::RenderedObject;
-use super::common::{Awaits, HostMount, OperandDaemonSet, env, privileged, split_path};
+use super::common::{Awaits, HostMount, OperandDaemonSet, RootFs, env, privileged, split_path};
 use crate::model::facts::RUNTIME_LABEL;
 use crate::model::{ClusterFacts, Component, ContainerRuntime, ValidatedPolicy};
 
@@ -54,7 +54,9 @@ fn runtime_daemonset(
         env("CDI_ENABLED", spec.cdi.enabled.unwrap_or(true).to_string()),
         env("TOOLKIT_INSTALL_DIR", install_dir),
     ]);
-    ds.main.security_context = privileged();
+    // Privileged, with a writable root (NVIDIA's image): it writes the host's runtime configuration, installs the
+    // runtime into the host, and has the runtime reload through its socket.
+    ds.main.security_context = privileged(RootFs::Writable);
     ds.mount(&HostMount::new(
         "runtime-config-dir",
         &config_dir,

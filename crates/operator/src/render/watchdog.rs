@@ -11,7 +11,8 @@ use crd::cluster_policy::{
 
 use super::RenderedObject;
 use super::common::{
-    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, container, node_name_env, port,
+    Awaits, HostMount, NODE_AGENT, OperandDaemonSet, RootFs, User, confined, container,
+    gpu_access_env, node_name_env, port,
 };
 use super::metrics::{self, MetricsPort, ServiceSettings};
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
@@ -58,10 +59,15 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     }
     let mut ds = OperandDaemonSet::new(policy, facts, Component::Watchdog);
     ds.main = container(Component::Watchdog.app_name(), command);
-    ds.main.env = Some(vec![node_name_env()]);
+    let mut env = vec![node_name_env()];
+    env.extend(gpu_access_env());
+    ds.main.env = Some(env);
     ds.main.ports = Some(vec![port("metrics", METRICS.port)]);
+    // Root for the kubelet's pod-resources socket; of the capabilities only CAP_KILL, to signal the processes of
+    // pods that run as other users.
+    ds.main.security_context = confined(User::Root, &["KILL"], RootFs::ReadOnly);
     // The pids NVML reports are the host's: reading their cgroups in /proc and signalling them needs its PID
-    // namespace (the default capabilities' CAP_KILL suffices; it is not privileged).
+    // namespace.
     ds.host_pid = true;
     // Which pod holds which GPU replica, and how many replicas each GPU has.
     ds.mount(&HostMount::pod_resources(policy));

@@ -99,7 +99,6 @@ impl Scenario {
             config_map: "default-mig-parted-config".into(),
             default_config: None,
             with_reboot: false,
-            reboot_command: "false".into(),
             clients_timeout: Duration::from_secs(5),
             eviction_timeout: Duration::from_secs(5),
         };

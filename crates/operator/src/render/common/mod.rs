@@ -7,8 +7,9 @@
 mod parts;
 
 pub(super) use parts::{
-    HostMount, config_map_name, container, env, namespace_env, node_name_env, non_empty,
-    non_empty_map, object_name, port, privileged, simulator_state_mount, split_path, with_user_env,
+    HostMount, RootFs, User, config_map_name, confined, container, env, gpu_access_env,
+    namespace_env, node_name_env, non_empty, non_empty_map, object_name, port, privileged,
+    simulator_state_mount, split_path, with_user_env,
 };
 
 use std::collections::BTreeMap;
@@ -253,8 +254,11 @@ impl<'a> OperandDaemonSet<'a> {
         }
         let validator = self.policy.image(Component::OperatorValidator).to_owned();
         let pull = &self.policy.spec.validator.image;
+        let mut wait = container(name, command);
+        // It only reads the ready files, which are world-readable.
+        wait.security_context = confined(User::NonRoot, &[], RootFs::ReadOnly);
         self.add_init(
-            container(name, command),
+            wait,
             &validator,
             pull,
             &[HostMount::validations().read_only()],

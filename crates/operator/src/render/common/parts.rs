@@ -7,8 +7,8 @@ use std::path::Path;
 use crd::cluster_policy::{ConfigMapRef, EnvVar as SpecEnvVar};
 use crd::paths::VALIDATIONS_DIR;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HostPathVolumeSource, ObjectFieldSelector,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HostPathVolumeSource,
+    ObjectFieldSelector, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 
 use crate::model::{ClusterFacts, ValidatedPolicy};
@@ -27,11 +27,75 @@ pub(in crate::render) fn container<S: Into<String>>(
     }
 }
 
-pub(in crate::render) fn privileged() -> Option<SecurityContext> {
+/// The non-root user of this project's images (`nonroot` in their `/etc/passwd`).
+pub(in crate::render) const NON_ROOT_USER: i64 = 65532;
+
+/// Who a confined container runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::render) enum User {
+    /// Root, for a container that writes root-owned host folders, connects to the kubelet's root-only sockets or
+    /// needs the root-only MIG capability devices; its capabilities are still dropped.
+    Root,
+    /// The images' non-root user: the container only reads world-readable files and talks to the API server.
+    NonRoot,
+}
+
+/// Whether a container may write its own image's filesystem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::render) enum RootFs {
+    ReadOnly,
+    /// Only for NVIDIA's images, which write into their own filesystem (driver builds, logs).
+    Writable,
+}
+
+/// A privileged container: every device, every capability, the host's sysfs writable. Only where the real work
+/// needs it; `render/privileges.rs` says why for each.
+pub(in crate::render) fn privileged(root_fs: RootFs) -> Option<SecurityContext> {
     Some(SecurityContext {
         privileged: Some(true),
+        read_only_root_filesystem: (root_fs == RootFs::ReadOnly).then_some(true),
         ..SecurityContext::default()
     })
+}
+
+/// An unprivileged container: every capability dropped but `add`, no privilege escalation (setuid binaries, file
+/// capabilities), the runtime's default seccomp profile, and the user and root filesystem given.
+pub(in crate::render) fn confined(
+    user: User,
+    add: &[&str],
+    root_fs: RootFs,
+) -> Option<SecurityContext> {
+    let non_root = user == User::NonRoot;
+    Some(SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            add: non_empty(
+                add.iter()
+                    .map(|capability| (*capability).to_owned())
+                    .collect(),
+            ),
+            drop: Some(vec!["ALL".into()]),
+        }),
+        read_only_root_filesystem: Some(root_fs == RootFs::ReadOnly),
+        run_as_non_root: non_root.then_some(true),
+        run_as_user: Some(if non_root { NON_ROOT_USER } else { 0 }),
+        run_as_group: Some(if non_root { NON_ROOT_USER } else { 0 }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..SecurityContext::default()
+    })
+}
+
+/// The env that makes the NVIDIA container runtime give a container every GPU: device nodes, the device-cgroup
+/// rules to open them, and `libnvidia-ml.so.1` with the driver's utilities (`nvidia-smi`). An unprivileged
+/// container has no other way to the GPUs; a privileged one sees the device nodes but still needs the library.
+pub(in crate::render) fn gpu_access_env() -> [EnvVar; 2] {
+    [
+        env("NVIDIA_VISIBLE_DEVICES", "all"),
+        env("NVIDIA_DRIVER_CAPABILITIES", "utility,compute"),
+    ]
 }
 
 pub(in crate::render) fn env(name: &str, value: impl Into<String>) -> EnvVar {
