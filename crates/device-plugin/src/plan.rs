@@ -254,15 +254,28 @@ fn named(mappings: &[ResourceMapping], subject: &str) -> Option<ResourceName> {
 }
 
 /// `*` matches any run of characters, everything else itself: the pattern language of `resources`.
+///
+/// Linear in the lengths of both: the literal runs between stars are found left to right, each at its first
+/// occurrence after the previous one. Taking the first occurrence never loses a match (a later one leaves less room
+/// for what follows), so no position is ever tried twice, and a pattern of many stars cannot backtrack
+/// exponentially as a recursive matcher does.
 fn glob_matches(pattern: &str, subject: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == subject,
-        Some((prefix, rest)) => subject.strip_prefix(prefix).is_some_and(|tail| {
-            (0..=tail.len())
-                .filter(|start| tail.is_char_boundary(*start))
-                .any(|start| glob_matches(rest, &tail[start..]))
-        }),
+    let mut literals = pattern.split('*');
+    let first = literals.next().unwrap_or_default();
+    let Some(mut rest) = subject.strip_prefix(first) else {
+        return false;
+    };
+    let Some(last) = literals.next_back() else {
+        // No star: the pattern is one literal, which must be the whole subject.
+        return rest.is_empty();
+    };
+    for literal in literals {
+        match rest.find(literal) {
+            Some(start) => rest = &rest[start + literal.len()..],
+            None => return false,
+        }
     }
+    rest.ends_with(last)
 }
 
 /// Takes the devices `resource.devices` selects out of `devices` (the rest stay unshared).
@@ -345,3 +358,7 @@ fn replicate(device: &Device, replicas: u32) -> impl Iterator<Item = Device> + '
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 pub(crate) mod tests;
+
+#[cfg(test)]
+#[path = "plan_properties.rs"]
+mod properties;

@@ -266,6 +266,17 @@ fn globs_match_like_the_reference() {
     assert!(!glob_matches("A100", "NVIDIA A100"));
 }
 
+/// The recursive matcher this replaced tried every split for every star, so a pattern of many stars that cannot
+/// match took time exponential in the stars (here C(200, 40) tries); the linear one answers in one pass.
+#[test]
+fn many_stars_that_cannot_match_do_not_backtrack() {
+    let pattern = format!("{}b", "*a".repeat(40));
+    assert!(!glob_matches(&pattern, &"a".repeat(200)));
+    assert!(glob_matches(&pattern, &format!("{}b", "a".repeat(200))));
+    assert!(glob_matches(&"*".repeat(10_000), ""));
+    assert!(glob_matches(&"*".repeat(10_000), "NVIDIA A100"));
+}
+
 #[test]
 fn the_allocation_policy_comes_from_the_plugin_flags() {
     let packed = format!("{SLICE_4}flags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n");

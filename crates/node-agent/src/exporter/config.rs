@@ -21,7 +21,7 @@
 //! In a ConfigMap the CSV is the key `dcgm-metrics.csv` (the file name NVIDIA's GPU Operator documents for
 //! `kubectl create configmap --from-file`), or else the ConfigMap's only key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -142,11 +142,32 @@ pub enum ConfigError {
         /// The line that listed it first.
         first: usize,
     },
+    /// The bad lines past the first [`MAX_REPORTED_ERRORS`], counted rather than each reported.
+    #[error("{count} more bad lines, not shown; fix the ones above first")]
+    MoreBadLines {
+        /// How many.
+        count: usize,
+    },
     /// Nothing but comments and blank lines.
     #[error(
         "the config lists no field: add `field, type, help` lines (e.g. `DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).`)"
     )]
     NoFields,
+}
+
+/// The most bad lines reported one by one: each is a log line (and the unknown-field one lists every field), so a
+/// ConfigMap of thousands of bad lines must not become thousands of warnings.
+pub const MAX_REPORTED_ERRORS: usize = 16;
+
+/// The most characters of a line's own text an error quotes, so that one long line cannot make a long error.
+const QUOTED_CHARACTERS: usize = 80;
+
+/// `text` for an error message: as it is when short, else its first [`QUOTED_CHARACTERS`] characters and `…`.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARACTERS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
 
 /// The fields a config may list, for the unknown-field error.
@@ -176,8 +197,17 @@ impl Selection {
     pub fn parse(text: &str) -> Result<Self, Vec<ConfigError>> {
         let mut fields = Vec::new();
         let mut unavailable: Vec<UnavailableField> = Vec::new();
+        let mut unavailable_names: BTreeSet<String> = BTreeSet::new();
         let mut first_line: BTreeMap<String, usize> = BTreeMap::new();
         let mut errors = Vec::new();
+        let mut unreported = 0;
+        let mut report = |error: ConfigError| {
+            if errors.len() < MAX_REPORTED_ERRORS {
+                errors.push(error);
+            } else {
+                unreported += 1;
+            }
+        };
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
             let trimmed = raw.trim();
@@ -187,7 +217,7 @@ impl Selection {
             match parse_line(line, trimmed) {
                 Ok(Line::Selected(selected)) => {
                     if let Some(&first) = first_line.get(&selected.name) {
-                        errors.push(ConfigError::Duplicate {
+                        report(ConfigError::Duplicate {
                             line,
                             field: selected.name,
                             first,
@@ -199,12 +229,15 @@ impl Selection {
                 }
                 // Listed twice it still exports nothing (NVIDIA's 1.x CSV lists a DCP field twice): report it once.
                 Ok(Line::Unavailable(field)) => {
-                    if !unavailable.iter().any(|known| known.name == field.name) {
+                    if unavailable_names.insert(field.name.clone()) {
                         unavailable.push(field);
                     }
                 }
-                Err(error) => errors.push(error),
+                Err(error) => report(error),
             }
+        }
+        if unreported > 0 {
+            errors.push(ConfigError::MoreBadLines { count: unreported });
         }
         if errors.is_empty() && fields.is_empty() && unavailable.is_empty() {
             errors.push(ConfigError::NoFields);
@@ -238,23 +271,23 @@ fn parse_line(line: usize, text: &str) -> Result<Line, ConfigError> {
     let (Some(name), Some(word)) = (columns.next(), columns.next()) else {
         return Err(ConfigError::Malformed {
             line,
-            text: text.to_owned(),
+            text: quoted(text),
         });
     };
     if name.is_empty() || word.is_empty() {
         return Err(ConfigError::Malformed {
             line,
-            text: text.to_owned(),
+            text: quoted(text),
         });
     }
     let known = lookup(name).ok_or_else(|| ConfigError::UnknownField {
         line,
-        field: name.to_owned(),
+        field: quoted(name),
     })?;
     let kind = Kind::from_word(word).ok_or_else(|| ConfigError::UnknownType {
         line,
         field: name.to_owned(),
-        kind: word.to_owned(),
+        kind: quoted(word),
     })?;
     let field = match known {
         Known::Exported(field) => field,
@@ -365,6 +398,10 @@ pub fn from_config_map(
             errors,
         })
 }
+
+#[cfg(test)]
+#[path = "config_properties.rs"]
+mod properties;
 
 #[cfg(test)]
 mod tests {
@@ -632,6 +669,41 @@ DCGM_FI_DEV_GPU_TEMP, gauge, again
         assert_eq!(
             Selection::parse("# nothing\n\n").unwrap_err(),
             [ConfigError::NoFields]
+        );
+    }
+
+    /// A ConfigMap of thousands of bad lines is reported as its first bad lines and a count, not one warning each.
+    #[test]
+    fn thousands_of_bad_lines_report_the_first_ones_and_a_count() {
+        let text = "x, gauge\n".repeat(10_000);
+        let errors = Selection::parse(&text).unwrap_err();
+        assert_eq!(errors.len(), MAX_REPORTED_ERRORS + 1);
+        assert_eq!(
+            errors[MAX_REPORTED_ERRORS].to_string(),
+            "9984 more bad lines, not shown; fix the ones above first"
+        );
+    }
+
+    /// A long line is quoted by its start, so that one line of a megabyte is not a megabyte of error.
+    #[test]
+    fn a_long_line_is_quoted_by_its_start() {
+        let long = "é".repeat(100_000);
+        let errors =
+            Selection::parse(&format!("{long}\nDCGM_FI_DEV_GPU_TEMP, {long}\n")).unwrap_err();
+        let quoted = format!("{}…", "é".repeat(80));
+        assert_eq!(
+            errors,
+            [
+                ConfigError::Malformed {
+                    line: 1,
+                    text: quoted.clone()
+                },
+                ConfigError::UnknownType {
+                    line: 2,
+                    field: "DCGM_FI_DEV_GPU_TEMP".into(),
+                    kind: quoted
+                }
+            ]
         );
     }
 
