@@ -441,3 +441,158 @@ proptest! {
         }
     }
 }
+
+/// A HAMi resource value: the numbers HAMi's examples use, quantities as the API server writes them back, the
+/// extremes, and anything.
+fn hami_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => (0_u64..=3).prop_map(|value| value.to_string()),
+        2 => (0_u64..=200).prop_map(|value| value.to_string()),
+        1 => prop::sample::select(vec!["3k", "1.5", "40Gi", "1e3", "-1", "18446744073709551615", "0.0000001", ""])
+            .prop_map(str::to_owned),
+        1 => any::<u64>().prop_map(|value| value.to_string()),
+        1 => "\\PC{0,12}",
+    ]
+}
+
+/// One container: a name, some of HAMi's resources as limits or requests, and now and then HAMi's oversubscription
+/// switch.
+fn hami_container() -> impl Strategy<Value = Value> {
+    let resources = prop::collection::btree_map(
+        prop::sample::select(vec![GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY]),
+        hami_value(),
+        1..4,
+    );
+    (
+        resources,
+        any::<bool>(),
+        prop::option::weighted(0.1, Just("true")),
+    )
+        .prop_map(|(resources, as_limits, oversubscribe)| {
+            let list = if as_limits { "limits" } else { "requests" };
+            let mut container = json!({"image": "cuda", "resources": {list: resources}});
+            if let Some(value) = oversubscribe {
+                container["env"] = json!([{"name": OVERSUBSCRIBE_ENV, "value": value}]);
+            }
+            container
+        })
+}
+
+/// A pod with one to three containers (names distinct, as the API server requires, and anything otherwise), an init
+/// container now and then, and any of HAMi's annotations with good or arbitrary values.
+fn hami_any_pod() -> impl Strategy<Value = Pod> {
+    let annotation_value = prop_oneof![
+        3 => prop::sample::select(vec!["A100", "a100,H100", "h100", "GPU-a100-0", "spread", "binpack"])
+            .prop_map(str::to_owned),
+        1 => prop::sample::select(vec![" ", ",", ""]).prop_map(str::to_owned),
+        1 => "\\PC{0,40}",
+    ];
+    let annotations = prop::collection::btree_map(
+        prop::sample::select(vec![
+            USE_GPUTYPE,
+            NOUSE_GPUTYPE,
+            USE_GPUUUID,
+            NOUSE_GPUUUID,
+            GPU_POLICY,
+            NODE_POLICY,
+        ]),
+        annotation_value,
+        0..2,
+    );
+    let name = prop_oneof![3 => "[a-z][a-z0-9-]{0,12}", 1 => "\\PC{0,70}"];
+    let names = prop::collection::btree_set(name, 1..4);
+    (
+        annotations,
+        names,
+        prop::collection::vec(hami_container(), 4),
+        any::<bool>(),
+    )
+        .prop_map(|(annotations, names, mut containers, with_init)| {
+            let mut named: Vec<Value> = names
+                .into_iter()
+                .zip(containers.drain(..))
+                .map(|(name, mut container)| {
+                    container["name"] = json!(name);
+                    container
+                })
+                .collect();
+            let init = if with_init && named.len() > 1 {
+                vec![named.remove(0)]
+            } else {
+                Vec::new()
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "annotations": annotations},
+                "spec": {"containers": named, "initContainers": init},
+            }))
+            .unwrap()
+        })
+}
+
+/// The CEL expressions of a request: its own selectors, or those of each `firstAvailable` sub-request.
+fn cel_expressions(request: &Value) -> Vec<String> {
+    let selectors = |request: &Value| -> Vec<String> {
+        request["selectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|selector| selector["cel"]["expression"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut expressions = selectors(&request["exactly"]);
+    for sub in request["firstAvailable"].as_array().into_iter().flatten() {
+        expressions.extend(selectors(sub));
+    }
+    expressions
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any pod with any of HAMi's resources and annotations is converted, left alone or refused with the container or
+    /// annotation at fault, never a panic. A converted pod holds none of HAMi's resources in a converted container,
+    /// one claim of at most 63 bytes per converted container, and CEL selectors whose string literals cannot be
+    /// broken out of.
+    #[test]
+    fn any_hami_pod_is_converted_left_alone_or_refused_by_name(pod in hami_any_pod()) {
+        match convert(&pod, &cluster()) {
+            Ok(None) => {}
+            Ok(Some(conversion)) => {
+                let spec = conversion.pod.spec.clone().unwrap();
+                let claims = spec.resource_claims.clone().unwrap_or_default();
+                let containers: Vec<&Container> =
+                    spec.init_containers.iter().flatten().chain(&spec.containers).collect();
+                let converted: Vec<&&Container> = containers
+                    .iter()
+                    .filter(|container| {
+                        container.resources.as_ref().and_then(|resources| resources.claims.as_ref()).is_some()
+                    })
+                    .collect();
+                prop_assert_eq!(converted.len(), claims.len());
+                for container in converted {
+                    let resources = container.resources.clone().unwrap();
+                    for list in [resources.limits, resources.requests].into_iter().flatten() {
+                        for resource in [GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY] {
+                            prop_assert!(!list.contains_key(resource), "{} kept {}", container.name, resource);
+                        }
+                    }
+                }
+                for claim in &claims {
+                    prop_assert!(claim.name.len() <= 63, "{}", claim.name);
+                }
+                for template in &conversion.templates {
+                    let requests = json_of(template)["spec"]["spec"]["devices"]["requests"].clone();
+                    prop_assert!(requests.as_array().is_some_and(|requests| requests.len() == 1), "{}", requests);
+                    for expression in cel_expressions(&requests[0]) {
+                        prop_assert!(!expression.contains('\\'), "{}", expression);
+                        prop_assert_eq!(expression.matches('"').count() % 2, 0, "{}", expression);
+                    }
+                }
+            }
+            Err(error) => {
+                let text = error.to_string();
+                prop_assert!(text.starts_with("container ") || text.starts_with("annotation "), "{}", text);
+            }
+        }
+    }
+}
