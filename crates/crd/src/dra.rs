@@ -120,6 +120,11 @@ impl GpuSet {
     }
 }
 
+/// The highest GPU index a set may name. Nodes have at most a few dozen GPUs, numbered from 0 as NVML numbers them;
+/// the bound is checked before a range is expanded, so that a label such as `0-4294967295` is an error, not four
+/// billion entries in the memory of the device plugin and the DRA driver.
+pub const MAX_GPU_INDEX: u32 = 1023;
+
 /// A GPU set that is not `all`, `none` or a list of indices and ranges.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -146,9 +151,16 @@ impl FromStr for GpuSet {
         let mut indices = BTreeSet::new();
         for part in value.split(',').map(str::trim) {
             let index = |text: &str| {
-                text.trim()
+                let index = text
+                    .trim()
                     .parse::<u32>()
-                    .map_err(|_| error("an index is not a number"))
+                    .map_err(|_| error("an index is not a number"))?;
+                if index > MAX_GPU_INDEX {
+                    return Err(error(
+                        "an index is above 1023, the highest GPU index a set may name",
+                    ));
+                }
+                Ok(index)
             };
             match part.split_once('-') {
                 Some((first, last)) => {
@@ -240,6 +252,22 @@ mod tests {
         let error = "2-1".parse::<GpuSet>().unwrap_err().to_string();
         assert!(error.contains("a range ends before it starts"), "{error}");
         assert!("gpu0".parse::<GpuSet>().is_err());
+    }
+
+    /// A range is bounded before it is expanded: a label of four billion GPUs is an error naming the bound.
+    #[test]
+    fn ranges_beyond_the_highest_index_are_refused_before_expansion() {
+        for value in ["0-4294967295", "4294967295", "1024", "5,0-1024"] {
+            let error = value.parse::<GpuSet>().unwrap_err().to_string();
+            assert!(
+                error.contains(&format!(
+                    "an index is above {MAX_GPU_INDEX}, the highest GPU index a set may name"
+                )),
+                "{error}"
+            );
+        }
+        let widest: GpuSet = format!("0-{MAX_GPU_INDEX}").parse().unwrap();
+        assert!(widest.contains(MAX_GPU_INDEX) && !widest.contains(MAX_GPU_INDEX + 1));
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Property tests of the parsers of what nodes and users write in labels and label-like names: MIG profile names
 //! (`nvidia.com/mig.config` values name configs of them, feature discovery writes `nvidia.com/mig-<profile>.*`),
-//! config names that must be label values, resource names, and the feature-discovery label keys. Any text is
-//! parsed or refused without a panic, and what is parsed writes back as itself.
+//! config names that must be label values, resource names, the feature-discovery label keys, and the GPU sets of
+//! the DRA partition labels. Any text is parsed or refused without a panic, and what is parsed writes back as
+//! itself.
 
 use proptest::prelude::*;
 
 use super::{NVIDIA_PREFIX, written_by_feature_discovery};
 use crate::config::device_plugin::{ResourceName, mig_resource_name};
 use crate::config::label_value_problem;
+use crate::dra::{GpuSet, MAX_GPU_INDEX};
 use crate::mig::{GpuInstanceProfileName, MigProfileName};
 
 /// Cases per property, about a millisecond each (most of it generating the text).
@@ -94,6 +96,23 @@ proptest! {
     fn feature_discovery_keys_are_nvidia_keys(text in prop_oneof!["nvidia\\.com/\\PC{0,30}", "\\PC{0,40}"]) {
         if written_by_feature_discovery(&text) {
             prop_assert!(text.starts_with(NVIDIA_PREFIX));
+        }
+    }
+
+    /// A GPU set label is `all`, `none` or indices and ranges within the bound, however wide the range written;
+    /// what parses prints as a set that parses back to itself.
+    #[test]
+    fn gpu_sets_are_bounded_and_round_trip(
+        text in prop_oneof![
+            "(all|none|[0-9]{1,4}(-[0-9]{1,10})?(, ?[0-9]{1,4}(-[0-9]{1,10})?){0,3})",
+            "\\PC{0,20}",
+        ],
+    ) {
+        if let Ok(set) = text.parse::<GpuSet>() {
+            if let GpuSet::Indices(indices) = &set {
+                prop_assert!(indices.iter().all(|index| *index <= MAX_GPU_INDEX));
+            }
+            prop_assert_eq!(set.to_string().parse::<GpuSet>(), Ok(set.clone()));
         }
     }
 }
