@@ -1,10 +1,11 @@
 //! Property-test input for the config parsers: real files with random edits, the way a coverage-blind fuzzer
 //! mutates a corpus. The seeds are NVIDIA's own files (`tests/fixtures/nvidia/`), so the edits land in every part
 //! of the format users write, and the fragments are what breaks parsers: huge and negative numbers, YAML
-//! indicators, anchors and aliases, quotes, non-ASCII characters.
+//! indicators, anchors and aliases, quotes, non-ASCII characters. Also the one way the generators build objects.
 
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
+use serde_json::{Map, Value};
 
 /// Text that parsers trip over, inserted at random places.
 const FRAGMENTS: [&str; 28] = [
@@ -89,4 +90,14 @@ pub(crate) fn mutated(seeds: Vec<&'static str>) -> impl Strategy<Value = String>
         }
         text
     })
+}
+
+/// A JSON object of the fields that are present, for generators whose every field is optional.
+pub(crate) fn object<const N: usize>(fields: [(&str, Option<Value>); N]) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+            .collect::<Map<String, Value>>(),
+    )
 }

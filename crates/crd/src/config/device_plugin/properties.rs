@@ -7,7 +7,7 @@ use proptest::sample::select;
 use serde_json::{Value, json};
 
 use super::{DevicePluginConfig, MAX_MPS_REPLICAS, MAX_REPLICAS, parse, parse_tolerant};
-use crate::config::mutation::mutated;
+use crate::config::mutation::{mutated, object};
 
 /// Cases per property, a few milliseconds each in a debug build.
 const CASES: u32 = 256;
@@ -86,17 +86,12 @@ fn shared_resource() -> impl Strategy<Value = Value> {
         prop::option::weighted(0.95, replicas()),
     )
         .prop_map(|(name, rename, devices, replicas)| {
-            let mut fields = serde_json::Map::new();
-            fields.insert("name".to_owned(), Value::from(name));
-            let mut set = |key: &str, value: Option<Value>| {
-                if let Some(value) = value {
-                    fields.insert(key.to_owned(), value);
-                }
-            };
-            set("rename", rename.map(Value::from));
-            set("devices", devices);
-            set("replicas", replicas.map(Value::from));
-            Value::Object(fields)
+            object([
+                ("name", Some(Value::from(name))),
+                ("rename", rename.map(Value::from)),
+                ("devices", devices),
+                ("replicas", replicas.map(Value::from)),
+            ])
         })
 }
 

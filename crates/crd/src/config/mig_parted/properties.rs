@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{MigPartedConfig, parse};
 use crate::config::label_value_problem;
-use crate::config::mutation::mutated;
+use crate::config::mutation::{mutated, object};
 use crate::mig::{DEFAULT_MIG_CONFIG, MAX_MIG_DEVICES_PER_GPU};
 
 /// Cases of the properties on generated text, a few milliseconds each in a debug build.
@@ -76,17 +76,12 @@ fn entry() -> impl Strategy<Value = Value> {
         prop::option::weighted(0.8, counts),
     )
         .prop_map(|(devices, filter, enabled, counts)| {
-            let mut fields = serde_json::Map::new();
-            let mut set = |key: &str, value: Option<Value>| {
-                if let Some(value) = value {
-                    fields.insert(key.to_owned(), value);
-                }
-            };
-            set("devices", devices);
-            set("device-filter", filter);
-            set("mig-enabled", enabled.map(Value::from));
-            set("mig-devices", counts.map(|counts| json!(counts)));
-            Value::Object(fields)
+            object([
+                ("devices", devices),
+                ("device-filter", filter),
+                ("mig-enabled", enabled.map(Value::from)),
+                ("mig-devices", counts.map(|counts| json!(counts))),
+            ])
         })
 }
 
