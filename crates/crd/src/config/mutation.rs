@@ -101,3 +101,13 @@ pub(crate) fn object<const N: usize>(fields: [(&str, Option<Value>); N]) -> Valu
             .collect::<Map<String, Value>>(),
     )
 }
+
+/// A count as a file may write it: mostly from `small` (around the bounds), sometimes the extremes that were once
+/// expanded before being checked (`u32::MAX` and beyond), sometimes any integer at all.
+pub(crate) fn count_around(small: std::ops::RangeInclusive<i64>) -> impl Strategy<Value = i64> {
+    prop_oneof![
+        6 => small,
+        1 => select(vec![i64::from(u32::MAX), i64::from(u32::MAX) + 1, i64::MAX, i64::MIN]),
+        1 => any::<i64>(),
+    ]
+}

@@ -7,7 +7,7 @@ use proptest::sample::select;
 use serde_json::{Value, json};
 
 use super::{DevicePluginConfig, MAX_MPS_REPLICAS, MAX_REPLICAS, parse, parse_tolerant};
-use crate::config::mutation::{mutated, object};
+use crate::config::mutation::{count_around, mutated, object};
 
 /// Cases per property, a few milliseconds each in a debug build.
 const CASES: u32 = 256;
@@ -33,14 +33,9 @@ fn seeds() -> Vec<&'static str> {
     )
 }
 
-/// Replicas: small ones around the bounds, and the extremes that once were expanded before being checked.
+/// Replicas: around the lower bound and the upper ones (100 under MPS, 256), and the extremes.
 fn replicas() -> impl Strategy<Value = i64> {
-    prop_oneof![
-        4 => -1_i64..=12,
-        2 => 90_i64..=300,
-        1 => select(vec![i64::from(u32::MAX), i64::from(u32::MAX) + 1, i64::MAX, i64::MIN]),
-        1 => any::<i64>(),
-    ]
+    prop_oneof![count_around(-1..=12), count_around(90..=300)]
 }
 
 /// A resource name, good or not.
