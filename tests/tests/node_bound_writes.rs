@@ -1,8 +1,9 @@
 //! Every write from a node is bound to that node: with the token the kubelet gives a node agent's pod on node A
 //! (which names A), the API server lets the agent write A's Node labels, A's GPUNode and A's ResourceSlice, and
-//! refuses the same writes for node B, a taint on A, and keys that are not the agent's, with the messages of the
-//! chart's node-bound-writes policies. A token bound to no pod names no node and writes none of these. Evictions,
-//! which no policy can bind (it sees the Eviction, not the pod's node), are checked by the operator's webhook.
+//! Events from and about A, and refuses the same writes for node B, a taint on A, and keys that are not the agent's,
+//! with the messages of the chart's node-bound-writes policies. A token bound to no pod names no node and writes none
+//! of these. Evictions, which no policy can bind (it sees the Eviction, not the pod's node), are checked by the
+//! operator's webhook.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -145,6 +146,12 @@ impl Drop for Cleanup {
             drop(run("kubectl", &["taint", "node", node, "e2e-node-bound-"]));
             clean_up(&["gpunode", node]);
         }
+        clean_up(&[
+            "events.events.k8s.io",
+            "e2e-node-bound-own",
+            "-n",
+            "default",
+        ]);
         for slice in [
             "e2e-node-bound-a",
             "e2e-node-bound-b",
@@ -249,6 +256,39 @@ fn node_agents_write_only_their_own_nodes_objects() {
         ),
         "nvidia-mig-manager on node gpu-a100-0 may only change its Node's nvidia.com/ annotations, not \
          example.com/e2e-node-bound",
+    );
+
+    step(
+        "MIG manager on gpu-a100-0: Events reported from another node, or about another Node, are refused; its own are recorded",
+    );
+    let event = |name: &str, reported_from: &str, about: &str| {
+        json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": "default"},
+            "eventTime": "2026-11-26T12:00:00.000000Z",
+            "reportingController": "gpu-node-agent-mig", "reportingInstance": reported_from,
+            "action": "E2eNodeBound", "reason": "E2eNodeBound", "type": "Normal", "note": "node-bound events",
+            "regarding": {"apiVersion": "v1", "kind": "Node", "name": about},
+        })
+    };
+    assert_refused(
+        "an Event reported from gpu-a100-1",
+        &create_as(&mig, &event("e2e-node-bound-from-b", NODE_B, NODE_B)),
+        "nvidia-mig-manager on node gpu-a100-0 may only record Events reported from node gpu-a100-0, not from 'gpu-a100-1'",
+    );
+    assert_refused(
+        "an Event about Node gpu-a100-1",
+        &create_as(&mig, &event("e2e-node-bound-about-b", NODE_A, NODE_B)),
+        "nvidia-mig-manager on node gpu-a100-0 may only record Events about its own Node, not Node gpu-a100-1",
+    );
+    assert_refused(
+        "an Event without a pod-bound token",
+        &create_as(&unbound, &event("e2e-node-bound-unbound", NODE_A, NODE_A)),
+        "nvidia-mig-manager may record Events only with the token of its pod",
+    );
+    assert_allowed(
+        "its own Event",
+        &create_as(&mig, &event("e2e-node-bound-own", NODE_A, NODE_A)),
     );
 
     step(
