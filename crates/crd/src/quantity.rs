@@ -100,7 +100,10 @@ mod tests {
         assert_eq!(parse_bytes(&format!("0.{nines}Ei")), Ok((1 << 60) - 1));
         assert_eq!(parse_bytes(&format!("1.{nines}")), Ok(1));
         // The case the property test shrank the overflow to.
-        assert_eq!(parse_bytes("0.340283000000000000000000000000000000Ki"), Ok(348));
+        assert_eq!(
+            parse_bytes("0.340283000000000000000000000000000000Ki"),
+            Ok(348)
+        );
         assert_eq!(parse_bytes(&format!("0.5{}Ki", "0".repeat(400))), Ok(512));
         assert!(parse_bytes(&format!("15.{nines}Ei")).is_ok());
         assert!(parse_bytes(&format!("16.{nines}Ei")).is_err());
