@@ -122,7 +122,7 @@ mod tests {
     use std::sync::Arc;
 
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    use tokio::process::{Child, Command};
+    use tokio::process::{Child, ChildStdin, Command};
 
     use super::*;
     use node_runtime::testing::simulated;
@@ -135,8 +135,10 @@ mod tests {
         )
     }
 
-    /// A running `cat`: the line it echoes back proves that it runs as `cat`, not as the test that forked it.
-    async fn cat() -> Child {
+    /// A running `cat` and its stdin: the line it echoes back proves that it runs as `cat`, not as the test that
+    /// forked it. Holding the stdin apart from the child keeps `cat` waiting for input until it is signalled:
+    /// `Child::wait` closes a stdin the child still holds, and `cat` would then end on its own.
+    async fn cat() -> (Child, ChildStdin) {
         let mut child = Command::new("cat")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -150,9 +152,7 @@ mod tests {
             .await
             .expect("cat echoes");
         assert_eq!(line, "ready\n");
-        // Kept open, so that cat waits for more input until it is signalled.
-        child.stdin = Some(stdin);
-        child
+        (child, stdin)
     }
 
     fn init_of(child: &Child, name: &'static str) -> Init {
@@ -165,7 +165,7 @@ mod tests {
     #[tokio::test]
     async fn a_process_that_is_not_the_init_is_never_signalled() {
         let (_dir, gpus) = real_gpus();
-        let mut child = cat().await;
+        let (mut child, _stdin) = cat().await;
         let error = reboot(&gpus, &init_of(&child, "systemd"))
             .await
             .unwrap_err();
@@ -184,7 +184,7 @@ mod tests {
     #[tokio::test]
     async fn the_init_gets_sigint_and_the_agent_waits_to_be_stopped() {
         let (_dir, gpus) = real_gpus();
-        let mut child = cat().await;
+        let (mut child, _stdin) = cat().await;
         let init = init_of(&child, "cat");
         tokio::select! {
             result = reboot(&gpus, &init) => panic!("a real reboot never returns: {result:?}"),
