@@ -26,6 +26,8 @@ pub struct Init {
     pub pid: i32,
     /// Its name (`/proc/<pid>/comm`).
     pub name: &'static str,
+    /// The signal that asks it for a clean reboot.
+    pub reboot_signal: Signal,
 }
 
 impl Init {
@@ -35,6 +37,7 @@ impl Init {
         Self {
             pid: 1,
             name: "systemd",
+            reboot_signal: Signal::SIGINT,
         }
     }
 }
@@ -60,10 +63,12 @@ pub enum RebootError {
         found: String,
     },
     /// The signal could not be sent.
-    #[error("rebooting: cannot send SIGINT to {expected} (process {pid}): {source}")]
+    #[error("rebooting: cannot send {signal} to {expected} (process {pid}): {source}")]
     Signal {
         /// The process.
         pid: i32,
+        /// The signal.
+        signal: Signal,
         /// Its name.
         expected: &'static str,
         /// Why.
@@ -71,8 +76,8 @@ pub enum RebootError {
     },
 }
 
-/// Reboots the node: on the simulator, resets the simulated GPUs and returns; on a real node, sends SIGINT to
-/// `init` and waits to be stopped by the shutdown, never returning.
+/// Reboots the node: on the simulator, resets the simulated GPUs and returns; on a real node, sends `init` its
+/// reboot signal (SIGINT for systemd) and waits to be stopped by the shutdown, never returning.
 ///
 /// # Errors
 /// When the simulated GPUs cannot be reset, or `init` is not the expected process or cannot be signalled.
@@ -97,8 +102,9 @@ pub async fn reboot(gpus: &Gpus, init: &Init) -> Result<(), RebootError> {
             found,
         });
     }
-    kill(Pid::from_raw(init.pid), Signal::SIGINT).map_err(|source| RebootError::Signal {
+    kill(Pid::from_raw(init.pid), init.reboot_signal).map_err(|source| RebootError::Signal {
         pid: init.pid,
+        signal: init.reboot_signal,
         expected: init.name,
         source,
     })?;
@@ -155,11 +161,26 @@ mod tests {
         (child, stdin)
     }
 
+    /// `child` as the init, asked to reboot with SIGTERM: the SIGINT systemd is sent would not do here, since a
+    /// shell that starts the tests in the background has its children ignore SIGINT.
     fn init_of(child: &Child, name: &'static str) -> Init {
         Init {
             pid: i32::try_from(child.id().expect("the child runs")).expect("a pid fits i32"),
             name,
+            reboot_signal: Signal::SIGTERM,
         }
+    }
+
+    #[test]
+    fn the_hosts_systemd_is_asked_with_sigint_its_ctrl_alt_del() {
+        assert_eq!(
+            Init::host_systemd(),
+            Init {
+                pid: 1,
+                name: "systemd",
+                reboot_signal: Signal::SIGINT
+            }
+        );
     }
 
     #[tokio::test]
@@ -182,14 +203,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_init_gets_sigint_and_the_agent_waits_to_be_stopped() {
+    async fn the_init_gets_its_reboot_signal_and_the_agent_waits_to_be_stopped() {
         let (_dir, gpus) = real_gpus();
         let (mut child, _stdin) = cat().await;
         let init = init_of(&child, "cat");
         tokio::select! {
             result = reboot(&gpus, &init) => panic!("a real reboot never returns: {result:?}"),
             status = child.wait() => {
-                assert_eq!(status.expect("the child ends").signal(), Some(Signal::SIGINT as i32));
+                assert_eq!(status.expect("the child ends").signal(), Some(Signal::SIGTERM as i32));
             }
         }
     }
