@@ -802,6 +802,10 @@ fn watchdog_stops_the_pod_over_its_share(node: &str) {
     step("the workloads go; switched off, the watchdog's DaemonSet goes too");
     realnode::delete_pod("default", "gpu-hog");
     realnode::delete_pod("default", "gpu-calm");
+    // Their processes ended with them. NVML forgets a process that exits; the simulator learns it from a reader in
+    // the PID namespace that reported the process (this test's, the host's), which the MIG manager, confined to its
+    // own, is not: a read here ends them, as the watchdog's (host PID namespace) would, before it is switched off.
+    e2e::agents::simulator_tool(node, &state, &["devices"]);
     patch_policy(r#"{"spec":{"watchdog":{"enabled":false}}}"#);
     e2e::eventually(Duration::from_secs(60), || {
         let pods = pods_of("nvidia-gpu-watchdog");
