@@ -403,17 +403,11 @@ fn table() -> Vec<Grant> {
             "only where the section's env names a simulator state file (GPU_SIM_STATE): every operand of a simulated node shares it, as real ones share the GPUs",
         ),
     ];
-    // Every operand but the validator waits for its ready files.
-    for component in [
-        DevicePlugin,
-        GpuFeatureDiscovery,
-        Dcgm,
-        DcgmExporter,
-        MigManager,
-        NodeStatusExporter,
-        Watchdog,
-        DraDriver,
-    ] {
+    // Every operand that comes up after the driver, the toolkit and the validator waits for their ready files.
+    for component in Component::ALL
+        .into_iter()
+        .filter(|component| !matches!(component, Driver | ContainerToolkit | OperatorValidator))
+    {
         table.push(grant(
             ctr(component, "toolkit-validation"),
             read("run-nvidia-validations"),
