@@ -26,8 +26,6 @@ use node_runtime::inventory::{self, GpuView};
 use node_runtime::kube_io::{KubeError, NodeApi, NodeEvents, Watched};
 
 #[cfg(test)]
-mod fake_api;
-#[cfg(test)]
 mod tests;
 
 /// How the role is configured.

@@ -97,7 +97,7 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::{Value, json};
 
-    use super::super::scenario::{Answer, ApiScenario, expect};
+    use api_test_kit::{Answer, FakeApi, expect};
     use super::*;
 
     /// A log sink the test reads back.
@@ -285,7 +285,7 @@ mod tests {
             )]
         };
         // Why the guard: the plain watcher fails the whole list on the one bad item.
-        let (scenario, client) = ApiScenario::start(list());
+        let (scenario, client) = FakeApi::scripted(list());
         let plain = until_listed(watcher::watcher(
             Api::<GPUNode>::all(client),
             watcher::Config::default(),
@@ -300,7 +300,7 @@ mod tests {
             "{plain:?}"
         );
 
-        let (scenario, client) = ApiScenario::start(list());
+        let (scenario, client) = FakeApi::scripted(list());
         let metrics = Metrics::shared();
         let guarded = until_listed(watcher(
             Api::<DeserializeGuard<GPUNode>>::all(client),

@@ -5,8 +5,6 @@
 mod guarded;
 mod reconcile;
 #[cfg(test)]
-pub(crate) mod scenario;
-#[cfg(test)]
 mod step_tests;
 mod writes;
 

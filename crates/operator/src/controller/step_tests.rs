@@ -1,4 +1,4 @@
-//! The reconcile steps against a mocked API server ([`scenario`](super::scenario)), one test per outcome: the
+//! The reconcile steps against a scripted fake API server ([`api_test_kit::FakeApi::scripted`]), one test per outcome: the
 //! operand apply step (created, unchanged, changed, conflict, API error) and the ClusterPolicy status write
 //! (written, unchanged, changed, conflict, API error); failures go to `error_policy`, which requeues with backoff.
 
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::reconcile::{apply_operands, cleanup, reconcile_policy};
-use super::scenario::{Answer, ApiScenario, Expected, expect};
+use api_test_kit::{Answer, FakeApi, Expected, expect};
 use super::writes::write_status;
 use super::{Context, ReconcileError, error_policy};
 use crate::apply::{Applier, ApplySummary};
@@ -69,7 +69,7 @@ fn plugin_daemonset() -> DaemonSet {
 
 /// The controller's context over a scenario, with writers for the caches the applier reads.
 struct Fixture {
-    api: ApiScenario,
+    api: FakeApi,
     context: Arc<Context>,
     daemonsets: Writer<DaemonSet>,
     services: Writer<Service>,
@@ -77,7 +77,7 @@ struct Fixture {
 
 impl Fixture {
     fn new(expected: Vec<Expected>) -> Self {
-        let (api, client) = ApiScenario::start(expected);
+        let (api, client) = FakeApi::scripted(expected);
         let (daemonsets, daemonset_writer) = reflector::store();
         let (services, service_writer) = reflector::store();
         Self {
@@ -240,7 +240,7 @@ async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
         (1, 0, 0)
     );
     let sent = fixture.api.finish();
-    assert_server_side_apply(&sent[0].line);
+    assert_server_side_apply(&sent[0].query);
     let owner = &sent[0].body["metadata"]["ownerReferences"][0];
     assert_eq!(
         (&owner["uid"], &owner["controller"]),
@@ -290,7 +290,7 @@ async fn a_changed_operand_is_applied_again() {
 
     assert_eq!((summary.applied, summary.unchanged), (1, 0));
     let sent = fixture.api.finish();
-    assert_server_side_apply(&sent[0].line);
+    assert_server_side_apply(&sent[0].query);
     assert_eq!(
         sent[0].body["spec"]["template"]["spec"]["containers"][0]["image"],
         "registry.test/device-plugin:2"
@@ -314,7 +314,7 @@ async fn an_operand_someone_else_changed_is_applied_again() {
 
     assert_eq!((summary.applied, summary.unchanged), (1, 0));
     let sent = fixture.api.finish();
-    assert_server_side_apply(&sent[0].line);
+    assert_server_side_apply(&sent[0].query);
     assert_eq!(
         sent[0].body["spec"]["template"]["spec"]["containers"][0]["image"],
         json!(plugin_daemonset().spec.template.spec.unwrap().containers[0].image),
@@ -416,7 +416,7 @@ async fn a_first_status_is_written_by_server_side_apply() {
         .unwrap();
 
     let sent = fixture.api.finish();
-    assert_server_side_apply(&sent[0].line);
+    assert_server_side_apply(&sent[0].query);
     assert_eq!(sent[0].body["apiVersion"], "nvidia.com/v1");
     assert_eq!(sent[0].body["kind"], "ClusterPolicy");
     assert_eq!(sent[0].body["status"], json!(ready_status()));

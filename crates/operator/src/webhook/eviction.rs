@@ -146,7 +146,7 @@ mod tests {
     use http::Method;
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, expect};
+    use api_test_kit::{Answer, FakeApi, expect};
 
     const MIG_MANAGER: &str = "system:serviceaccount:gpu-operator:nvidia-mig-manager";
 
@@ -235,7 +235,7 @@ mod tests {
 
     /// The webhook's answer when the pod, read from the API, runs on node b.
     async fn answer_for(requester_node: &str) -> AdmissionResponse {
-        let (api, client) = ApiScenario::start(vec![expect(
+        let (api, client) = FakeApi::scripted(vec![expect(
             Method::GET,
             "/api/v1/namespaces/team/pods/job",
             Answer::Json(

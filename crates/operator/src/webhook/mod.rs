@@ -319,7 +319,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, expect};
+    use api_test_kit::{Answer, FakeApi, expect};
 
     #[tokio::test(start_paused = true)]
     async fn failures_are_retried_with_growing_waits_until_one_succeeds() {
@@ -345,10 +345,7 @@ mod tests {
     #[tokio::test]
     async fn run_can_be_spawned() {
         fn spawnable<T: Future + Send + 'static>(_: &T) {}
-        let (service, _) = tower_test::mock::pair::<
-            http::Request<kube::client::Body>,
-            http::Response<kube::client::Body>,
-        >();
+        let (_, client) = FakeApi::start();
         let settings = Settings {
             listen: "127.0.0.1:0".parse().unwrap(),
             namespace: "gpu-operator".into(),
@@ -361,7 +358,7 @@ mod tests {
         let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (_, leading) = watch::channel(false);
         spawnable(&run(
-            Client::new(service, "default"),
+            client,
             settings,
             leading,
             move || readiness.store(true, std::sync::atomic::Ordering::Release),
@@ -371,7 +368,7 @@ mod tests {
     #[tokio::test]
     async fn set_up_replaces_an_unusable_secret_and_the_api_server_trusts_the_new_ca() {
         let secret = "/api/v1/namespaces/gpu-operator/secrets/gpu-operator-webhook-tls";
-        let (api, client) = ApiScenario::start(vec![
+        let (api, client) = FakeApi::scripted(vec![
             expect(
                 Method::GET,
                 secret,

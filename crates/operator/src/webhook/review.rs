@@ -292,7 +292,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, Expected, expect};
+    use api_test_kit::{Answer, FakeApi, Expected, expect};
 
     const TEMPLATES: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaimtemplates";
     const NAME: &str = "hami-gpu-00000000000000aa";
@@ -332,7 +332,7 @@ mod tests {
             ),
         ];
         expected.extend(more);
-        let (api, client) = ApiScenario::start(expected);
+        let (api, client) = FakeApi::scripted(expected);
         let ours = serde_json::from_value(template("3000Mi")).unwrap();
         let result = ensure_template(
             &Api::namespaced(client, "team"),
@@ -357,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_template_is_created_once_marked_used() {
-        let (api, client) = ApiScenario::start(vec![expect(Method::POST, TEMPLATES, Answer::Echo)]);
+        let (api, client) = FakeApi::scripted(vec![expect(Method::POST, TEMPLATES, Answer::Echo)]);
         let ours = serde_json::from_value(template("3000Mi")).unwrap();
         ensure_template(
             &Api::namespaced(client, "team"),

@@ -157,7 +157,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, expect};
+    use api_test_kit::{Answer, FakeApi, expect};
 
     const NOW: &str = "2026-11-26T12:00:00Z";
 
@@ -248,7 +248,7 @@ mod tests {
     #[tokio::test]
     async fn a_sweep_deletes_the_unused_template_on_the_condition_that_it_is_unchanged() {
         let created = "2020-01-01T00:00:00Z";
-        let (api, client) = ApiScenario::start(vec![
+        let (api, client) = FakeApi::scripted(vec![
             expect(
                 Method::GET,
                 "/apis/resource.k8s.io/v1/resourceclaimtemplates",
@@ -280,17 +280,17 @@ mod tests {
         let received = api.finish();
         assert!(
             received[0]
-                .line
+                .query
                 .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dgpu-operator"),
             "{}",
-            received[0].line
+            received[0].query
         );
         assert!(
             received[1]
-                .line
+                .query
                 .contains("labelSelector=nvidia.com%2Fgpu-sharing%3Dhami-dra"),
             "{}",
-            received[1].line
+            received[1].query
         );
         assert_eq!(
             received[2].body["preconditions"],

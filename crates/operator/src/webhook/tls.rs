@@ -402,7 +402,7 @@ mod tests {
     use http::Method;
 
     use super::*;
-    use crate::controller::scenario::{Answer, ApiScenario, expect};
+    use api_test_kit::{Answer, FakeApi, expect};
 
     const NAMESPACE: &str = "gpu-operator";
     const SECRET: &str = "gpu-operator-webhook-tls";
@@ -451,7 +451,7 @@ mod tests {
     /// Runs `ensure_secret` on `found`, which must be replaced (this replica serving `serving`); returns what it
     /// serves now and the Secret it wrote, checked to be the same, usable, and written over the version read.
     async fn replaced(found: Value, serving: Option<&TlsMaterial>) -> (Stored, Value) {
-        let (api, client) = ApiScenario::start(vec![
+        let (api, client) = FakeApi::scripted(vec![
             expect(Method::GET, SECRET_PATH, Answer::Json(200, found)),
             expect(Method::PUT, SECRET_PATH, Answer::Echo),
         ]);
@@ -580,7 +580,7 @@ mod tests {
     #[tokio::test]
     async fn a_usable_secret_is_served_as_it_is() {
         let good = fresh();
-        let (api, client) = ApiScenario::start(vec![expect(
+        let (api, client) = FakeApi::scripted(vec![expect(
             Method::GET,
             SECRET_PATH,
             Answer::Json(200, usable(&good)),
@@ -595,7 +595,7 @@ mod tests {
     #[tokio::test]
     async fn a_replica_that_loses_the_race_serves_the_winners_certificate() {
         let winners = fresh();
-        let (api, client) = ApiScenario::start(vec![
+        let (api, client) = FakeApi::scripted(vec![
             expect(
                 Method::GET,
                 SECRET_PATH,
@@ -617,7 +617,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_secret_is_created() {
-        let (api, client) = ApiScenario::start(vec![
+        let (api, client) = FakeApi::scripted(vec![
             expect(Method::GET, SECRET_PATH, Answer::Error(404, "NotFound")),
             expect(
                 Method::POST,

@@ -1,23 +1,24 @@
 //! The MIG manager's state machine without a cluster: GPUs from the simulator, the API server from
-//! [`FakeApi`](super::fake_api::FakeApi), the config from NVIDIA's default mig-parted file. Each scenario checks
+//! [`api_test_kit`]'s stateful fake, the config from NVIDIA's default mig-parted file. Each scenario checks
 //! the requests the manager sent, the Node's labels, GPUNode status and the GPUs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crd::gpu_node::GpuMigGeometry;
+use crd::gpu_node::{GPUNode, GpuNodeSpec};
 use crd::labels::{MIG_CONFIG, MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE, deploy_label};
 use gpu::simulator::ResetFailure;
 use gpu::{GpuBackend, GpuProcess, Simulator};
 use http::Method;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use super::fake_api::{FakeApi, Sent};
 use super::{MigManager, Parts, ReconcileError, Settings};
 use crate::mig::clients::{PROGRESS_ANNOTATION, Progress};
 use crate::mig::drain::NodePods;
+use api_test_kit::{FakeApi, Request as Sent};
 use crd::config::mig_parted::CONFIG_KEY;
 use crd::gpu_node::field_manager::MIG_MANAGER;
 use node_runtime::backend::Gpus;
@@ -32,6 +33,7 @@ use crate::test_support::config_map;
 const NODE: &str = "node-1";
 const NAMESPACE: &str = "gpu-operator";
 const NODE_PATH: &str = "/api/v1/nodes/node-1";
+const GPU_NODE_PATH: &str = "/apis/nvidia.com/v1alpha1/gpunodes/node-1";
 const STATUS_PATH: &str = "/apis/nvidia.com/v1alpha1/gpunodes/node-1/status";
 const CLIENT_PODS_PATH: &str = "/api/v1/namespaces/gpu-operator/pods";
 const ALL_PODS_PATH: &str = "/api/v1/pods";
@@ -93,7 +95,9 @@ impl Scenario {
                 .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
                 .collect(),
         );
-        let (api, client) = FakeApi::start(node.clone());
+        let (api, client) = FakeApi::start();
+        api.insert(&node);
+        api.insert(&GPUNode::new(NODE, GpuNodeSpec {}));
         let mut settings = Settings {
             namespace: NAMESPACE.into(),
             config_map: "default-mig-parted-config".into(),
@@ -122,7 +126,7 @@ impl Scenario {
     /// One reconcile of the Node as the fake API server holds it now.
     async fn reconcile(&mut self) -> Result<(), ReconcileError> {
         let watched = Watched {
-            node: self.api.node(),
+            node: self.stored_node(),
             config_map: Some(self.config.clone()),
         };
         self.manager.reconcile(&watched).await
@@ -130,25 +134,46 @@ impl Scenario {
 
     /// A reconcile that must succeed; the requests it sent.
     async fn reconciled(&mut self) -> Vec<Sent> {
-        self.api.take_sent();
+        self.api.take_requests();
         self.reconcile().await.expect("the reconcile runs");
-        self.api.take_sent()
+        self.api.take_requests()
     }
 
     fn label_config(&self, name: &str) {
-        let mut node = self.api.node();
+        let mut node = self.stored_node();
         node.metadata
             .labels
             .get_or_insert_default()
             .insert(MIG_CONFIG.into(), name.into());
-        self.api.replace_node(node);
+        self.api.insert(&node);
     }
 
     /// The MIG manager's last error in GPUNode status.
     fn last_error(&self) -> String {
-        let error = &self.api.status()["lastError"];
+        let error = &self.status()["lastError"];
         assert_eq!(error["component"], "mig-manager", "{error}");
         error["message"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The Node as the fake API server holds it now.
+    fn stored_node(&self) -> Node {
+        self.api.get(None, NODE).expect("the Node")
+    }
+
+    /// A label of the Node.
+    fn label(&self, key: &str) -> Option<String> {
+        self.stored_node().metadata.labels?.remove(key)
+    }
+
+    /// The GPUNode status as written.
+    fn status(&self) -> Value {
+        self.api.object(GPU_NODE_PATH).expect("the GPUNode")["status"].clone()
+    }
+
+    /// Adds a pod on the node.
+    fn add_pod(&self, pod: Value) {
+        self.api
+            .insert(&serde_json::from_value::<Pod>(pod).expect("a pod"));
     }
 
     fn geometry(&self) -> Vec<GpuMigGeometry> {
@@ -172,7 +197,7 @@ fn lines(sent: &[Sent]) -> Vec<String> {
 fn node_patches(sent: &[Sent]) -> Vec<Value> {
     sent.iter()
         .filter(|sent| sent.method == Method::PATCH && sent.path == NODE_PATH)
-        .filter_map(|sent| sent.body.clone())
+        .map(|sent| sent.body.clone())
         .collect()
 }
 
@@ -180,7 +205,7 @@ fn node_patches(sent: &[Sent]) -> Vec<Value> {
 fn status_states(sent: &[Sent]) -> Vec<String> {
     sent.iter()
         .filter(|sent| sent.path == STATUS_PATH)
-        .filter_map(|sent| sent.body.as_ref()?["status"]["mig"]["state"].as_str())
+        .filter_map(|sent| sent.body["status"]["mig"]["state"].as_str())
         .map(str::to_owned)
         .collect()
 }
@@ -189,7 +214,7 @@ fn status_states(sent: &[Sent]) -> Vec<String> {
 fn event_reasons(sent: &[Sent]) -> Vec<String> {
     sent.iter()
         .filter(|sent| sent.path.starts_with(EVENTS_PATH))
-        .filter_map(|sent| sent.body.as_ref()?["reason"].as_str())
+        .filter_map(|sent| sent.body["reason"].as_str())
         .map(str::to_owned)
         .collect()
 }
@@ -218,7 +243,7 @@ fn gpu_workload() -> Value {
 async fn a_label_goes_pending_then_applied_then_success() {
     let plugin = plugin();
     let mut node = Scenario::asking("a100-80gb:1", &[]);
-    node.api.add_pod(gpu_workload());
+    node.add_pod(gpu_workload());
 
     let sent = node.reconciled().await;
 
@@ -249,12 +274,11 @@ async fn a_label_goes_pending_then_applied_then_success() {
     assert_eq!(status_states(&sent), ["pending", "success"]);
     assert_eq!(event_reasons(&sent), ["MigConfigApplied"]);
 
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
-    assert_eq!(node.api.label(&plugin).as_deref(), Some("true"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
+    assert_eq!(node.label(&plugin).as_deref(), Some("true"));
     assert!(
         !node
-            .api
-            .node()
+            .stored_node()
             .metadata
             .annotations
             .unwrap_or_default()
@@ -263,7 +287,7 @@ async fn a_label_goes_pending_then_applied_then_success() {
     let geometry = node.geometry();
     assert!(geometry[0].mig_enabled);
     assert_eq!(geometry[0].devices, [("1g.10gb".to_owned(), 7)].into());
-    let status = node.api.status();
+    let status = node.status();
     assert_eq!(status["mig"]["config"], "all-1g.10gb");
     assert_eq!(status["mig"]["current"], status["mig"]["desired"]);
     assert!(status["lastError"].is_null());
@@ -314,9 +338,9 @@ async fn an_unknown_profile_fails_with_the_reason_and_keeps_the_last_good_geomet
         "nothing is paused for a config that cannot be applied: {sent:?}"
     );
     assert_eq!(event_reasons(&sent), ["MigConfigFailed"]);
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
-    assert_eq!(node.api.label(&plugin).as_deref(), Some("true"));
-    let status = node.api.status();
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
+    assert_eq!(node.label(&plugin).as_deref(), Some("true"));
+    let status = node.status();
     assert_eq!(status["mig"]["state"], "failed");
     assert_eq!(status["mig"]["config"], "test-unknown-profile");
     let message = node.last_error();
@@ -353,9 +377,9 @@ async fn a_mode_change_that_needs_a_reboot_fails_without_with_reboot_and_rolls_b
 
     let sent = node.reconciled().await;
 
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
     assert_eq!(
-        node.api.label(&plugin).as_deref(),
+        node.label(&plugin).as_deref(),
         Some("true"),
         "clients restored"
     );
@@ -381,16 +405,13 @@ async fn with_reboot_the_node_reboots_and_the_change_resumes_after_it() {
 
     let sent = node.reconciled().await;
 
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("rebooting"));
     assert_eq!(
-        node.api.label(MIG_CONFIG_STATE).as_deref(),
-        Some("rebooting")
-    );
-    assert_eq!(
-        node.api.label(&plugin).as_deref(),
+        node.label(&plugin).as_deref(),
         Some(PAUSED_FOR_MIG_CHANGE),
         "the clients stay paused over the reboot"
     );
-    let annotations = node.api.node().metadata.annotations.unwrap_or_default();
+    let annotations = node.stored_node().metadata.annotations.unwrap_or_default();
     let record = Progress::from_annotations(&annotations)
         .unwrap()
         .expect("the change's record");
@@ -406,8 +427,8 @@ async fn with_reboot_the_node_reboots_and_the_change_resumes_after_it() {
     // The restarted agent sees the Node with the record and finishes the change.
     let sent = node.reconciled().await;
     assert_eq!(status_states(&sent), ["pending", "success"]);
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
-    assert_eq!(node.api.label(&plugin).as_deref(), Some("true"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
+    assert_eq!(node.label(&plugin).as_deref(), Some("true"));
     assert_eq!(
         node.geometry()[0].devices,
         [("1g.10gb".to_owned(), 7)].into()
@@ -418,7 +439,7 @@ async fn with_reboot_the_node_reboots_and_the_change_resumes_after_it() {
 async fn a_refused_status_write_is_retried_without_changing_the_gpus_again() {
     let mut node = Scenario::asking("a100-80gb:1", &[]);
     node.api
-        .fail_next(Method::PATCH, STATUS_PATH, r#""state":"success""#, 500);
+        .fail_next_holding(Method::PATCH, STATUS_PATH, r#""state":"success""#, 500);
 
     let error = node.reconcile().await.unwrap_err();
     assert!(
@@ -427,7 +448,7 @@ async fn a_refused_status_write_is_retried_without_changing_the_gpus_again() {
             .starts_with("writing the status of GPUNode node-1: "),
         "{error}"
     );
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("success"));
     let uuids = node.mig_device_uuids();
     assert_eq!(uuids.len(), 7);
 
@@ -437,7 +458,7 @@ async fn a_refused_status_write_is_retried_without_changing_the_gpus_again() {
         lines(&sent),
         [format!("GET {NODE_PATH}"), format!("PATCH {STATUS_PATH}")]
     );
-    assert_eq!(node.api.status()["mig"]["state"], "success");
+    assert_eq!(node.status()["mig"]["state"], "success");
     assert_eq!(
         node.mig_device_uuids(),
         uuids,
@@ -482,9 +503,9 @@ async fn gpu_clients_are_paused_during_a_change_and_restored_when_it_fails() {
         (&discovery, "true"),
         (&exporter, "false"),
     ] {
-        assert_eq!(node.api.label(label).as_deref(), Some(value), "{label}");
+        assert_eq!(node.label(label).as_deref(), Some(value), "{label}");
     }
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
     let message = node.last_error();
     assert!(message.starts_with("GPU 0: resetting: in use"), "{message}");
     let mode = node.simulator.gpu(0).unwrap().mig_mode.unwrap();
@@ -497,7 +518,7 @@ async fn gpu_clients_that_do_not_leave_fail_the_change_and_are_restored() {
     let mut node = Scenario::asking_with("a100-80gb:1", &[], |settings| {
         settings.clients_timeout = Duration::from_millis(300)
     });
-    node.api.add_pod(json!({
+    node.add_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": "nvidia-device-plugin-daemonset-x", "namespace": NAMESPACE,
@@ -509,8 +530,8 @@ async fn gpu_clients_that_do_not_leave_fail_the_change_and_are_restored() {
 
     node.reconciled().await;
 
-    assert_eq!(node.api.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
-    assert_eq!(node.api.label(&plugin).as_deref(), Some("true"));
+    assert_eq!(node.label(MIG_CONFIG_STATE).as_deref(), Some("failed"));
+    assert_eq!(node.label(&plugin).as_deref(), Some("true"));
     assert_eq!(
         node.last_error(),
         "the GPU clients' pods did not leave within 300ms: gpu-operator/nvidia-device-plugin-daemonset-x"
