@@ -14,6 +14,7 @@
 //! standard checks every writer passes are in [`standard`].
 
 pub mod standard;
+pub mod logs;
 mod store;
 
 use std::collections::VecDeque;
@@ -236,6 +237,13 @@ impl FakeApi {
     {
         let object = self.object(&object_path::<K>(namespace, name))?;
         Some(serde_json::from_value(object).expect("the stored object reads as its type"))
+    }
+
+    /// The objects stored under `collection` (e.g. `/apis/events.k8s.io/v1/namespaces/team/events`), by path.
+    #[must_use]
+    pub fn objects(&self, collection: &str) -> Vec<Value> {
+        let prefix = format!("{collection}/");
+        self.lock().store.under(&prefix)
     }
 
     /// Removes the object at `path`, as someone deleting it behind the writer's back.

@@ -93,6 +93,15 @@ impl Store {
         self.objects.get(path)
     }
 
+    /// The objects whose path starts with `prefix`, in path order.
+    pub(crate) fn under(&self, prefix: &str) -> Vec<Value> {
+        let objects = self.objects.range(prefix.to_owned()..);
+        objects
+            .take_while(|(path, _)| path.starts_with(prefix))
+            .map(|(_, object)| object.clone())
+            .collect()
+    }
+
     pub(crate) fn remove(&mut self, path: &str) {
         self.objects.remove(path);
     }

@@ -298,7 +298,12 @@ impl NodeEvents {
             secondary: None,
         };
         if let Err(error) = self.recorder.publish(&event, &self.reference).await {
-            warn!(%error, reason, "cannot record the event");
+            let node = self.reference.name.as_deref().unwrap_or_default();
+            warn!(%node, %error, reason, "cannot record the event");
         }
     }
 }
+
+#[cfg(test)]
+#[path = "kube_io_tests.rs"]
+mod api_tests;

@@ -16,6 +16,8 @@ use tracing::info;
 
 /// How often the remaining ClusterPolicies are listed while the operator cleans up.
 const POLL: Duration = Duration::from_secs(1);
+/// How many conflicting deletes of one ClusterPolicy are tried again.
+const CONFLICT_RETRIES: u32 = 3;
 /// How often the wait is reported in the log.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
@@ -58,15 +60,28 @@ pub async fn uninstall(
     let policies: Api<ClusterPolicy> = Api::all(client.clone());
     let deleted = remaining(&policies).await?;
     for name in &deleted {
-        match policies.delete(name, &DeleteParams::default()).await {
-            Ok(_) => info!(clusterpolicy = %name, "deleted; waiting for the operator's cleanup"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(UninstallError::Delete {
-                    name: name.clone(),
-                    source,
-                });
+        // The hook runs once (a failed one fails the uninstall): a conflict with a write in between is retried here.
+        let mut conflicts = 0;
+        loop {
+            match policies.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    info!(clusterpolicy = %name, "deleted; waiting for the operator's cleanup")
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && conflicts < CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(UninstallError::Delete {
+                        name: name.clone(),
+                        source,
+                    });
+                }
             }
+            break;
         }
     }
     let started = Instant::now();
@@ -96,6 +111,14 @@ pub async fn uninstall(
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in crd::crds::all() {
             let name = crd.name_any();
+            // Read first, so that an uninstall run again writes nothing for what is gone.
+            let refused = |source| UninstallError::DeleteCrd {
+                name: name.clone(),
+                source,
+            };
+            if crds.get_opt(&name).await.map_err(refused)?.is_none() {
+                continue;
+            }
             match crds.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => info!(crd = %name, "deleted"),
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -114,3 +137,7 @@ async fn remaining(policies: &Api<ClusterPolicy>) -> Result<Vec<String>, Uninsta
         .map_err(UninstallError::List)?;
     Ok(list.items.iter().map(ResourceExt::name_any).collect())
 }
+
+#[cfg(test)]
+#[path = "uninstall_tests.rs"]
+mod tests;

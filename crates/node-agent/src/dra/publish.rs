@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use crd::dra::Partition;
 use crd::gpu_node::GpuNodeStatus;
 use futures::{StreamExt, stream};
@@ -122,13 +124,11 @@ impl Publisher {
             // A new generation tells the scheduler to forget the pool's older slices.
             let wanted = slices::slice(&self.node, &uid, generation + 1, &devices);
             let params = PatchParams::apply(crd::gpu_node::field_manager::DRA_DRIVER).force();
+            let name = slices::slice_name(&self.node);
             Api::<ResourceSlice>::all(self.client.clone())
-                .patch(
-                    &slices::slice_name(&self.node),
-                    &params,
-                    &Patch::Apply(&wanted),
-                )
-                .await?;
+                .patch(&name, &params, &Patch::Apply(&wanted))
+                .await
+                .with_context(|| format!("publishing ResourceSlice {name}"))?;
             info!(
                 devices = devices.len(),
                 generation = generation + 1,
@@ -198,3 +198,7 @@ fn watch_inputs(
     });
     receiver
 }
+
+#[cfg(test)]
+#[path = "publish_tests.rs"]
+mod api_tests;

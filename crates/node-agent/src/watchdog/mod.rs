@@ -223,10 +223,15 @@ impl Watchdog {
         self.told_annotations
             .retain(|uid| still_bad.contains(uid.as_str()));
         for (pod, error) in &assessment.bad_annotations {
-            if self.told_annotations.insert(pod.pod_uid.clone()) {
+            if !self.told_annotations.contains(&pod.pod_uid) {
                 warn!(namespace = %pod.namespace, pod = %pod.pod, %error, "ignoring the annotation");
-                self.publish(pod, BAD_ANNOTATION_REASON, &error.to_string())
-                    .await;
+                // Remembered once recorded: an Event the API server refused is tried again on the next pass.
+                if self
+                    .publish(pod, BAD_ANNOTATION_REASON, &error.to_string())
+                    .await
+                {
+                    self.told_annotations.insert(pod.pod_uid.clone());
+                }
             }
         }
     }
@@ -252,7 +257,9 @@ impl Watchdog {
             .await;
     }
 
-    async fn publish(&self, pod: &ContainerRef, reason: &str, note: &str) {
+    /// Records a Warning Event on the pod; returns whether it was recorded. A refusal is logged with the pod and
+    /// the API server's answer: an Event is never worth failing the work it tells of.
+    async fn publish(&self, pod: &ContainerRef, reason: &str, note: &str) -> bool {
         let event = Event {
             type_: EventType::Warning,
             reason: reason.to_owned(),
@@ -268,8 +275,12 @@ impl Watchdog {
             uid: Some(pod.pod_uid.clone()),
             ..ObjectReference::default()
         };
-        if let Err(error) = self.events.publish(&event, &reference).await {
-            warn!(%error, reason, "cannot record the event");
+        match self.events.publish(&event, &reference).await {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(namespace = %pod.namespace, pod = %pod.pod, %error, reason, "cannot record the event");
+                false
+            }
         }
     }
 }
@@ -349,5 +360,7 @@ pub fn describe(action: &Action, outcome: &str) -> String {
     )
 }
 
+#[cfg(test)]
+mod events_tests;
 #[cfg(test)]
 mod tests;

@@ -97,8 +97,8 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::{Value, json};
 
-    use api_test_kit::{Answer, FakeApi, expect};
     use super::*;
+    use api_test_kit::{Answer, FakeApi, expect};
 
     /// A log sink the test reads back.
     #[derive(Clone, Default)]

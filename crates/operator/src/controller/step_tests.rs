@@ -10,7 +10,7 @@ use crd::ClusterPolicy;
 use crd::cluster_policy::{ClusterPolicyStatus, PolicyState};
 use http::Method;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
@@ -22,14 +22,15 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::reconcile::{apply_operands, cleanup, reconcile_policy};
-use api_test_kit::{Answer, FakeApi, Expected, expect};
-use super::writes::write_status;
+use super::writes::{label_nodes, write_status};
 use super::{Context, ReconcileError, error_policy};
 use crate::apply::{Applier, ApplySummary};
 use crate::metrics::Metrics;
 use crate::model::{ClusterFacts, ContainerRuntime, validate};
 use crate::render::fixture::default_images;
 use crate::render::{RenderedObject, render};
+use api_test_kit::standard::{self, Retry};
+use api_test_kit::{Answer, Expected, FakeApi, expect};
 
 const NAMESPACE: &str = "gpu-operator";
 const PLUGIN: &str = "nvidia-device-plugin-daemonset";
@@ -78,6 +79,10 @@ struct Fixture {
 impl Fixture {
     fn new(expected: Vec<Expected>) -> Self {
         let (api, client) = FakeApi::scripted(expected);
+        Self::over(api, client)
+    }
+
+    fn over(api: FakeApi, client: Client) -> Self {
         let (daemonsets, daemonset_writer) = reflector::store();
         let (services, service_writer) = reflector::store();
         Self {
@@ -633,4 +638,98 @@ async fn cleanup_deletes_the_gpunodes_once_the_operands_are_gone() {
 
     assert_eq!(action, Action::await_change());
     fixture.api.finish();
+}
+
+#[tokio::test]
+async fn a_refused_status_write_names_the_status_and_the_reason() {
+    for (code, reason) in [(403, "Forbidden"), (422, "Invalid")] {
+        let status = refused_status(Answer::Error(code, reason)).await;
+        assert_eq!((status.code, status.reason.as_str()), (code, reason));
+    }
+}
+
+// The node labels, against the stateful fake: the four standard tests.
+
+const NODE_PATH: &str = "/api/v1/nodes/gpu-0";
+
+/// A fake API server holding GPU node `gpu-0` (as Node Feature Discovery labels it), and the controller's context.
+fn gpu_node() -> Fixture {
+    let (api, client) = FakeApi::start();
+    let mut node = Node::default();
+    node.metadata.name = Some("gpu-0".into());
+    node.metadata.labels = Some(
+        [(
+            "feature.node.kubernetes.io/pci-10de.present".to_owned(),
+            "true".to_owned(),
+        )]
+        .into(),
+    );
+    api.insert(&node);
+    Fixture::over(api, client)
+}
+
+/// One labelling pass over the Node as the cache would hold it now.
+async fn label(fixture: &Fixture) -> Result<(), String> {
+    let node: Node = fixture.api.get(None, "gpu-0").unwrap();
+    let validated = validate(&policy().spec, &default_images()).unwrap();
+    label_nodes(
+        &validated,
+        &[Arc::new(node)],
+        ContainerRuntime::Containerd,
+        &fixture.context,
+    )
+    .await
+    .map(drop)
+    .map_err(|error| error.to_string())
+}
+
+fn deploy_label(fixture: &Fixture) -> Value {
+    fixture.api.object(NODE_PATH).unwrap()["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"].clone()
+}
+
+#[tokio::test]
+async fn standard_unchanged_node_labels_are_not_written() {
+    let fixture = gpu_node();
+    standard::unchanged_is_not_written(&fixture.api.clone(), async || label(&fixture).await).await;
+}
+
+/// The Node is the kubelet's: what the operator creates on it is its missing labels.
+#[tokio::test]
+async fn standard_missing_node_labels_are_created() {
+    let fixture = gpu_node();
+    assert!(deploy_label(&fixture).is_null());
+    label(&fixture).await.unwrap();
+    assert_eq!(deploy_label(&fixture), "true");
+}
+
+/// The controller leaves the retry of a conflicting label patch to `error_policy`, which requeues the reconcile:
+/// the pass fails, the next one writes every label.
+#[tokio::test]
+async fn standard_a_conflicting_label_patch_is_retried_by_the_next_reconcile() {
+    let fixture = gpu_node();
+    standard::conflict_is_retried(
+        &fixture.api.clone(),
+        Method::PATCH,
+        NODE_PATH,
+        Retry::NextPass,
+        async || label(&fixture).await,
+    )
+    .await;
+    assert_eq!(deploy_label(&fixture), "true");
+}
+
+#[tokio::test]
+async fn standard_a_refused_label_patch_is_an_error_naming_the_node_and_the_reason() {
+    for code in [403, 422] {
+        let fixture = gpu_node();
+        let refused = standard::refusal_is_reported(
+            &fixture.api.clone(),
+            Method::PATCH,
+            NODE_PATH,
+            code,
+            async || label(&fixture).await,
+        )
+        .await;
+        standard::assert_names(&refused.unwrap_err(), "labelling node gpu-0", code);
+    }
 }

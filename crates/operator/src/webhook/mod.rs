@@ -35,6 +35,8 @@ pub mod hami;
 pub mod quota;
 pub mod review;
 pub mod server;
+#[cfg(test)]
+mod standard_tests;
 pub mod template_gc;
 pub mod tls;
 
@@ -357,16 +359,16 @@ mod tests {
         };
         let readiness = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (_, leading) = watch::channel(false);
-        spawnable(&run(
-            client,
-            settings,
-            leading,
-            move || readiness.store(true, std::sync::atomic::Ordering::Release),
-        ));
+        spawnable(&run(client, settings, leading, move || {
+            readiness.store(true, std::sync::atomic::Ordering::Release)
+        }));
     }
 
     #[tokio::test]
     async fn set_up_replaces_an_unusable_secret_and_the_api_server_trusts_the_new_ca() {
+        const MUTATING: &str =
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-operator-hami";
+        const VALIDATING: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-operator-node-bound-evictions";
         let secret = "/api/v1/namespaces/gpu-operator/secrets/gpu-operator-webhook-tls";
         let (api, client) = FakeApi::scripted(vec![
             expect(
@@ -382,16 +384,10 @@ mod tests {
                 ),
             ),
             expect(Method::PUT, secret, Answer::Echo),
-            expect(
-                Method::PATCH,
-                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-operator-hami",
-                Answer::Echo,
-            ),
-            expect(
-                Method::PATCH,
-                "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-operator-node-bound-evictions",
-                Answer::Echo,
-            ),
+            expect(Method::GET, MUTATING, Answer::Error(404, "NotFound")),
+            expect(Method::PATCH, MUTATING, Answer::Echo),
+            expect(Method::GET, VALIDATING, Answer::Error(404, "NotFound")),
+            expect(Method::PATCH, VALIDATING, Answer::Echo),
         ]);
         let settings = Settings {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -407,7 +403,10 @@ mod tests {
         trust(&client, &settings, &stored).await.unwrap();
         let received = api.finish();
         assert_eq!(received[1].body["metadata"]["resourceVersion"], "3");
-        for configuration in &received[2..] {
+        let applied = received[2..]
+            .iter()
+            .filter(|request| request.method == Method::PATCH);
+        for configuration in applied {
             assert_eq!(
                 configuration.body["webhooks"][0]["clientConfig"]["caBundle"],
                 base64_of(&stored.material.ca_pem)

@@ -93,7 +93,8 @@ pub fn unused<'a>(
 /// candidate, and deletes the unused ones. Returns how many were deleted.
 ///
 /// # Errors
-/// When a list is refused; a refused delete (someone used or changed the template since) is only logged.
+/// When a list is refused; a refused delete is logged (a conflict, someone used or changed the template since,
+/// at debug level), and tried again by the next sweep.
 pub async fn sweep(client: &Client, unused_for: Duration) -> Result<usize, kube::Error> {
     let now = Timestamp::now();
     let ours = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGER}"));
@@ -132,8 +133,12 @@ pub async fn sweep(client: &Client, unused_for: Duration) -> Result<usize, kube:
                     deleted += 1;
                     info!(%namespace, template = %name, "deleted a HAMi ResourceClaimTemplate no pod uses");
                 }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    debug!(%namespace, template = %name, %status, "template kept: used or changed since the sweep read it");
+                }
+                // Not the expected race: said where an operator on call looks, the next sweep tries again.
                 Err(error) => {
-                    debug!(%namespace, template = %name, %error, "template kept: used or changed since the sweep read it");
+                    warn!(%namespace, template = %name, %error, "cannot delete an unused HAMi ResourceClaimTemplate");
                 }
             }
         }

@@ -360,7 +360,16 @@ pub async fn apply_configuration(client: &Client, configuration: &Value) -> Resu
         .as_str()
         .unwrap_or_default();
     let kind = ConfigurationKind::of(configuration);
-    kind.api(client)
+    let configurations = kind.api(client);
+    let stored = configurations
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading {} {name}", kind.kind())))?;
+    // No write at rest: only a missing configuration, or one whose fields someone changed, is applied.
+    if stored.is_some_and(|stored| holds(&json!(stored), configuration)) {
+        return Ok(());
+    }
+    configurations
         .patch(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -369,6 +378,23 @@ pub async fn apply_configuration(client: &Client, configuration: &Value) -> Resu
         .await
         .map_err(api(format!("applying {} {name}", kind.kind())))?;
     Ok(())
+}
+
+/// Whether `stored` holds every field of `wanted` with its value (what the API server added by default aside).
+fn holds(stored: &Value, wanted: &Value) -> bool {
+    match (stored, wanted) {
+        (Value::Object(stored), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(key, value)| stored.get(key).is_some_and(|stored| holds(stored, value))),
+        (Value::Array(stored), Value::Array(wanted)) => {
+            stored.len() == wanted.len()
+                && stored
+                    .iter()
+                    .zip(wanted)
+                    .all(|(stored, wanted)| holds(stored, wanted))
+        }
+        _ => stored == wanted,
+    }
 }
 
 /// Deletes a configuration (its webhook is switched off); gone already is fine.
@@ -380,8 +406,16 @@ pub async fn delete_configuration(
     kind: ConfigurationKind,
     name: &str,
 ) -> Result<(), TlsError> {
-    match kind
-        .api(client)
+    let configurations = kind.api(client);
+    // Read first, so that an uninstall or a start with the webhook off writes nothing when it is gone already.
+    let stored = configurations
+        .get_opt(name)
+        .await
+        .map_err(api(format!("reading {} {name}", kind.kind())))?;
+    if stored.is_none() {
+        return Ok(());
+    }
+    match configurations
         .delete(name, &kube::api::DeleteParams::default())
         .await
     {

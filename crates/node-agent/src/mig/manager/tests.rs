@@ -18,6 +18,7 @@ use tempfile::TempDir;
 use super::{MigManager, Parts, ReconcileError, Settings};
 use crate::mig::clients::{PROGRESS_ANNOTATION, Progress};
 use crate::mig::drain::NodePods;
+use api_test_kit::standard::{self, Retry};
 use api_test_kit::{FakeApi, Request as Sent};
 use crd::config::mig_parted::CONFIG_KEY;
 use crd::gpu_node::field_manager::MIG_MANAGER;
@@ -537,4 +538,64 @@ async fn gpu_clients_that_do_not_leave_fail_the_change_and_are_restored() {
         "the GPU clients' pods did not leave within 300ms: gpu-operator/nvidia-device-plugin-daemonset-x"
     );
     assert_eq!(node.geometry(), before, "the GPUs were not touched");
+}
+
+/// A node already converged, reporting its state.
+fn converged() -> Scenario {
+    Scenario::new(
+        "a100-80gb:2",
+        &[("1g.10gb", 7)],
+        &[(MIG_CONFIG, "all-1g.10gb"), (MIG_CONFIG_STATE, "success")],
+    )
+}
+
+#[tokio::test]
+async fn standard_an_unchanged_node_is_not_written() {
+    let mut node = converged();
+    let api = node.api.clone();
+    standard::unchanged_is_not_written(&api, async || {
+        node.reconcile().await.map_err(|error| error.to_string())
+    })
+    .await;
+}
+
+/// The GPUNode is the first role's to create; what the MIG manager makes on it is its status.
+#[tokio::test]
+async fn standard_a_missing_status_is_written() {
+    let mut node = converged();
+    assert!(node.status().is_null());
+    node.reconciled().await;
+    assert_eq!(node.status()["mig"]["state"], "success");
+    assert_eq!(node.status()["mig"]["config"], "all-1g.10gb");
+}
+
+/// The MIG manager leaves the retry of a conflicting write to its run loop: the reconcile fails, the next one
+/// writes the same status.
+#[tokio::test]
+async fn standard_a_conflicting_status_write_is_retried_by_the_next_reconcile() {
+    let mut node = converged();
+    let api = node.api.clone();
+    standard::conflict_is_retried(
+        &api,
+        Method::PATCH,
+        STATUS_PATH,
+        Retry::NextPass,
+        async || node.reconcile().await.map_err(|error| error.to_string()),
+    )
+    .await;
+    assert_eq!(node.status()["mig"]["state"], "success");
+}
+
+#[tokio::test]
+async fn standard_a_refused_status_write_is_an_error_naming_the_gpu_node_and_the_reason() {
+    for code in [403, 422] {
+        let mut node = converged();
+        let api = node.api.clone();
+        let refused =
+            standard::refusal_is_reported(&api, Method::PATCH, STATUS_PATH, code, async || {
+                node.reconcile().await.map_err(|error| error.to_string())
+            })
+            .await;
+        standard::assert_names(&refused.unwrap_err(), "GPUNode node-1", code);
+    }
 }
