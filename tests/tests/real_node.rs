@@ -125,6 +125,10 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         values,
         "--set",
         &kubelet_root,
+        // The API server accepts the operator's NetworkPolicy and nothing stops working with it (this node's
+        // bridge network does not enforce policies; Calico or Cilium would).
+        "--set",
+        "operator.networkPolicy.enabled=true",
     ];
     e2e::ok("helm", &args);
 

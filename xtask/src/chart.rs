@@ -4,6 +4,7 @@
 //! objects only where the API server serves resource.k8s.io/v1; Kubernetes versions below Chart.yaml's kubeVersion
 //! refused; Helm's standard labels on every object the chart renders.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -59,7 +60,8 @@ pub fn check(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
     }
     refuses_misspelled_keys(&helm)?;
     dra_objects_follow_the_served_apis(&helm)?;
-    every_object_has_the_standard_labels(&helm)
+    every_object_has_the_standard_labels(&helm)?;
+    network_policy_admits_only_the_operators_ports(&helm)
 }
 
 /// The values files users install with: the chart's defaults (none), NVIDIA's complete file, and every
@@ -180,6 +182,7 @@ fn every_object_has_the_standard_labels(helm: &Helm) -> anyhow::Result<()> {
         "dashboard.enabled=true",
         "prometheusRule.enabled=true",
         "operator.serviceMonitor.enabled=true",
+        "operator.networkPolicy.enabled=true",
     ] {
         args.extend(["--set", value]);
     }
@@ -193,6 +196,70 @@ fn every_object_has_the_standard_labels(helm: &Helm) -> anyhow::Result<()> {
         "objects without Helm's standard labels: {missing:#?}"
     );
     println!("every rendered object has {}", STANDARD_LABELS.join(", "));
+    Ok(())
+}
+
+/// `operator.networkPolicy`: the policy selects the operator's pods, admits exactly the ports its container
+/// names (webhook and health), and the webhook only from the peers the values give.
+fn network_policy_admits_only_the_operators_ports(helm: &Helm) -> anyhow::Result<()> {
+    let api_server = "192.0.2.0/24";
+    let rendered = helm.ok(&[
+        "template",
+        "gpu-operator",
+        &helm.chart,
+        "--set",
+        "operator.networkPolicy.enabled=true",
+        "--set",
+        &format!("operator.networkPolicy.webhookFrom[0].ipBlock.cidr={api_server}"),
+    ])?;
+    let objects = objects(&rendered)?;
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .with_context(|| format!("no {kind} {name} rendered"))
+    };
+    let policy = find("NetworkPolicy", "gpu-operator")?;
+    let deployment = find("Deployment", "gpu-operator")?;
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let selected = policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .context("the policy selects pods by labels")?;
+    ensure!(
+        selected
+            .iter()
+            .all(|(key, value)| &pod_labels[key] == value),
+        "the policy selects {selected:?}, the operator's pods carry {pod_labels}"
+    );
+    let container_ports: BTreeSet<&str> =
+        deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .context("the operator container's ports")?
+            .iter()
+            .filter_map(|port| port["name"].as_str())
+            .collect();
+    let rules = policy["spec"]["ingress"]
+        .as_array()
+        .context("ingress rules")?;
+    let admitted: BTreeSet<&str> = rules
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().into_iter().flatten())
+        .filter_map(|port| port["port"].as_str())
+        .collect();
+    ensure!(
+        admitted == container_ports,
+        "the policy admits {admitted:?}, the operator listens on {container_ports:?}"
+    );
+    let webhook_rule = rules
+        .iter()
+        .find(|rule| rule["ports"][0]["port"] == "webhook")
+        .context("a rule for the webhook")?;
+    ensure!(
+        webhook_rule["from"] == serde_json::json!([{"ipBlock": {"cidr": api_server}}]),
+        "the webhook rule admits {} instead of the API server's {api_server}",
+        webhook_rule["from"]
+    );
+    println!("operator.networkPolicy admits {admitted:?}, the webhook only from {api_server}");
     Ok(())
 }
 

@@ -332,6 +332,14 @@ fn operator_section(spec: &Value) -> anyhow::Result<Value> {
         "tolerations": field(&["daemonsets", "tolerations"])?,
         "affinity": field(&["daemonsets", "affinity"])?,
         "priorityClassName": string("The operator pod's priority class."),
+        "networkPolicy": closed_object(
+            "A NetworkPolicy that admits traffic to the operator pod only on its webhook and metrics ports.",
+            json!({
+                "enabled": boolean("Whether the chart creates the operator's NetworkPolicy."),
+                "webhookFrom": peers("Who may call the admission webhook (port 9443): NetworkPolicy peers; empty: anyone."),
+                "metricsFrom": peers("Who may read health and metrics (port 8081): NetworkPolicy peers; empty: anyone."),
+            }),
+        ),
         "defaultImages": {
             "type": "object",
             "description": "Images used where a ClusterPolicy section names none, by environment variable (DRIVER_IMAGE, DCGM_IMAGE, ...).",
@@ -483,6 +491,31 @@ fn boolean(description: &str) -> Value {
 
 fn string(description: &str) -> Value {
     json!({"type": "string", "description": description})
+}
+
+/// A list of NetworkPolicy peers (`ipBlock`, `namespaceSelector`, `podSelector`), as the API server checks them.
+fn peers(description: &str) -> Value {
+    json!({
+        "type": "array",
+        "description": description,
+        "items": {
+            "type": "object",
+            "properties": {
+                "ipBlock": {
+                    "type": "object",
+                    "properties": {
+                        "cidr": {"type": "string"},
+                        "except": {"type": "array", "items": {"type": "string"}}
+                    },
+                    "required": ["cidr"],
+                    "additionalProperties": false
+                },
+                "namespaceSelector": {"type": "object"},
+                "podSelector": {"type": "object"}
+            },
+            "additionalProperties": false
+        }
+    })
 }
 
 fn closed_object(description: &str, properties: Value) -> Value {

@@ -11,6 +11,7 @@ the object comes from (one part of the stack per file), so that every template i
       "device-plugin-rbac.yaml" "device-plugin"
       "deviceclasses.yaml" "dra"
       "monitoring.yaml" "monitoring"
+      "network-policy.yaml" "operator"
       "node-agent-rbac.yaml" "node-agent"
       "node-bound-writes.yaml" "node-agent"
       "node-facts.yaml" "node-facts"
