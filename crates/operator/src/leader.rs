@@ -78,6 +78,27 @@ pub fn decide(spec: Option<&LeaseSpec>, identity: &str, unchanged_for: Duration)
     }
 }
 
+/// `lease` given up: no holder, and a one-second duration from now, so that a candidate takes it at once.
+fn released(mut lease: Lease) -> Lease {
+    let now = MicroTime(Timestamp::now());
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now.clone());
+        spec.acquire_time = Some(now);
+    }
+    lease
+}
+
+/// Who holds `lease` ("" for nobody).
+fn holder_of(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref())
+        .unwrap_or_default()
+}
+
 /// The lease's record as last seen, and when this process first saw it so.
 #[derive(Debug)]
 struct Observed {
@@ -160,18 +181,26 @@ impl LeaderElector {
 
     /// Gives the lease up, so that a waiting replica takes over at once rather than after the lease expires.
     pub async fn release(&self) {
-        let Some(mut lease) = self.state.lock().await.held.take() else {
+        let Some(lease) = self.state.lock().await.held.take() else {
             return;
         };
-        let now = MicroTime(Timestamp::now());
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-            spec.lease_duration_seconds = Some(1);
-            spec.renew_time = Some(now.clone());
-            spec.acquire_time = Some(now);
-        }
-        match self.replace(&lease).await {
-            Ok(_) => info!(lease = %self.name, "released the lease"),
+        let released = match self.replace(&released(lease)).await {
+            // A renewal that the shutdown cut short may have been written after the copy held here: release the
+            // lease as it stands, if it is still ours, rather than leave the next replica waiting for it to expire.
+            Err(LeaderError::Api {
+                source: kube::Error::Api(status),
+                ..
+            }) if status.code == 409 => match self.get().await {
+                Ok(Some(current)) if holder_of(&current) == self.identity => {
+                    self.replace(&released(current)).await.map(drop)
+                }
+                Ok(_) => return,
+                Err(error) => Err(error),
+            },
+            written => written.map(drop),
+        };
+        match released {
+            Ok(()) => info!(lease = %self.name, "released the lease"),
             Err(error) => warn!(%error, "releasing the lease failed; it expires by itself"),
         }
     }
