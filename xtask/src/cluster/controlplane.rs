@@ -504,48 +504,16 @@ fn launch(
     state: &mut State,
     children: &mut Vec<(Child, Record)>,
 ) -> anyhow::Result<()> {
-    let ports = state.ports;
-    let host_address = state.host_address;
-    let mut start = |name: &str,
-                     args: Vec<String>,
-                     children: &mut Vec<(Child, Record)>|
-     -> anyhow::Result<()> {
+    for name in COMPONENTS {
+        let args = args_of(name, files, state)?;
         let (child, record) =
             process::spawn(name, &toolset.binary(name), &args, &[], &files.log(name))?;
         state.processes.push(record.clone());
         state.save(&files.dir)?;
         children.push((child, record));
-        Ok(())
-    };
-
-    start("etcd", etcd_args(files, ports), children)?;
-    let etcd_health = format!("http://127.0.0.1:{}/health", ports.etcd_client);
-    wait_for("etcd", Duration::from_secs(60), children, || {
-        let body = super::fetch::get_text(&etcd_health)?;
-        anyhow::ensure!(body.contains(r#""health":"true""#), "etcd says {body}");
-        Ok(())
-    })?;
-
-    start(
-        "kube-apiserver",
-        apiserver_args(files, ports, host_address),
-        children,
-    )?;
+        wait_until_serving(name, files, state, children)?;
+    }
     let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;
-    wait_for(
-        "kube-apiserver /readyz",
-        Duration::from_secs(180),
-        children,
-        || connection.ready(),
-    )?;
-
-    start(
-        "kube-controller-manager",
-        controller_manager_args(files),
-        children,
-    )?;
-    start("kube-scheduler", scheduler_args(files), children)?;
-    start("kwok", kwok_args(files, ports), children)?;
     let accounts = kube::Api::<ServiceAccount>::namespaced(connection.client.clone(), "default");
     wait_for(
         "the default ServiceAccount",
@@ -557,6 +525,76 @@ fn launch(
             Ok(())
         },
     )
+}
+
+/// The arguments the control-plane component `name` runs with in the cluster `state`.
+fn args_of(name: &str, files: &Files, state: &State) -> anyhow::Result<Vec<String>> {
+    Ok(match name {
+        "etcd" => etcd_args(files, state.ports),
+        "kube-apiserver" => apiserver_args(files, state.ports, state.host_address),
+        "kube-controller-manager" => controller_manager_args(files),
+        "kube-scheduler" => scheduler_args(files),
+        "kwok" => kwok_args(files, state.ports),
+        other => anyhow::bail!(
+            "{other} is not a control-plane component (one of {})",
+            COMPONENTS.join(", ")
+        ),
+    })
+}
+
+/// Waits until etcd or the API server serves requests; the other components have nothing to wait for.
+fn wait_until_serving(
+    name: &str,
+    files: &Files,
+    state: &State,
+    children: &mut [(Child, Record)],
+) -> anyhow::Result<()> {
+    match name {
+        "etcd" => {
+            let health = format!("http://127.0.0.1:{}/health", state.ports.etcd_client);
+            wait_for("etcd", Duration::from_secs(60), children, || {
+                let body = super::fetch::get_text(&health)?;
+                anyhow::ensure!(body.contains(r#""health":"true""#), "etcd says {body}");
+                Ok(())
+            })
+        }
+        "kube-apiserver" => {
+            let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;
+            wait_for(
+                "kube-apiserver /readyz",
+                Duration::from_secs(180),
+                children,
+                || connection.ready(),
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Stops the control-plane component `name` of the running cluster (SIGTERM, then SIGKILL after [`STOP_GRACE`]),
+/// leaves it down for `down_for`, and starts it again with the same arguments and log; returns once it serves
+/// again. The chaos tests use it to take the API server away, or restart etcd, under the operator.
+pub fn restart(state_dir: &Path, name: &str, down_for: Duration) -> anyhow::Result<Record> {
+    let mut state = State::load(state_dir)?
+        .context("the cluster is not up; run `cargo xtask cluster up` first")?;
+    let files = Files {
+        dir: state_dir.to_path_buf(),
+    };
+    let args = args_of(name, &files, &state)?;
+    let position = state
+        .processes
+        .iter()
+        .position(|record| record.name == name)
+        .with_context(|| format!("{name} is not recorded as running"))?;
+    let stopped = state.processes[position].clone();
+    process::stop_all(std::slice::from_ref(&stopped), STOP_GRACE)?;
+    progress::say(format!("{name} stopped; starting it again in {down_for:?}"));
+    std::thread::sleep(down_for);
+    let (child, record) = process::spawn(name, &stopped.binary, &args, &[], &stopped.log)?;
+    state.processes[position] = record.clone();
+    state.save(state_dir)?;
+    wait_until_serving(name, &files, &state, &mut [(child, record.clone())])?;
+    Ok(record)
 }
 
 /// Polls `probe` until it succeeds, failing early (with the tail of its log) when one of `children` exits.

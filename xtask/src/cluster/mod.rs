@@ -46,6 +46,16 @@ pub enum Command {
     Env,
     /// Add simulated GPU nodes (managed by kwok).
     AddNodes(AddNodes),
+    /// Stop a control-plane component (etcd, kube-apiserver, ...), keep it down a while, and start it again with
+    /// the same arguments; returns once it serves again.
+    Restart {
+        /// The component, as `cluster up` names it (etcd, kube-apiserver, kube-controller-manager,
+        /// kube-scheduler, kwok).
+        component: String,
+        /// Seconds to keep it down.
+        #[arg(long, default_value_t = 0)]
+        down_for: u64,
+    },
     /// Add a node that runs pods as real containers: containerd (installed with apt-get if missing), the images
     /// of `cargo xtask images`, the kubelet and kube-proxy. Only one per machine; `cluster down` removes it.
     AddRealNode(AddRealNode),
@@ -79,6 +89,19 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::AddNodes(request) => {
             let names = add_nodes(&request)?;
             println!("added {} node(s): {}", names.len(), names.join(", "));
+            Ok(())
+        }
+        Command::Restart {
+            component,
+            down_for,
+        } => {
+            let state_dir = paths::Layout::from_env()?.state_dir();
+            let record = controlplane::restart(
+                &state_dir,
+                &component,
+                std::time::Duration::from_secs(down_for),
+            )?;
+            println!("{component} serves again (pid {})", record.pid);
             Ok(())
         }
         Command::AddRealNode(request) => {
