@@ -162,7 +162,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .modify(keep_what_nodes_tell)
     .reflect(node_writer)
     .applied_objects()
@@ -174,7 +173,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .modify(keep_what_gpu_nodes_tell)
     .reflect(gpu_node_writer)
     .applied_objects()
@@ -187,7 +185,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .modify(forget_bookkeeping)
     .reflect(daemonset_writer)
     .applied_objects()
@@ -199,7 +196,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .reflect(service_writer)
     .applied_objects();
     let (config_maps, config_map_writer) = reflector::store();
@@ -209,7 +205,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .modify(forget_bookkeeping)
     .reflect(config_map_writer)
     .applied_objects()
@@ -222,7 +217,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .reflect(policy_writer)
     .applied_objects()
     .predicate_filter(spec_and_lifecycle, Default::default());
@@ -233,7 +227,6 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .default_backoff()
     .touched_objects()
     .predicate_filter(spec_and_lifecycle, Default::default());
     let controller = Controller::for_stream(policy_events, policies.clone());
