@@ -13,8 +13,8 @@
 //! with an HTTP code and a real `Status` body ([`FakeApi::fail_next`]), as the API server refuses it. The four
 //! standard checks every writer passes are in [`standard`].
 
-pub mod standard;
 pub mod logs;
+pub mod standard;
 mod store;
 
 use std::collections::VecDeque;

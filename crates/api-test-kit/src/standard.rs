@@ -138,6 +138,31 @@ pub async fn refusal_is_reported(
     outcome
 }
 
+/// (d) for a writer whose report is the error it returns: the next matching request is refused with 403
+/// Forbidden, then with 422 Invalid, and each pass fails with an error that names `object` and the reason.
+///
+/// # Panics
+/// When a pass succeeds, never sends the request, or its error does not name both.
+pub async fn refusals_are_errors(
+    api: &FakeApi,
+    method: Method,
+    path_end: &str,
+    object: &str,
+    mut pass: impl AsyncFnMut() -> Result<(), String>,
+) {
+    for code in [403, 422] {
+        api.fail_next(method.clone(), path_end, code);
+        let outcome = pass().await;
+        assert_eq!(
+            api.failures_left(),
+            0,
+            "the writer never sent {method} …{path_end}"
+        );
+        let error = outcome.expect_err("the refusal was swallowed: the pass succeeded");
+        assert_names(&error, object, code);
+    }
+}
+
 /// Asserts that a failure's report names `object` and the API server's reason for `code`.
 ///
 /// # Panics

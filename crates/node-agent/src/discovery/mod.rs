@@ -209,6 +209,9 @@ fn machine_type(gpus: &Gpus, node: &k8s_openapi::api::core::v1::Node, file: &Pat
 }
 
 #[cfg(test)]
+mod api_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::config_map;

@@ -111,4 +111,6 @@ fn simulated_pci(count: u32) -> Vec<PciDevice> {
 }
 
 #[cfg(test)]
+mod api_tests;
+#[cfg(test)]
 mod tests;
