@@ -4,7 +4,8 @@
 //! - `KUBECONFIG`: the local cluster's admin kubeconfig;
 //! - `PATH`: with the locally built `kubectl` and `helm` first;
 //! - `E2E_OPERATOR_BIN`: the `gpu-operator` binary built from this checkout;
-//! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
+//! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures);
+//! - `E2E_XTASK_BIN`: xtask itself, whose `cluster restart` the fault tests use.
 
 pub mod agents;
 #[cfg(test)]
@@ -403,6 +404,81 @@ pub fn eventually<T>(
     }
 }
 
+/// A control-plane component (`etcd`, `kube-apiserver`, ...) taken down and started again in the background by
+/// `xtask cluster restart`, while the test watches what the operator and agents do meanwhile.
+#[derive(Debug)]
+pub struct ControlPlaneRestart {
+    child: std::process::Child,
+    component: String,
+}
+
+impl ControlPlaneRestart {
+    /// Stops `component` now, keeps it down for `down_for`, and starts it again with its arguments.
+    pub fn start(component: &str, down_for: Duration) -> Self {
+        let xtask =
+            std::env::var("E2E_XTASK_BIN").expect("E2E_XTASK_BIN is set by `cargo xtask e2e`");
+        let child = Command::new(xtask)
+            .args([
+                "cluster",
+                "restart",
+                component,
+                "--down-for",
+                &down_for.as_secs().to_string(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start xtask cluster restart");
+        Self {
+            child,
+            component: component.to_owned(),
+        }
+    }
+
+    /// Waits until the component serves again; returns when that was.
+    pub fn wait(self) -> Instant {
+        let output = self
+            .child
+            .wait_with_output()
+            .expect("wait for xtask cluster restart");
+        let back = Instant::now();
+        assert!(
+            output.status.success(),
+            "restarting {} failed: {}{}",
+            self.component,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        back
+    }
+}
+
+/// Cuts every TCP connection to the API server (`ss -K`), as a load balancer's reset or a network blip does:
+/// every client's watches drop at once while the API server keeps running. Returns how many were cut.
+pub fn cut_api_server_connections() -> usize {
+    let server = kubectl(&[
+        "config",
+        "view",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.server}",
+    ]);
+    let port = server
+        .trim()
+        .rsplit_once(':')
+        .map(|(_, port)| port.to_owned())
+        .expect("the API server's URL has a port");
+    let cut = ok(
+        "ss",
+        &["-K", "-t", "-n", "dst", "127.0.0.1", "dport", "=", &port],
+    );
+    // `ss -K` lists the sockets it closed under a header line.
+    cut.lines()
+        .skip(1)
+        .filter(|line| !line.trim().is_empty())
+        .count()
+}
+
 /// The HTTP status of `GET path` on 127.0.0.1:port, or `None` when nothing answers.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
     http_get(port, path).map(|(status, _)| status)
@@ -463,8 +539,15 @@ impl Operator {
     /// Starts the operator without waiting: a second replica becomes ready but waits for the lease while another
     /// one leads. Its webhooks are off: a test that needs them starts the operator with [`Operator::with_webhook`].
     pub fn launch(identity: &str) -> Self {
+        Self::launch_as(identity, &service_account_kubeconfig("gpu-operator"))
+    }
+
+    /// [`Operator::launch`] with a kubeconfig made earlier: a pod restarted while the API server is away keeps
+    /// its token, where making a new one would need the API server.
+    pub fn launch_as(identity: &str, kubeconfig: &std::path::Path) -> Self {
         Self::spawn(
             identity,
+            kubeconfig,
             &[("HAMI_WEBHOOK", "false"), ("NODE_BOUND_EVICTIONS", "false")],
         )
     }
@@ -477,6 +560,7 @@ impl Operator {
         let url = format!("https://{address}");
         let operator = Self::spawn(
             identity,
+            &service_account_kubeconfig("gpu-operator"),
             &[
                 ("WEBHOOK_LISTEN", address.as_str()),
                 ("WEBHOOK_URL", url.as_str()),
@@ -515,11 +599,11 @@ impl Operator {
         operator
     }
 
-    fn spawn(identity: &str, env: &[(&str, &str)]) -> Self {
+    fn spawn(identity: &str, kubeconfig: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let child = Command::new(operator_bin())
             .args(["run", "--health-addr", &format!("127.0.0.1:{port}")])
-            .env("KUBECONFIG", service_account_kubeconfig("gpu-operator"))
+            .env("KUBECONFIG", kubeconfig)
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("POD_NAME", identity)
             .env("RUST_LOG", "info,operator=debug")
@@ -541,6 +625,11 @@ impl Operator {
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// How the process ended, or None while it runs.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("check on gpu-operator")
     }
 
     /// Stops the process as the kubelet stops a pod (SIGTERM), and waits up to 10 s for it to end.
@@ -597,32 +686,45 @@ pub fn wait_leader(identity: &str, timeout: Duration) {
 /// Write requests (create, update, patch, delete) the API server's audit log recorded from `user` since line
 /// `from` of the log, by resource; `E2E_AUDIT_LOG` names the log (`cargo xtask e2e` sets it).
 pub fn audited_writes(user: &str, from: usize) -> (usize, BTreeMap<String, usize>) {
+    audited_requests(
+        user,
+        from,
+        &["create", "update", "patch", "delete", "deletecollection"],
+    )
+}
+
+/// Requests with one of `verbs` that the API server's audit log recorded from `user` since line `from` of the
+/// log, counted by `verb resource[/subresource]`; and the log's length, for the next call's `from`.
+pub fn audited_requests(
+    user: &str,
+    from: usize,
+    verbs: &[&str],
+) -> (usize, BTreeMap<String, usize>) {
     let path = std::env::var("E2E_AUDIT_LOG").expect("E2E_AUDIT_LOG is set by `cargo xtask e2e`");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    let mut writes = BTreeMap::new();
+    let mut requests = BTreeMap::new();
     for line in lines.iter().skip(from) {
         let Ok(entry) = serde_json::from_str::<Value>(line) else {
             continue;
         };
         let verb = entry["verb"].as_str().unwrap_or_default();
+        // A long request (a watch) is recorded when it starts and when it ends: count it once, at its end.
         if entry["user"]["username"] == user
-            && matches!(
-                verb,
-                "create" | "update" | "patch" | "delete" | "deletecollection"
-            )
+            && verbs.contains(&verb)
+            && entry["stage"] == "ResponseComplete"
         {
             let resource = entry["objectRef"]["resource"].as_str().unwrap_or_default();
             let subresource = entry["objectRef"]["subresource"]
                 .as_str()
                 .map(|s| format!("/{s}"))
                 .unwrap_or_default();
-            *writes
+            *requests
                 .entry(format!("{verb} {resource}{subresource}"))
                 .or_insert(0) += 1;
         }
     }
-    (lines.len(), writes)
+    (lines.len(), requests)
 }
 
 /// Every leaf of `written` must appear with the same value in `read`; returns the paths that do not. `read`

@@ -690,3 +690,154 @@ fn mig_manager_evicts_only_the_pods_on_the_gpus_it_changes() {
         .expect("pod A's GPU");
     assert_eq!(changed["devices"], json!({"1g.10gb": 7}), "{geometry:?}");
 }
+
+/// Waits, polling every 10 ms, until `agent`'s log after byte `from` shows MIG step `name` starting; returns when.
+fn wait_for_step_start(agent: &NodeAgent, from: usize, name: &str) -> Instant {
+    let marker = format!("step{{step={name}}}");
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        let output = agent.output();
+        let started = output.get(from..).is_some_and(|new| {
+            new.lines()
+                .any(|line| line.contains(&marker) && line.contains("step starts"))
+        });
+        if started {
+            return Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("step {name} never started:\n{}", agent.output())
+}
+
+/// A pod on `node` that holds its one GPU, running.
+fn run_gpu_workload(node: &str, name: &str) {
+    let workload = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "cuda", "image": "e2e/cuda",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        }
+    });
+    assert!(kubectl_apply(&workload.to_string(), &[]).success);
+    eventually(WAIT, || {
+        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
+        Ok((pod["status"]["phase"] == "Running").then_some(()))
+    })
+    .expect("the GPU pod runs");
+}
+
+/// What a MIG change must leave once it is done, however it was interrupted: the geometry, the device plugin's
+/// deploy label restored, its client back, no change record left on the Node, the GPU pod evicted.
+fn assert_change_complete(node: &str, devices: &Value, workload: &str) {
+    assert_every_gpu_has(node, devices);
+    eventually(WAIT, || {
+        let node_object = kubectl_json(&["get", "node", node]);
+        let labels = &node_object["metadata"]["labels"];
+        let record = &node_object["metadata"]["annotations"]["nvidia.com/mig.config.progress"];
+        Ok(
+            (labels[PLUGIN_LABEL] == "true" && record.is_null() && client_pods_on(node) == 1)
+                .then_some(()),
+        )
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "{node}: plugin label, change record or client not restored: {error:#}\n{:#}",
+            kubectl_json(&["get", "node", node])["metadata"]
+        )
+    });
+    let left = run("kubectl", &["get", "pod", workload, "-n", "default"]);
+    assert!(!left.success, "{workload} was not evicted");
+}
+
+#[test]
+#[ignore = "needs the local cluster: run `cargo xtask e2e`"]
+fn mig_changes_survive_control_plane_faults_and_a_kill_at_every_step() {
+    chart_installed();
+    let node = "e2e-mig-chaos";
+    let workload = "e2e-mig-chaos-workload";
+    let dir = scenario_dir("e2e-mig-chaos");
+    let state = dir.join(format!("{node}.json"));
+    let _cleanup = Cleanup {
+        nodes: vec![node],
+        pods: vec![workload],
+    };
+    add_simulated_node(
+        "gpu-a100-0",
+        node,
+        "a100-80gb:1",
+        &[(TEST_NODE_LABEL, "true"), (PLUGIN_LABEL, "true")],
+    );
+    kubectl(&[
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"capacity": {"nvidia.com/gpu": "1"}, "allocatable": {"nvidia.com/gpu": "1"}}}"#,
+    ]);
+    assert!(kubectl_apply(&mig_config_map(), &[]).success);
+    assert!(kubectl_apply(&gpu_client_daemonset(), &[]).success);
+    let mut agent = mig_manager(node, &state, &[]);
+    wait_for_state(node, "all-disabled", "success", Instant::now());
+    eventually(WAIT, || Ok((client_pods_on(node) == 1).then_some(())))
+        .expect("the GPU client runs");
+    // Every GPU operation takes 100 ms, as MIG operations take time on hardware, so that each step lasts.
+    simulator_tool(node, &state, &["delay", "100"]);
+    let configs = [
+        ("all-1g.10gb", json!({"1g.10gb": 7})),
+        ("all-3g.40gb", json!({"3g.40gb": 2})),
+    ];
+
+    for (round, name) in ["Pause", "WaitForClients", "Evict", "ChangeGpus", "Verify"]
+        .into_iter()
+        .enumerate()
+    {
+        step(&format!(
+            "the MIG manager killed (SIGKILL) as step {name} starts: the restarted one finishes the change"
+        ));
+        let (config, devices) = &configs[round % 2];
+        run_gpu_workload(node, workload);
+        let from = agent.output().len();
+        set_mig_config(node, config);
+        wait_for_step_start(&agent, from, name);
+        agent.kill();
+        let killed = Instant::now();
+        let labels = node_labels(node);
+        eprintln!(
+            "killed at {name}: state {}, device plugin {}",
+            labels[STATE_LABEL], labels[PLUGIN_LABEL]
+        );
+        agent = mig_manager(node, &state, &[]);
+        let took = wait_for_state(node, config, "success", killed);
+        assert_change_complete(node, devices, workload);
+        eprintln!(
+            "killed at {name}: the restarted MIG manager reached success {took:?} after the kill"
+        );
+    }
+
+    for (component, down_for) in [
+        ("kube-apiserver", Duration::from_secs(30)),
+        ("etcd", Duration::ZERO),
+    ] {
+        step(&format!(
+            "{component} stopped for {down_for:?} while the GPUs change: the change completes once it is back"
+        ));
+        // The last kill left the first config: the outages alternate from the second.
+        let (config, devices) = &configs[usize::from(component == "kube-apiserver")];
+        run_gpu_workload(node, workload);
+        let from = agent.output().len();
+        set_mig_config(node, config);
+        wait_for_step_start(&agent, from, "ChangeGpus");
+        let back = ControlPlaneRestart::start(component, down_for).wait();
+        let took = wait_for_state(node, config, "success", back);
+        assert_change_complete(node, devices, workload);
+        eprintln!(
+            "{component} stopped for {down_for:?} during ChangeGpus: success {took:?} after it served again"
+        );
+    }
+    drop(agent);
+}
