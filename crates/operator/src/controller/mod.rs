@@ -229,7 +229,8 @@ pub async fn run(
     )
     .touched_objects()
     .predicate_filter(spec_and_lifecycle, Default::default());
-    let controller = Controller::for_stream(policy_events, policies.clone());
+    let controller = Controller::for_stream(policy_events, policies.clone())
+        .trigger_backoff(guarded::WatchesBackOffThemselves);
     let (synced, caches_synced) = watch::channel(false);
     let context = Arc::new(Context {
         applier: Applier::new(
