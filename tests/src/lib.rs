@@ -404,6 +404,32 @@ pub fn eventually<T>(
     }
 }
 
+/// `kubectl patch clusterpolicy cluster-policy --type merge -p <patch>`, as NVIDIA's guides patch it.
+pub fn patch_cluster_policy(patch: &Value) {
+    kubectl(&[
+        "patch",
+        "clusterpolicy",
+        "cluster-policy",
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+/// The operand DaemonSets the operator manages, as `kubectl get -o json` lists them.
+pub fn operand_daemonsets() -> Vec<Value> {
+    let list = kubectl_json(&[
+        "get",
+        "daemonsets",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "app.kubernetes.io/managed-by=gpu-operator",
+    ]);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// A control-plane component (`etcd`, `kube-apiserver`, ...) taken down and started again in the background by
 /// `xtask cluster restart`, while the test watches what the operator and agents do meanwhile.
 #[derive(Debug)]

@@ -23,17 +23,7 @@ const LEADER_STOPS_WITHIN: Duration = Duration::from_secs(10 + 5);
 
 /// The value of [`MARK`] on each operand DaemonSet's pod template ("" where it has none).
 fn marks() -> BTreeMap<String, String> {
-    let list = kubectl_json(&[
-        "get",
-        "daemonsets",
-        "-n",
-        NAMESPACE,
-        "-l",
-        "app.kubernetes.io/managed-by=gpu-operator",
-    ]);
-    list["items"]
-        .as_array()
-        .expect("a DaemonSet list")
+    operand_daemonsets()
         .iter()
         .map(|ds| {
             (
@@ -53,16 +43,7 @@ fn marks() -> BTreeMap<String, String> {
 /// Sets [`MARK`] on every operand's pods through the ClusterPolicy (None removes it): a change that touches
 /// every DaemonSet.
 fn mark_every_daemonset(value: Option<&str>) {
-    let patch = json!({"spec": {"daemonsets": {"labels": {MARK: value}}}});
-    kubectl(&[
-        "patch",
-        "clusterpolicy",
-        "cluster-policy",
-        "--type",
-        "merge",
-        "-p",
-        &patch.to_string(),
-    ]);
+    patch_cluster_policy(&json!({"spec": {"daemonsets": {"labels": {MARK: value}}}}));
 }
 
 /// How many DaemonSets carry `value`, of how many.

@@ -19,18 +19,8 @@ fn daemonsets() -> BTreeSet<String> {
 /// The operand DaemonSets that exist, name -> UID: a DaemonSet deleted and created again gets a new UID (and
 /// its pods are replaced on every node).
 fn daemonset_uids() -> BTreeMap<String, String> {
-    let list = kubectl_json(&[
-        "get",
-        "daemonsets",
-        "-n",
-        NAMESPACE,
-        "-l",
-        "app.kubernetes.io/managed-by=gpu-operator",
-    ]);
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    operand_daemonsets()
+        .iter()
         .filter_map(|d| {
             let name = d["metadata"]["name"].as_str()?;
             let uid = d["metadata"]["uid"].as_str()?;
@@ -41,18 +31,6 @@ fn daemonset_uids() -> BTreeMap<String, String> {
 
 fn policy() -> Value {
     kubectl_json(&["get", "clusterpolicy", "cluster-policy"])
-}
-
-fn patch_policy(patch: Value) {
-    kubectl(&[
-        "patch",
-        "clusterpolicy",
-        "cluster-policy",
-        "--type",
-        "merge",
-        "-p",
-        &patch.to_string(),
-    ]);
 }
 
 fn wait_for_state(state: &str) -> Value {
@@ -71,7 +49,7 @@ fn wait_for_daemonsets(expected: &[&str]) {
 
 /// Patches the exporter's image version and waits until its DaemonSet runs that image.
 fn set_exporter_version(version: &str) {
-    patch_policy(json!({"spec": {"dcgmExporter": {"version": version}}}));
+    patch_cluster_policy(&json!({"spec": {"dcgmExporter": {"version": version}}}));
     eventually(WAIT, || {
         let ds = kubectl_json(&["get", "daemonset", "nvidia-dcgm-exporter", "-n", NAMESPACE]);
         let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
@@ -177,8 +155,8 @@ fn operator_reconciles_the_cluster_policy() {
     step(
         "a device-plugin ConfigMap that is missing or invalid is named in the status, with the fix",
     );
-    patch_policy(
-        json!({"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}),
+    patch_cluster_policy(
+        &json!({"spec": {"devicePlugin": {"config": {"name": "time-slicing-config-all", "default": "any"}}}}),
     );
     let plugin_message = || {
         let components = policy()["status"]["components"]
@@ -222,10 +200,12 @@ fn operator_reconciles_the_cluster_policy() {
     });
     assert!(kubectl_apply(&config_map(4), &[]).success);
     wait_for_state("ready");
-    patch_policy(json!({"spec": {"devicePlugin": {"config": {"name": "", "default": ""}}}}));
+    patch_cluster_policy(
+        &json!({"spec": {"devicePlugin": {"config": {"name": "", "default": ""}}}}),
+    );
 
     step("devicePlugin.enabled=false: its DaemonSet is deleted and the status follows");
-    patch_policy(json!({"spec": {"devicePlugin": {"enabled": false}}}));
+    patch_cluster_policy(&json!({"spec": {"devicePlugin": {"enabled": false}}}));
     let mut expected = with(&[]);
     expected.retain(|name| *name != "nvidia-device-plugin-daemonset");
     wait_for_daemonsets(&expected);
@@ -248,7 +228,7 @@ fn operator_reconciles_the_cluster_policy() {
     assert_eq!(before, after, "an unrelated DaemonSet was rewritten");
 
     step("a field the schema does not know is kept, and the status names it");
-    patch_policy(json!({"spec": {"devicePlugin": {"confg": {"name": "typo"}}}}));
+    patch_cluster_policy(&json!({"spec": {"devicePlugin": {"confg": {"name": "typo"}}}}));
     let condition = eventually(WAIT, || {
         let conditions = policy()["status"]["conditions"]
             .as_array()
@@ -266,7 +246,7 @@ fn operator_reconciles_the_cluster_policy() {
             .starts_with("spec.devicePlugin.confg is not defined"),
         "{condition}"
     );
-    patch_policy(json!({"spec": {"devicePlugin": {"confg": null}}}));
+    patch_cluster_policy(&json!({"spec": {"devicePlugin": {"confg": null}}}));
 
     step(
         "nvidia.com/gpu.deploy.dcgm-exporter=false on one node: the exporter leaves that node only",
@@ -289,7 +269,7 @@ fn operator_reconciles_the_cluster_policy() {
     assert_eq!(label, "false", "the operator kept the admin's value");
 
     step("two OS pools: enabling the driver yields one driver DaemonSet per pool");
-    patch_policy(json!({"spec": {"driver": {"enabled": true}}}));
+    patch_cluster_policy(&json!({"spec": {"driver": {"enabled": true}}}));
     let mut pools = with(&[
         "nvidia-driver-daemonset-rhel9.4",
         "nvidia-driver-daemonset-ubuntu22.04",
@@ -318,8 +298,8 @@ fn operator_reconciles_the_cluster_policy() {
     );
     let toolkit = "nvidia-container-toolkit-daemonset";
     let toolkit_uid = daemonset_uids()[toolkit].clone();
-    patch_policy(
-        json!({"spec": {"devicePlugin": {"enabled": true}, "driver": {"enabled": false}}}),
+    patch_cluster_policy(
+        &json!({"spec": {"devicePlugin": {"enabled": true}, "driver": {"enabled": false}}}),
     );
     operator.kill();
     let operator = Operator::start("e2e-operator");
