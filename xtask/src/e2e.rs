@@ -102,14 +102,15 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         info.bin_dir.join("kubelet").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
-    // The chaos suite stops and restarts the control plane's processes through `xtask cluster restart`.
-    env.push((
-        "E2E_XTASK_BIN".into(),
-        std::env::current_exe()
-            .context("the path of xtask itself")?
-            .display()
-            .to_string(),
-    ));
+    // The fault tests stop and restart the control plane's processes through `xtask cluster restart`: a copy in
+    // the cluster's state directory, since a build of xtask during the run unlinks the running binary's path.
+    let xtask = info.state_dir.join("xtask");
+    std::fs::copy(
+        std::env::current_exe().context("the path of xtask itself")?,
+        &xtask,
+    )
+    .with_context(|| format!("copying xtask to {}", xtask.display()))?;
+    env.push(("E2E_XTASK_BIN".into(), xtask.display().to_string()));
     env.push((
         "E2E_AUDIT_LOG".into(),
         info.state_dir.join("logs/audit.log").display().to_string(),
