@@ -82,8 +82,9 @@ fn parse_candidate(policy: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The `.deb` of this package version in `dir`, for whichever architecture (`amd64`, or `all` for data-only
-/// packages such as ca-certificates).
+/// The `.deb` of this package version in `dir` for the images' architecture (`amd64`, or `all` for data-only
+/// packages such as ca-certificates). Other architectures' files of the same version may share the cache (a
+/// machine with arm64 as a foreign architecture downloads those too) and must never be picked.
 fn find_deb(dir: &Path, name: &str, version: &str) -> anyhow::Result<Option<PathBuf>> {
     let prefix = deb_file_prefix(name, version);
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
@@ -92,7 +93,10 @@ fn find_deb(dir: &Path, name: &str, version: &str) -> anyhow::Result<Option<Path
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if file.starts_with(&prefix) && file.ends_with(".deb") {
+        let architecture = file
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".deb"));
+        if matches!(architecture, Some("amd64" | "all")) {
             return Ok(Some(path));
         }
     }
@@ -254,6 +258,25 @@ mod tests {
     fn epochs_are_escaped_in_file_names() {
         assert_eq!(deb_file_prefix("libc6", "2.36-9"), "libc6_2.36-9_");
         assert_eq!(deb_file_prefix("tool", "1:2.0"), "tool_1%3a2.0_");
+    }
+
+    #[test]
+    fn only_the_images_architecture_is_picked_from_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        for file in [
+            "libc6_2.36-9_arm64.deb",
+            "libc6_2.36-9_amd64.deb",
+            "libc6_2.36-90_amd64.deb",
+            "ca-certificates_2025_all.deb",
+        ] {
+            std::fs::write(dir.path().join(file), b"").unwrap();
+        }
+        let picked = find_deb(dir.path(), "libc6", "2.36-9").unwrap().unwrap();
+        assert_eq!(picked.file_name().unwrap(), "libc6_2.36-9_amd64.deb");
+        let data_only = find_deb(dir.path(), "ca-certificates", "2025").unwrap();
+        assert!(data_only.is_some());
+        std::fs::remove_file(dir.path().join("libc6_2.36-9_amd64.deb")).unwrap();
+        assert_eq!(find_deb(dir.path(), "libc6", "2.36-9").unwrap(), None);
     }
 
     #[test]
