@@ -15,6 +15,9 @@ pub struct ClusterFacts {
     pub namespace: String,
     /// Nodes with NVIDIA GPUs, by name.
     pub gpu_nodes: Vec<GpuNodeFacts>,
+    /// The OS pool whose driver DaemonSet keeps the name of NVIDIA's (`nvidia-driver-daemonset`), which it takes
+    /// over in place after a switch from NVIDIA's operator (see `handover`); `None` when there is none to take over.
+    pub nvidia_driver_pool: Option<OsPool>,
 }
 
 /// One GPU node.
@@ -152,6 +155,7 @@ impl ClusterFacts {
         Self {
             namespace: namespace.into(),
             gpu_nodes,
+            nvidia_driver_pool: None,
         }
     }
 
