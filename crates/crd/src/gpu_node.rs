@@ -53,6 +53,12 @@ use serde::{Deserialize, Serialize};
         description = "Healthy, Degraded or Unhealthy"
     ),
     printcolumn(
+        name = "Driver Upgrade",
+        type_ = "string",
+        json_path = ".status.driverUpgrade.state",
+        description = "The node's driver upgrade state, as in the nvidia.com/gpu-driver-upgrade-state label"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -86,6 +92,13 @@ pub struct GpuNodeStatus {
     /// recover after a quiet period), Unhealthy when none are usable. Empty while no device plugin runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// The node's driver upgrade: its state and why (written by the operator's upgrade controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_upgrade: Option<crate::driver_upgrade::NodeUpgradeStatus>,
+    /// Pods whose processes use the node's GPUs (the driver's process list traced through cgroups to pods),
+    /// whatever they requested: the GPU users a driver upgrade must wait for or evict besides those holding devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_process_pods: Vec<crate::driver_upgrade::GpuProcessPod>,
     /// The most recent error any agent on the node hit, kept until a later success of the same component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<NodeError>,

@@ -9,6 +9,7 @@ pub mod cluster_policy;
 pub mod config;
 pub mod crds;
 pub mod dra;
+pub mod driver_upgrade;
 pub mod gpu_node;
 pub mod labels;
 pub mod mig;

@@ -27,6 +27,10 @@ pub struct ClusterPolicyStatus {
     /// Number of nodes with NVIDIA GPUs (the GPU NODES column).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_nodes: Option<i32>,
+    /// The driver upgrade across the GPU nodes: counts per state and each failed node with its reason (written by
+    /// the operator's upgrade controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_upgrade: Option<crate::driver_upgrade::ClusterUpgradeStatus>,
     /// The metadata.generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
