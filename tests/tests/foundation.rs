@@ -576,4 +576,27 @@ fn chart_rbac_has_no_wildcards_no_secrets_but_the_webhook_certificate_and_no_adm
         "yes",
         "the operator reads its webhook certificate: {own:?}"
     );
+    // Driver upgrades: workload pods only through the Eviction API (PodDisruptionBudgets hold); pods deleted
+    // outright only in the operator's namespace (the old driver pod and validator pod); nodes patched, never deleted.
+    for (verb, resource, namespace, allowed) in [
+        ("create", "pods/eviction", "default", "yes"),
+        ("delete", "pods", "default", "no"),
+        ("delete", "pods", NAMESPACE, "yes"),
+        ("patch", "pods", NAMESPACE, "no"),
+        ("delete", "nodes", "", "no"),
+        ("patch", "gpunodes.nvidia.com/status", "", "yes"),
+        ("watch", "controllerrevisions.apps", NAMESPACE, "yes"),
+        ("watch", "controllerrevisions.apps", "default", "no"),
+    ] {
+        let mut args = vec!["auth", "can-i", verb, resource, operator.as_str()];
+        if !namespace.is_empty() {
+            args.extend(["-n", namespace]);
+        }
+        let answer = run("kubectl", &args);
+        assert_eq!(
+            answer.stdout.trim(),
+            allowed,
+            "the operator {verb} {resource} in {namespace:?}: {answer:?}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! - `plan`: pure planning: node labels, the ClusterPolicy status.
 //! - `render`: pure rendering of every operand.
 //! - `apply`, `controller`, `leader`, `crd_install`, `uninstall`: cluster I/O at the edge.
+//! - `upgrade`: driver upgrades, NVIDIA's per-node states (a pure state machine and its controller).
 //! - `handover`: taking over NVIDIA's operand DaemonSets in place after a switch from NVIDIA's operator.
 //! - `webhook`: the HAMi admission webhook (pure conversion, its TLS and its server).
 
@@ -20,4 +21,5 @@ pub mod render;
 pub mod render_command;
 pub mod telemetry;
 pub mod uninstall;
+pub mod upgrade;
 pub mod webhook;

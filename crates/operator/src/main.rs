@@ -11,7 +11,10 @@ use operator::health::Health;
 use operator::leader::LeaderElector;
 use operator::metrics::Metrics;
 use operator::model::DefaultImages;
-use operator::{controller, crd_install, health, render_command, telemetry, uninstall, webhook};
+use operator::upgrade::settings::StepTimeouts;
+use operator::{
+    controller, crd_install, health, render_command, telemetry, uninstall, upgrade, webhook,
+};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -75,6 +78,22 @@ enum Command {
         /// The URL the API server calls instead of the Service (an operator running outside the cluster).
         #[arg(long, env = "WEBHOOK_URL")]
         webhook_url: Option<String>,
+        /// Seconds a driver upgrade waits for the new driver pod to become ready after deleting the old one, before
+        /// the node is marked upgrade-failed (a driver build may take its startup probe's 21 minutes).
+        #[arg(
+            long,
+            default_value_t = 1800,
+            env = "DRIVER_UPGRADE_RESTART_TIMEOUT_SECONDS"
+        )]
+        driver_upgrade_restart_timeout_seconds: u64,
+        /// Seconds a driver upgrade waits for the validator to pass the new driver before the node is marked
+        /// upgrade-failed.
+        #[arg(
+            long,
+            default_value_t = 600,
+            env = "DRIVER_UPGRADE_VALIDATION_TIMEOUT_SECONDS"
+        )]
+        driver_upgrade_validation_timeout_seconds: u64,
     },
     /// Print, as YAML, every object the operator would apply for a ClusterPolicy and a set of Nodes.
     Render {
@@ -167,6 +186,8 @@ async fn main() -> anyhow::Result<()> {
             webhook_listen,
             webhook_service,
             webhook_url,
+            driver_upgrade_restart_timeout_seconds,
+            driver_upgrade_validation_timeout_seconds,
         } => {
             let webhook = (hami_webhook || node_bound_evictions).then(|| webhook::Settings {
                 listen: webhook_listen,
@@ -184,7 +205,11 @@ async fn main() -> anyhow::Result<()> {
                 templates_unused_for: Duration::from_secs(hami_templates_unused_for_seconds),
                 templates_sweep_every: Duration::from_secs(hami_templates_sweep_every_seconds),
             });
-            run(health_addr, namespace, identity, webhook).await?;
+            let upgrade_timeouts = StepTimeouts {
+                restart: Duration::from_secs(driver_upgrade_restart_timeout_seconds),
+                validation: Duration::from_secs(driver_upgrade_validation_timeout_seconds),
+            };
+            run(health_addr, namespace, identity, webhook, upgrade_timeouts).await?;
         }
     }
     Ok(())
@@ -211,6 +236,7 @@ async fn run(
     namespace: String,
     identity: Option<String>,
     webhook: Option<webhook::Settings>,
+    upgrade_timeouts: StepTimeouts,
 ) -> anyhow::Result<()> {
     let health = Health::new(webhook.is_some());
     let metrics = Metrics::shared();
@@ -252,6 +278,14 @@ async fn run(
         client.clone(),
         namespace.clone(),
         DefaultImages::from_env(),
+        metrics.clone(),
+        health.clone(),
+        leading_changes.clone(),
+    );
+    let upgrades = upgrade::controller::run(
+        client.clone(),
+        namespace.clone(),
+        upgrade_timeouts,
         metrics,
         health.clone(),
         leading_changes,
@@ -260,6 +294,7 @@ async fn run(
         () = shutdown_signal() => Ok(()),
         led = lead => led.context("stopping: this replica leads no more"),
         () = controller => Err(anyhow::anyhow!("the controller stopped")),
+        () = upgrades => Err(anyhow::anyhow!("the driver upgrade controller stopped")),
     };
     elector.release().await;
     server.abort();

@@ -50,6 +50,14 @@ struct NvidiaMetrics {
     reconciliations: Counter,
     /// `gpu_operator_reconciliation_failed_total`.
     failed: Counter,
+    /// `gpu_operator_auto_upgrade_enabled`: 1 while `driver.upgradePolicy.autoUpgrade` is on.
+    auto_upgrade_enabled: Gauge,
+    /// `gpu_operator_nodes_upgrades_in_progress`, `_done`, `_failed`, `_available`, `_pending`.
+    upgrades_in_progress: Gauge,
+    upgrades_done: Gauge,
+    upgrades_failed: Gauge,
+    upgrades_available: Gauge,
+    upgrades_pending: Gauge,
 }
 
 /// The values of `gpu_operator_reconciliation_status`, as NVIDIA's operator sets them.
@@ -127,6 +135,40 @@ impl Default for Metrics {
             "Number of failed reconciliations",
             nvidia.failed.clone(),
         );
+        for (name, help, gauge) in [
+            (
+                "auto_upgrade_enabled",
+                "1 if driver auto upgrade is enabled, 0 otherwise",
+                &nvidia.auto_upgrade_enabled,
+            ),
+            (
+                "nodes_upgrades_in_progress",
+                "Total number of nodes on which the driver upgrade is in progress",
+                &nvidia.upgrades_in_progress,
+            ),
+            (
+                "nodes_upgrades_done",
+                "Total number of nodes on which the driver upgrade is done",
+                &nvidia.upgrades_done,
+            ),
+            (
+                "nodes_upgrades_failed",
+                "Total number of nodes on which the driver upgrade failed",
+                &nvidia.upgrades_failed,
+            ),
+            (
+                "nodes_upgrades_available",
+                "Total number of nodes on which a driver upgrade can start now",
+                &nvidia.upgrades_available,
+            ),
+            (
+                "nodes_upgrades_pending",
+                "Total number of nodes waiting for a driver upgrade",
+                &nvidia.upgrades_pending,
+            ),
+        ] {
+            registry.register(name, help, gauge.clone());
+        }
         Self {
             reconcile_duration,
             reconcile_errors,
@@ -190,6 +232,21 @@ impl Metrics {
             ReconciliationStatus::NotReady
         };
         self.nvidia.reconciliation_status.set(status as i64);
+    }
+
+    /// What a driver upgrade pass found, under NVIDIA's names.
+    pub fn record_upgrades(&self, auto_upgrade: bool, summary: &crate::upgrade::decide::Summary) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.nvidia
+            .auto_upgrade_enabled
+            .set(i64::from(auto_upgrade));
+        self.nvidia
+            .upgrades_in_progress
+            .set(count(summary.in_progress));
+        self.nvidia.upgrades_done.set(count(summary.done));
+        self.nvidia.upgrades_failed.set(count(summary.failed));
+        self.nvidia.upgrades_available.set(count(summary.available));
+        self.nvidia.upgrades_pending.set(count(summary.pending));
     }
 
     pub fn count_unreadable(&self, kind: &str) {
@@ -307,6 +364,28 @@ mod tests {
             &[
                 ("gpu_operator_reconciliation_status", "-2"),
                 ("gpu_operator_reconciliation_failed_total", "1"),
+            ],
+        );
+        metrics.record_upgrades(
+            true,
+            &crate::upgrade::decide::Summary {
+                in_progress: 2,
+                done: 5,
+                failed: 1,
+                pending: 2,
+                available: 0,
+                ..Default::default()
+            },
+        );
+        assert_values(
+            &metrics,
+            &[
+                ("gpu_operator_auto_upgrade_enabled", "1"),
+                ("gpu_operator_nodes_upgrades_in_progress", "2"),
+                ("gpu_operator_nodes_upgrades_done", "5"),
+                ("gpu_operator_nodes_upgrades_failed", "1"),
+                ("gpu_operator_nodes_upgrades_available", "0"),
+                ("gpu_operator_nodes_upgrades_pending", "2"),
             ],
         );
         metrics.count_error("validate");

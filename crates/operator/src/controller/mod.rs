@@ -34,6 +34,8 @@ use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::DefaultImages;
+pub(crate) use guarded::{WatchesBackOffThemselves, watcher as guarded_watcher};
+pub(crate) use reconcile::active_policy;
 use reconcile::{cleanup, reconcile_policy};
 
 /// Finalizer that lets the operator remove its operands, the node labels they and it wrote, and the GPUNodes when
@@ -457,7 +459,13 @@ async fn with_current_finalizers(
     Ok(current.map(Arc::new))
 }
 
-/// Retries failing reconciles with exponential backoff (1 s doubling to 5 min), per ClusterPolicy.
+/// The wait before retrying after `failures` consecutive failures: 2 s doubling to 5 min. Every controller of
+/// the operator retries with it.
+pub(crate) fn retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.min(9)).min(MAX_BACKOFF)
+}
+
+/// Retries failing reconciles with exponential backoff ([`retry_delay`]), per ClusterPolicy.
 fn error_policy(
     policy: Arc<ClusterPolicy>,
     error: &ReconcileError,
@@ -473,7 +481,7 @@ fn error_policy(
         *count += 1;
         *count
     });
-    let delay = Duration::from_secs(1u64 << failures.min(9)).min(MAX_BACKOFF);
+    let delay = retry_delay(failures);
     warn!(clusterpolicy = %policy.name_any(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

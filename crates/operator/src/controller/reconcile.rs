@@ -30,7 +30,7 @@ use crate::plan::status::{self, Observed};
 use crate::render::{RenderedObject, render};
 
 /// The active ClusterPolicy: the oldest, ties broken by name.
-fn active_policy(policies: &Store<ClusterPolicy>) -> Option<Arc<ClusterPolicy>> {
+pub(crate) fn active_policy(policies: &Store<ClusterPolicy>) -> Option<Arc<ClusterPolicy>> {
     policies
         .state()
         .into_iter()

@@ -162,7 +162,13 @@ pub(super) async fn write_status(
     status: ClusterPolicyStatus,
     context: &Context,
 ) -> Result<(), ReconcileError> {
-    if *previous == status {
+    // `driverUpgrade` is the upgrade controller's, written under its own field manager: not compared here, or
+    // every reconcile would find the status changed.
+    let unchanged = ClusterPolicyStatus {
+        driver_upgrade: status.driver_upgrade.clone(),
+        ..previous.clone()
+    } == status;
+    if unchanged {
         return Ok(());
     }
     let api = Api::<ClusterPolicy>::all(context.client.clone());

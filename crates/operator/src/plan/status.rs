@@ -154,6 +154,8 @@ pub fn compute(observed: &Observed<'_>, previous: &[Condition], now: &Time) -> C
         gpu_nodes: Some(observed.gpu_node_count as i32),
         observed_generation: observed.generation,
         components,
+        // The upgrade controller's, under its own field manager.
+        driver_upgrade: None,
     }
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{EnvFromSource, ExecAction, Probe, SecretEnvSour
 use super::RenderedObject;
 use super::common::{
     HostMount, OperandDaemonSet, RootFs, config_map_name, container, env, node_name_env,
-    object_name, on_delete, privileged, update_strategy, with_user_env,
+    object_name, on_delete, privileged, with_user_env,
 };
 use crate::model::{ClusterFacts, Component, OsPool, ValidatedPolicy};
 
@@ -72,7 +72,7 @@ fn pool_daemonset(
         ds.node_selector
             .insert(NFD_KERNEL_VERSION.into(), kernel.into());
     }
-    ds.update_strategy = driver_update_strategy(policy);
+    ds.update_strategy = driver_update_strategy();
     // NVIDIA's image looks for the host's processes that hold the driver before it unloads the modules.
     ds.host_pid = true;
 
@@ -161,22 +161,13 @@ fn pool_image(image: &str, suffix: &str) -> String {
     format!("{image}-{suffix}")
 }
 
-/// OnDelete, so that a driver is only replaced when its pod is deleted (replacing a loaded driver stops every
-/// GPU workload on the node), unless `upgradePolicy.autoUpgrade` asks for rolling upgrades; then
-/// `daemonsets.updateStrategy` applies, with `upgradePolicy.maxUnavailable` first.
-fn driver_update_strategy(
-    policy: &ValidatedPolicy,
-) -> k8s_openapi::api::apps::v1::DaemonSetUpdateStrategy {
-    match policy
-        .spec
-        .driver
-        .upgrade_policy
-        .as_ref()
-        .filter(|p| p.auto_upgrade)
-    {
-        Some(upgrade) => update_strategy(&policy.spec.daemonsets, Some(&upgrade.max_unavailable)),
-        None => on_delete(),
-    }
+/// Always OnDelete: a driver pod is replaced only when it is deleted, since replacing a loaded driver stops every
+/// GPU workload on the node. With `upgradePolicy.autoUpgrade` the operator's upgrade controller deletes each old
+/// pod once its node is cordoned and its GPU users are gone (NVIDIA's operator sets OnDelete for the same reason);
+/// without it, an admin does. `daemonsets.updateStrategy` never applies to the driver: a rolling update would
+/// replace drivers under running jobs.
+fn driver_update_strategy() -> k8s_openapi::api::apps::v1::DaemonSetUpdateStrategy {
+    on_delete()
 }
 
 /// `kernelModuleType`, except that the deprecated `useOpenKernelModules: true` still means `open` where the

@@ -64,13 +64,18 @@ fn precompiled_drivers_get_one_daemonset_per_kernel() {
     snapshot("driver_precompiled", &drivers);
 }
 
+/// The upgrade controller replaces driver pods one node at a time, so the DaemonSet itself must never roll:
+/// OnDelete with automatic upgrades as without, whatever `daemonsets.updateStrategy` says.
 #[test]
-fn driver_auto_upgrade_rolls() {
-    let spec = json!({"driver": {"upgradePolicy": {"autoUpgrade": true, "maxUnavailable": "25%"}}});
+fn driver_auto_upgrade_uses_on_delete() {
+    let spec = json!({
+        "driver": {"upgradePolicy": {"autoUpgrade": true, "maxUnavailable": "25%"}},
+        "daemonsets": {"updateStrategy": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "2"}}
+    });
     let drivers = render_component(spec, &one_node(), Component::Driver);
     assert_eq!(
         drivers[0]["spec"]["updateStrategy"],
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}})
+        json!({"type": "OnDelete"})
     );
     let default = render_component(json!({}), &one_node(), Component::Driver);
     assert_eq!(

@@ -177,7 +177,7 @@ impl<'a> OperandDaemonSet<'a> {
             host_pid: false,
             host_ipc: false,
             host_network: false,
-            update_strategy: update_strategy(&policy.spec.daemonsets, None),
+            update_strategy: update_strategy(&policy.spec.daemonsets),
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
             init_containers: Vec::new(),
@@ -389,24 +389,18 @@ impl<'a> OperandDaemonSet<'a> {
     }
 }
 
-/// `daemonsets.updateStrategy`: OnDelete, or RollingUpdate with `max_unavailable` (an operand's own setting),
-/// else `daemonsets.rollingUpdate.maxUnavailable`, else 1.
-pub(super) fn update_strategy(
-    daemonsets: &DaemonsetsSpec,
-    max_unavailable: Option<&IntOrString>,
-) -> DaemonSetUpdateStrategy {
+/// `daemonsets.updateStrategy`: OnDelete, or RollingUpdate with `daemonsets.rollingUpdate.maxUnavailable`, else 1.
+pub(super) fn update_strategy(daemonsets: &DaemonsetsSpec) -> DaemonSetUpdateStrategy {
     if daemonsets.update_strategy == "OnDelete" {
         return on_delete();
     }
     // An empty string is unset, as NVIDIA's operator reads it (its values file may leave it empty).
     let set = |value: &&IntOrString| !matches!(value, IntOrString::String(text) if text.is_empty());
-    let max_unavailable = max_unavailable
+    let max_unavailable = daemonsets
+        .rolling_update
+        .as_ref()
+        .and_then(|r| r.max_unavailable.as_ref())
         .filter(set)
-        .or(daemonsets
-            .rolling_update
-            .as_ref()
-            .and_then(|r| r.max_unavailable.as_ref())
-            .filter(set))
         .map_or(IntOrString::Int(1), kubernetes_int_or_percent);
     DaemonSetUpdateStrategy {
         type_: Some("RollingUpdate".into()),

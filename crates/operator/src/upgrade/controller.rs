@@ -1,0 +1,845 @@
+//! The upgrade controller's I/O: the same watch-driven controller as the policy's ([`crate::controller`]), its
+//! watches guarded the same way and its failures retried with the same backoff, keyed on the active
+//! ClusterPolicy. Each pass reads the watch caches (nodes, the operator's driver and validator DaemonSets, their
+//! pods and ControllerRevisions, GPUNodes), lists the pods of the nodes that handle pods, asks
+//! [`decide::plan`], and does what it says: cordon, evictions, driver and validator pod deletions, uncordon, then
+//! the node's label and annotations in one merge patch. Only the leader runs passes.
+//!
+//! Driver DaemonSets are found by their labels (`app.kubernetes.io/component=driver`, managed by this operator),
+//! whatever made them: one per OS pool today, and any other source of driver DaemonSets later.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crd::driver_upgrade::{
+    ClusterUpgradeStatus, FIELD_MANAGER, NodeFailure, NodeUpgradeStatus, UpgradeState,
+};
+use crd::{ClusterPolicy, GPUNode};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
+use super::facts::{self, OwnedDaemonSet, PodContext};
+use super::settings::{Settings, StepTimeouts};
+use crate::controller::{WatchesBackOffThemselves, active_policy, guarded_watcher, retry_delay};
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::model::Component;
+use crate::render::{COMPONENT_LABEL, MANAGED_BY_LABEL, MANAGER};
+
+/// The longest a pass waits for a timeout before it looks again anyway.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// A failed pass of the upgrade controller.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("the watch caches stopped before their first list")]
+    CachesStopped,
+    #[error("this replica is shutting down and leads no more")]
+    NotLeading,
+    #[error("listing the pods on node {node}: {source}")]
+    ListPods { node: String, source: kube::Error },
+    #[error("{field}: the API server refused the selector {selector:?}: {source}")]
+    Selector {
+        field: &'static str,
+        selector: String,
+        source: kube::Error,
+    },
+    #[error("writing the driver upgrade state of node {node}: {source}")]
+    NodeWrite { node: String, source: kube::Error },
+    #[error("writing the driver upgrade status of the ClusterPolicy: {0}")]
+    Status(#[source] kube::Error),
+}
+
+/// What passes share.
+pub struct Context {
+    client: Client,
+    namespace: String,
+    timeouts: StepTimeouts,
+    policies: Store<ClusterPolicy>,
+    nodes: Store<Node>,
+    daemonsets: Store<DaemonSet>,
+    pods: Store<Pod>,
+    revisions: Store<ControllerRevision>,
+    gpu_nodes: Store<GPUNode>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    caches_synced: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
+    /// Consecutive failed passes, for the backoff.
+    failures: Mutex<u32>,
+    /// The last refusal of each pod's eviction (a PodDisruptionBudget), shown in the reason while it waits.
+    refusals: Mutex<BTreeMap<PodKey, String>>,
+    /// What each node was last logged waiting for: a wait is logged when it changes, not on every pass.
+    waiting: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Labels of the DaemonSets and pods the upgrade reads: the operator's driver and validator.
+fn owned_components() -> String {
+    format!(
+        "{MANAGED_BY_LABEL}={MANAGER},{COMPONENT_LABEL} in ({}, {})",
+        Component::Driver.label_name(),
+        Component::OperatorValidator.label_name()
+    )
+}
+
+/// Runs the upgrade controller until the future is dropped: watch caches at once, passes while `leading`.
+pub async fn run(
+    client: Client,
+    namespace: String,
+    timeouts: StepTimeouts,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    leading: watch::Receiver<bool>,
+) {
+    let (nodes, node_writer) = reflector::store();
+    let node_events = guarded_watcher(
+        Api::<DeserializeGuard<Node>>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+        &metrics,
+        &health,
+    )
+    .modify(keep_what_upgrades_read)
+    .reflect(node_writer)
+    .applied_objects()
+    .predicate_filter(node_relevance, Default::default());
+    let owned = || watcher::Config::default().labels(&owned_components());
+    let (daemonsets, daemonset_writer) = reflector::store();
+    let daemonset_events = guarded_watcher(
+        Api::<DeserializeGuard<DaemonSet>>::namespaced(client.clone(), &namespace),
+        owned(),
+        &metrics,
+        &health,
+    )
+    .modify(forget_bookkeeping)
+    .reflect(daemonset_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = guarded_watcher(
+        Api::<DeserializeGuard<Pod>>::namespaced(client.clone(), &namespace),
+        owned(),
+        &metrics,
+        &health,
+    )
+    .modify(forget_bookkeeping)
+    .reflect(pod_writer)
+    .touched_objects()
+    .predicate_filter(pod_relevance, Default::default());
+    let (revisions, revision_writer) = reflector::store();
+    let revision_events = guarded_watcher(
+        Api::<DeserializeGuard<ControllerRevision>>::namespaced(client.clone(), &namespace),
+        owned(),
+        &metrics,
+        &health,
+    )
+    .modify(|revision: &mut ControllerRevision| {
+        forget_bookkeeping(revision);
+        // The template itself: only the revision number and hash label are read.
+        revision.data =
+            k8s_openapi::apimachinery::pkg::runtime::RawExtension(serde_json::Value::Null);
+    })
+    .reflect(revision_writer)
+    .applied_objects();
+    let (gpu_nodes, gpu_node_writer) = reflector::store();
+    let gpu_node_events = guarded_watcher(
+        Api::<DeserializeGuard<GPUNode>>::all(client.clone()),
+        watcher::Config::default(),
+        &metrics,
+        &health,
+    )
+    .modify(|gpu_node: &mut GPUNode| {
+        forget_bookkeeping(gpu_node);
+        gpu_node.status = gpu_node.status.take().map(|status| crd::GpuNodeStatus {
+            driver_upgrade: status.driver_upgrade,
+            gpu_process_pods: status.gpu_process_pods,
+            ..crd::GpuNodeStatus::default()
+        });
+    })
+    .reflect(gpu_node_writer)
+    .applied_objects()
+    .predicate_filter(process_pods, Default::default());
+    let (policies, policy_writer) = reflector::store();
+    let policy_events = guarded_watcher(
+        Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+        &metrics,
+        &health,
+    )
+    .reflect(policy_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
+
+    let (synced, caches_synced) = watch::channel(false);
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), "gpu-operator".into()),
+        client,
+        namespace,
+        timeouts,
+        policies: policies.clone(),
+        nodes,
+        daemonsets,
+        pods,
+        revisions,
+        gpu_nodes,
+        metrics,
+        caches_synced,
+        leading,
+        failures: Mutex::default(),
+        refusals: Mutex::default(),
+        waiting: Mutex::default(),
+    });
+    let caches = context.clone();
+    tokio::spawn(async move {
+        let ready = async {
+            caches.nodes.wait_until_ready().await?;
+            caches.daemonsets.wait_until_ready().await?;
+            caches.pods.wait_until_ready().await?;
+            caches.revisions.wait_until_ready().await?;
+            caches.gpu_nodes.wait_until_ready().await
+        };
+        match ready.await {
+            Ok(()) => {
+                synced.send_replace(true);
+            }
+            Err(error) => warn!(%error, "the upgrade controller's watch caches stopped"),
+        }
+    });
+    Controller::for_stream(policy_events, policies.clone())
+        .trigger_backoff(WatchesBackOffThemselves)
+        .watches_stream(node_events, every_policy(policies.clone()))
+        .watches_stream(daemonset_events, every_policy(policies.clone()))
+        .watches_stream(pod_events, every_policy(policies.clone()))
+        .watches_stream(revision_events, every_policy(policies.clone()))
+        .watches_stream(gpu_node_events, every_policy(policies))
+        .run(pass, error_policy, context)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Maps any watched object to every ClusterPolicy: one pass looks at every node, and only the active policy's acts.
+fn every_policy<K>(
+    policies: Store<ClusterPolicy>,
+) -> impl Fn(K) -> Vec<ObjectRef<ClusterPolicy>> + Send + Sync + 'static {
+    move |_| {
+        policies
+            .state()
+            .iter()
+            .map(|policy| ObjectRef::from_obj(policy.as_ref()))
+            .collect()
+    }
+}
+
+fn forget_bookkeeping<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// What the upgrade reads of a Node: metadata, `spec.unschedulable` and the Ready condition.
+fn keep_what_upgrades_read(node: &mut Node) {
+    forget_bookkeeping(node);
+    node.spec = node.spec.take().map(|spec| NodeSpec {
+        unschedulable: spec.unschedulable,
+        ..NodeSpec::default()
+    });
+    node.status = node.status.take().map(|status| NodeStatus {
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .map(|mut c| {
+                    // Heartbeats rewrite these every few seconds; only the status is read.
+                    c.last_heartbeat_time = None;
+                    c
+                })
+                .collect()
+        }),
+        ..NodeStatus::default()
+    });
+}
+
+/// What of a Node wakes a pass: labels (state, skip, pools), annotations, cordon and readiness; not heartbeats.
+fn node_relevance(node: &Node) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    node.labels().hash(&mut hasher);
+    node.annotations().hash(&mut hasher);
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .hash(&mut hasher);
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    ready.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What of a driver or validator pod wakes a pass: where it runs, its revision, readiness and deletion.
+fn pod_relevance(pod: &Pod) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    (
+        pod.uid(),
+        pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        pod.labels().get(facts::REVISION_LABEL),
+        pod.metadata.deletion_timestamp.is_some(),
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone()),
+    )
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What of a GPUNode wakes a pass: the pods whose processes use its GPUs (not the upgrade's own status).
+fn process_pods(gpu_node: &GPUNode) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    if let Some(status) = &gpu_node.status {
+        for pod in &status.gpu_process_pods {
+            (&pod.uid, &pod.gpus).hash(&mut hasher);
+        }
+    }
+    Some(hasher.finish())
+}
+
+async fn pass(policy: Arc<ClusterPolicy>, context: Arc<Context>) -> Result<Requeue, UpgradeError> {
+    let span = info_span!("driver_upgrade", clusterpolicy = %policy.name_any());
+    async move {
+        context
+            .caches_synced
+            .clone()
+            .wait_for(|synced| *synced)
+            .await
+            .map_err(|_| UpgradeError::CachesStopped)?;
+        context
+            .leading
+            .clone()
+            .wait_for(|leading| *leading)
+            .await
+            .map_err(|_| UpgradeError::NotLeading)?;
+        if policy.meta().deletion_timestamp.is_some()
+            || active_policy(&context.policies)
+                .is_none_or(|active| active.name_any() != policy.name_any())
+        {
+            return Ok(Requeue::await_change());
+        }
+        let requeue = upgrade(&policy, &context).await?;
+        if let Ok(mut failures) = context.failures.lock() {
+            *failures = 0;
+        }
+        Ok(requeue)
+    }
+    .instrument(span)
+    .await
+}
+
+fn error_policy(
+    policy: Arc<ClusterPolicy>,
+    error: &UpgradeError,
+    context: Arc<Context>,
+) -> Requeue {
+    context.metrics.count_error("driver-upgrade");
+    let failures = context.failures.lock().map_or(1, |mut count| {
+        *count += 1;
+        *count
+    });
+    let delay = retry_delay(failures);
+    warn!(clusterpolicy = %policy.name_any(), %error, retry_in = ?delay, "driver upgrade pass failed");
+    Requeue::requeue(delay)
+}
+
+/// One pass over every GPU node.
+async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, UpgradeError> {
+    let settings =
+        match Settings::from_spec(policy.spec.driver.upgrade_policy.as_ref(), context.timeouts) {
+            Ok(settings) => settings,
+            Err(error) => {
+                warn!(%error, "driver upgrades stopped: the upgrade policy cannot be used");
+                publish(
+                    context,
+                    &policy.object_ref(&()),
+                    EventType::Warning,
+                    "UpgradePolicyInvalid",
+                    &error.to_string(),
+                )
+                .await;
+                return Ok(Requeue::await_change());
+            }
+        };
+    let daemonsets = context.daemonsets.state();
+    let revisions = context.revisions.state();
+    let revision_refs: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+    let of = |component: Component| {
+        daemonsets
+            .iter()
+            .filter(move |ds| {
+                ds.labels().get(COMPONENT_LABEL).map(String::as_str) == Some(component.label_name())
+            })
+            .map(AsRef::as_ref)
+    };
+    let drivers: Vec<OwnedDaemonSet<'_>> = of(Component::Driver)
+        .map(|daemonset| OwnedDaemonSet {
+            daemonset,
+            revision: facts::current_revision(daemonset, &revision_refs),
+        })
+        .collect();
+    if let Some(unknown) = drivers.iter().find(|d| d.revision.is_none()) {
+        // The DaemonSet controller writes the revision right after the DaemonSet; its watch event wakes a pass.
+        debug!(daemonset = %unknown.daemonset.name_any(), "waiting for the driver DaemonSet's first revision");
+        return Ok(Requeue::await_change());
+    }
+    let validators: Vec<&DaemonSet> = of(Component::OperatorValidator).collect();
+    let pods = context.pods.state();
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let nodes = context.nodes.state();
+    let mut facts: Vec<NodeFacts> = nodes
+        .iter()
+        .map(|node| facts::node_facts(node, &drivers, &validators, &pod_refs))
+        .filter(|facts| facts.driver.is_some() || facts.label.is_some())
+        .collect();
+    for node in facts
+        .iter_mut()
+        .filter(|node| decide::handles_pods(node.state()) && !node.skip)
+    {
+        node.pods = read_pods(node, &settings, context).await?;
+    }
+    let now = Timestamp::now();
+    let plan = decide::plan(&settings, &facts, now);
+    for step in &plan.steps {
+        let node = nodes.iter().find(|n| n.name_any() == step.node);
+        if let Some(node) = node {
+            carry_out(step, node, context).await?;
+        }
+    }
+    report(policy, &settings, &facts, &plan, context).await?;
+    Ok(match plan.wake_at {
+        Some(at) => {
+            let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
+            Requeue::requeue(wait.clamp(Duration::from_millis(200), MAX_WAIT))
+        }
+        None => Requeue::await_change(),
+    })
+}
+
+/// The pods on a node that handles pods, with what makes them GPU users and what the policy's selectors say.
+async fn read_pods(
+    node: &NodeFacts,
+    settings: &Settings,
+    context: &Context,
+) -> Result<Vec<decide::PodFacts>, UpgradeError> {
+    let api = Api::<Pod>::all(context.client.clone());
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={}", node.name));
+    let pods = api
+        .list(&on_node)
+        .await
+        .map_err(|source| UpgradeError::ListPods {
+            node: node.name.clone(),
+            source,
+        })?
+        .items;
+    let uids_matching = |field: &'static str, selector: &str| {
+        let params = on_node.clone().labels(selector);
+        let api = api.clone();
+        let selector = selector.to_owned();
+        async move {
+            api.list(&params)
+                .await
+                .map(|list| {
+                    list.items
+                        .iter()
+                        .filter_map(|p| p.uid())
+                        .collect::<BTreeSet<String>>()
+                })
+                .map_err(|source| UpgradeError::Selector {
+                    field,
+                    selector,
+                    source,
+                })
+        }
+    };
+    let awaited = match &settings.wait_for_completion {
+        Some(wait) if node.state() == Some(UpgradeState::WaitForJobsRequired) => {
+            uids_matching(
+                "driver.upgradePolicy.waitForCompletion.podSelector",
+                &wait.pod_selector,
+            )
+            .await?
+        }
+        _ => BTreeSet::new(),
+    };
+    let drain_selected = match settings
+        .drain
+        .as_ref()
+        .and_then(|d| d.pod_selector.as_deref())
+    {
+        Some(selector) if node.state() == Some(UpgradeState::DrainRequired) => {
+            Some(uids_matching("driver.upgradePolicy.drain.podSelector", selector).await?)
+        }
+        _ => None,
+    };
+    let dra_holders = dra_holders(&pods, context).await;
+    let process_pods = context
+        .gpu_nodes
+        .get(&ObjectRef::new(&node.name))
+        .and_then(|gpu_node| gpu_node.status.as_ref().map(|s| s.gpu_process_pods.clone()))
+        .unwrap_or_default();
+    let refusals = context
+        .refusals
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    let pod_context = PodContext {
+        namespace: &context.namespace,
+        process_pods: &process_pods,
+        dra_holders: &dra_holders,
+        awaited: &awaited,
+        drain_selected: drain_selected.as_ref(),
+        refusals: &refusals,
+    };
+    Ok(pods
+        .iter()
+        .map(|pod| facts::pod_facts(pod, &pod_context))
+        .collect())
+}
+
+/// The pods (UIDs) among `pods` that hold a ResourceClaim our DRA driver allocated. A claim that cannot be read
+/// is logged and counts as not ours: the pod may still be a GPU user by its processes.
+async fn dra_holders(pods: &[Pod], context: &Context) -> BTreeSet<String> {
+    let mut holders = BTreeSet::new();
+    for pod in pods {
+        let Some(statuses) = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+        else {
+            continue;
+        };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api = Api::<ResourceClaim>::namespaced(context.client.clone(), &namespace);
+        for claim in statuses
+            .iter()
+            .filter_map(|s| s.resource_claim_name.as_deref())
+        {
+            match api.get_opt(claim).await {
+                Ok(Some(claim)) => {
+                    let ours = claim
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.allocation.as_ref())
+                        .and_then(|a| a.devices.as_ref())
+                        .is_some_and(|d| {
+                            d.results
+                                .iter()
+                                .flatten()
+                                .any(|r| r.driver == crd::dra::DRIVER)
+                        });
+                    if ours {
+                        holders.extend(pod.uid());
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    warn!(%error, pod = %pod.name_any(), claim, "reading a pod's ResourceClaim failed")
+                }
+            }
+        }
+    }
+    holders
+}
+
+/// Does one node's step: its actions, then its state.
+async fn carry_out(step: &NodeStep, node: &Node, context: &Context) -> Result<(), UpgradeError> {
+    let span = info_span!("node", node = %step.node);
+    async move {
+        for action in &step.actions {
+            act(action, &step.node, context).await;
+        }
+        if let Some(why) = &step.waiting {
+            let changed = context
+                .waiting
+                .lock()
+                .map(|mut waiting| {
+                    waiting.insert(step.node.clone(), why.clone()).as_ref() != Some(why)
+                })
+                .unwrap_or(true);
+            if changed {
+                info!(state = ?node.labels().get(crd::driver_upgrade::STATE_LABEL), "{why}");
+            }
+        }
+        if let Some(transition) = &step.transition {
+            write_state(transition, node, context).await?;
+        }
+        Ok(())
+    }
+    .instrument(span)
+    .await
+}
+
+async fn act(action: &Action, node: &str, context: &Context) {
+    let nodes = Api::<Node>::all(context.client.clone());
+    let result = match action {
+        Action::Cordon | Action::Uncordon => {
+            let unschedulable = matches!(action, Action::Cordon);
+            let patch = json!({"spec": {"unschedulable": unschedulable}});
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| info!(unschedulable, "node cordon changed"))
+        }
+        Action::Evict(pod) => {
+            let api = Api::<Pod>::namespaced(context.client.clone(), &pod.namespace);
+            match api.evict(&pod.name, &EvictParams::default()).await {
+                Ok(_) => {
+                    info!(pod = %pod, "evicted");
+                    forget_refusal(context, pod);
+                    Ok(())
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    forget_refusal(context, pod);
+                    Ok(())
+                }
+                // A PodDisruptionBudget: tried again on the next look until the state's timeout.
+                Err(kube::Error::Api(status)) if status.code == 429 => {
+                    debug!(pod = %pod, message = %status.message, "eviction refused");
+                    if let Ok(mut refusals) = context.refusals.lock() {
+                        refusals.insert(pod.clone(), status.message.clone());
+                    }
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            }
+        }
+        Action::DeleteDriverPod(name) | Action::DeleteValidatorPod(name) => {
+            let api = Api::<Pod>::namespaced(context.client.clone(), &context.namespace);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    info!(pod = %name, "deleted, for the DaemonSet to start it at its current revision");
+                    Ok(())
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(error) => Err(error),
+            }
+        }
+    };
+    // Not fatal to the pass: the node stays in its state and the action is decided again on the next look.
+    if let Err(error) = result {
+        warn!(%error, ?action, "a driver upgrade action failed; it is tried again");
+    }
+}
+
+fn forget_refusal(context: &Context, pod: &PodKey) {
+    if let Ok(mut refusals) = context.refusals.lock() {
+        refusals.remove(pod);
+    }
+}
+
+/// Writes the node's next state: one merge patch of its label and annotations, leaving out what holds already.
+async fn write_state(
+    transition: &Transition,
+    node: &Node,
+    context: &Context,
+) -> Result<(), UpgradeError> {
+    let patch = transition
+        .patch
+        .clone()
+        .minus(node.labels(), node.annotations());
+    if patch.is_empty() {
+        return Ok(());
+    }
+    let name = node.name_any();
+    Api::<Node>::all(context.client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch.to_json()),
+        )
+        .await
+        .map_err(|source| UpgradeError::NodeWrite {
+            node: name.clone(),
+            source,
+        })?;
+    if transition.from == transition.to {
+        return Ok(());
+    }
+    let from = transition.from.map_or("none", UpgradeState::as_str);
+    let to = transition.to.map_or("none", UpgradeState::as_str);
+    info!(from, to, reason = %transition.reason, "driver upgrade state changed");
+    if let Ok(mut waiting) = context.waiting.lock() {
+        waiting.remove(&name);
+    }
+    let (type_, reason) = match transition.to {
+        Some(UpgradeState::UpgradeFailed) => (EventType::Warning, "DriverUpgradeFailed"),
+        Some(UpgradeState::UpgradeRequired) => (EventType::Normal, "DriverUpgradeRequired"),
+        Some(UpgradeState::CordonRequired) => (EventType::Normal, "DriverUpgradeStarted"),
+        Some(UpgradeState::UpgradeDone) if transition.from.is_some() => {
+            (EventType::Normal, "DriverUpgradeDone")
+        }
+        _ => return Ok(()),
+    };
+    publish(
+        context,
+        &node.object_ref(&()),
+        type_,
+        reason,
+        &format!("{from} -> {to}: {}", transition.reason),
+    )
+    .await;
+    Ok(())
+}
+
+async fn publish(
+    context: &Context,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "DriverUpgrade".into(),
+        secondary: None,
+    };
+    if let Err(error) = context.recorder.publish(&event, object).await {
+        warn!(%error, "publishing an event failed");
+    }
+}
+
+/// The upgrade's state where users look: each GPUNode's `status.driverUpgrade`, the ClusterPolicy's
+/// `status.driverUpgrade`, and the metrics. Each written only when it changed.
+async fn report(
+    policy: &ClusterPolicy,
+    settings: &Settings,
+    facts: &[NodeFacts],
+    plan: &decide::Plan,
+    context: &Context,
+) -> Result<(), UpgradeError> {
+    let summary = &plan.summary;
+    context
+        .metrics
+        .record_upgrades(settings.auto_upgrade, summary);
+    let gpu_nodes = Api::<GPUNode>::all(context.client.clone());
+    for node in facts {
+        let Some(stored) = context.gpu_nodes.get(&ObjectRef::new(&node.name)) else {
+            continue;
+        };
+        let step = plan.steps.iter().find(|s| s.node == node.name);
+        let transition = step.and_then(|s| s.transition.as_ref());
+        let state = transition.map_or(node.state(), |t| t.to);
+        let reason = match state {
+            Some(UpgradeState::UpgradeFailed) => transition
+                .map(|t| t.reason.clone())
+                .or_else(|| node.reason.clone()),
+            _ => step
+                .and_then(|s| s.waiting.clone())
+                .or_else(|| transition.map(|t| t.reason.clone())),
+        };
+        let since = if transition.is_some_and(|t| t.from != t.to) {
+            Some(Timestamp::now())
+        } else {
+            node.since
+        };
+        let status = state.map(|state| NodeUpgradeStatus {
+            state: Some(state),
+            reason,
+            since: since.map(Time),
+        });
+        let current = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.driver_upgrade.clone());
+        if current.as_ref().map(|c| (c.state, &c.reason))
+            == status.as_ref().map(|s| (s.state, &s.reason))
+        {
+            continue;
+        }
+        let patch = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNode", "status": {"driverUpgrade": status}});
+        if let Err(error) = gpu_nodes
+            .patch_status(
+                &node.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            // The node's label and the ClusterPolicy status still say it; the next change writes it again.
+            warn!(%error, node = %node.name, "writing the GPUNode's driver upgrade status failed");
+        }
+    }
+    let status = ClusterUpgradeStatus {
+        auto_upgrade: settings.auto_upgrade,
+        in_progress: count(summary.in_progress),
+        done: count(summary.done),
+        failed: count(summary.failed),
+        pending: count(summary.pending),
+        skipped: count(summary.skipped),
+        failures: summary
+            .failures
+            .iter()
+            .map(|(node, reason)| NodeFailure {
+                node: node.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+    };
+    let current = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.driver_upgrade.as_ref());
+    let nothing_to_say = !settings.auto_upgrade && facts.iter().all(|n| n.label.is_none());
+    let wanted = (!nothing_to_say).then_some(&status);
+    if current == wanted {
+        return Ok(());
+    }
+    if summary.in_progress + summary.pending > 0 {
+        info!(
+            in_progress = summary.in_progress,
+            pending = summary.pending,
+            done = summary.done,
+            failed = summary.failed,
+            "driver upgrade progress"
+        );
+    }
+    let patch = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "status": {"driverUpgrade": wanted}});
+    Api::<ClusterPolicy>::all(context.client.clone())
+        .patch_status(
+            &policy.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(UpgradeError::Status)?;
+    Ok(())
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}

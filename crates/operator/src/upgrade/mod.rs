@@ -1,0 +1,14 @@
+//! Driver upgrades: each GPU node whose driver pod runs an old revision of its (OnDelete) driver DaemonSet goes
+//! through NVIDIA's states in the `nvidia.com/gpu-driver-upgrade-state` label, a few nodes at a time.
+//!
+//! - `settings`: `driver.upgradePolicy`, checked (pure).
+//! - `decide`: the state machine (pure).
+//! - `facts`: what the cluster's objects say of each node, for `decide` (pure).
+//! - `controller`: the I/O: watches, the writes each decision asks for, status, Events and metrics.
+
+pub mod controller;
+pub mod decide;
+#[cfg(test)]
+mod decide_tests;
+pub mod facts;
+pub mod settings;
