@@ -754,13 +754,19 @@ async fn report(
         let step = plan.steps.iter().find(|s| s.node == node.name);
         let transition = step.and_then(|s| s.transition.as_ref());
         let state = transition.map_or(node.state(), |t| t.to);
+        let current = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.driver_upgrade.clone());
+        // What the pass found to say, else what was said before: a node at rest keeps its last reason.
         let reason = match state {
             Some(UpgradeState::UpgradeFailed) => transition
                 .map(|t| t.reason.clone())
                 .or_else(|| node.reason.clone()),
             _ => step
                 .and_then(|s| s.waiting.clone())
-                .or_else(|| transition.map(|t| t.reason.clone())),
+                .or_else(|| transition.map(|t| t.reason.clone()))
+                .or_else(|| current.as_ref().and_then(|c| c.reason.clone())),
         };
         let since = if transition.is_some_and(|t| t.from != t.to) {
             Some(Timestamp::now())
@@ -772,10 +778,6 @@ async fn report(
             reason,
             since: since.map(Time),
         });
-        let current = stored
-            .status
-            .as_ref()
-            .and_then(|s| s.driver_upgrade.clone());
         if current.as_ref().map(|c| (c.state, &c.reason))
             == status.as_ref().map(|s| (s.state, &s.reason))
         {
@@ -843,3 +845,7 @@ async fn report(
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;
