@@ -12,6 +12,7 @@ pub mod agents;
 mod agreement;
 pub mod kubelet;
 pub mod plugin;
+pub mod prometheus;
 pub mod realnode;
 pub mod simulated;
 
