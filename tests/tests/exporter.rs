@@ -5,20 +5,29 @@
 //! pod-resources API), values that follow the GPU (a process's memory, an XID that clears again), and a metrics
 //! ConfigMap whose edits apply without a restart while a bad edit keeps the last good selection. Beside it, the
 //! node status exporter (`gpu-node-agent status-exporter`): the validator's marks and the node's GPUNode status.
+//! And what the chart's Grafana dashboard shows of that scrape once Prometheus has stored it through the
+//! ServiceMonitor the operator renders ([`e2e::prometheus`]): the workload's `namespace` and `pod` on the per-pod
+//! panels with the rendered `honorLabels: true`, and the exporter pod's with `honorLabels: false`.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use e2e::agents::{NodeAgent, node_agent_bin, simulator_tool};
 use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::{DevicePlugin, inject_xid};
+use e2e::prometheus::{self, ScrapeTarget};
 use e2e::*;
-use serde_json::json;
+use k8s_openapi::api::core::v1::Node;
+use operator::model::{ClusterFacts, Component, ContainerRuntime, DefaultImages, validate};
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 const NODE: &str = "e2e-exporter";
 const CONFIG_MAP: &str = "e2e-dcgm-metrics";
 const POD: &str = "e2e-metrics-pod";
+/// The pid of the pod's simulated GPU process.
+const POD_PID: &str = "4545";
 
 /// The metrics ConfigMap, in dcgm-exporter's CSV format.
 fn metrics_config_map(csv: &str) -> String {
@@ -77,6 +86,105 @@ fn wait_for_metrics(
     })
 }
 
+/// The exporter's DaemonSet, Service and ServiceMonitor, as the operator renders them on `node` for the chart's
+/// ClusterPolicy (`helm template` with the guide's values, the ServiceMonitor enabled and `values`).
+fn rendered_exporter(node: &str, values: &[&str]) -> (Value, Value, Value) {
+    let chart = chart_dir();
+    let mut args = vec!["template", RELEASE, &chart, "-n", NAMESPACE];
+    args.extend(GUIDE_VALUES);
+    args.extend(["--set", "dcgmExporter.serviceMonitor.enabled=true"]);
+    args.extend(values);
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&ok("helm", &args)).expect("helm template's YAML");
+    let policy = documents
+        .into_iter()
+        .find(|document| document["kind"] == "ClusterPolicy")
+        .expect("the chart's ClusterPolicy");
+    let policy: crd::ClusterPolicy = serde_json::from_value(policy).expect("a ClusterPolicy");
+    let validated = validate(&policy.spec, &DefaultImages::builtin()).expect("a valid policy");
+    let node: Node =
+        serde_json::from_value(kubectl_json(&["get", "node", node])).expect("the Node");
+    let facts = ClusterFacts::from_nodes(
+        NAMESPACE,
+        [&node],
+        ContainerRuntime::from_default(&validated.spec.operator.default_runtime),
+    );
+    let exporter: Vec<Value> = operator::render::render(&validated, &facts)
+        .iter()
+        .filter(|object| object.component() == Component::DcgmExporter)
+        .map(|object| object.to_json())
+        .collect();
+    let kind = |kind: &str| {
+        exporter
+            .iter()
+            .find(|object| object["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} rendered for the exporter"))
+            .clone()
+    };
+    (kind("DaemonSet"), kind("Service"), kind("ServiceMonitor"))
+}
+
+/// The `(namespace, pod)` of every series the dashboard's per-pod panel queries (a legend naming `{{pod}}`)
+/// return once Prometheus has stored `body` through the rendered ServiceMonitor, and the `namespace` variable's
+/// values; the ServiceMonitor's `honorLabels` beside them.
+fn dashboard_pods(
+    body: &str,
+    node: &str,
+    values: &[&str],
+) -> (bool, BTreeSet<(String, String)>, BTreeSet<String>) {
+    let (daemon_set, service, monitor) = rendered_exporter(node, values);
+    // A DaemonSet pod's name: the DaemonSet's and a generated suffix.
+    let exporter_pod = format!(
+        "{}-x7k2q",
+        daemon_set["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    let target = ScrapeTarget::of_service_monitor(
+        &monitor,
+        &service,
+        &daemon_set,
+        &exporter_pod,
+        "10.1.0.7",
+    )
+    .unwrap_or_else(|error| {
+        panic!(
+            "{error:#}
+{monitor}"
+        )
+    });
+    eprintln!(
+        "honorLabels {}, target labels {:?}",
+        target.honor_labels, target.labels
+    );
+    let scraped = prometheus::parse_exposition(body).expect("the exporter's exposition");
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo_root().join("charts/gpu-operator/files/dashboards/gpu-operator.json"),
+        )
+        .expect("the dashboard"),
+    )
+    .expect("the dashboard's JSON");
+    let result = prometheus::evaluate_dashboard(&dashboard, &target.store(&scraped))
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    let mut pods = BTreeSet::new();
+    for panel in result
+        .panels
+        .iter()
+        .filter(|panel| panel.legend.contains("{{pod}}"))
+    {
+        eprintln!("{}: {} -> {:?}", panel.panel, panel.expr, panel.series);
+        pods.extend(panel.series.iter().map(|labels| {
+            let label = |name: &str| labels.get(name).cloned().unwrap_or_default();
+            (label("namespace"), label("pod"))
+        }));
+    }
+    let namespaces = result
+        .variables
+        .get("namespace")
+        .cloned()
+        .unwrap_or_default();
+    (target.honor_labels, pods, namespaces)
+}
+
 /// Removes the test's ConfigMap and pod when dropped (the kubelet's Drop removes the Node).
 struct Cleanup;
 
@@ -131,10 +239,38 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
         .unwrap_or_else(|| panic!("{uuid} is none of {gpus}")) as u32;
     let free_gpu = 1 - held_gpu;
 
+    // The pod's process on its GPU, in the pod's cgroup as the exporter reads it under `--proc-root`, for the
+    // per-pod memory series (the fake runtime runs no processes, so the simulator and a procfs folder stand in).
+    let proc_root = dir.join("proc");
+    let pod_uid = kubectl_json(&["get", "pod", POD, "-n", "default"])["metadata"]["uid"]
+        .as_str()
+        .expect("the pod's UID")
+        .to_owned();
+    std::fs::create_dir_all(proc_root.join(POD_PID)).expect("the proc folder");
+    std::fs::write(
+        proc_root.join(POD_PID).join("cgroup"),
+        format!("0::/kubepods/besteffort/pod{pod_uid}\n"),
+    )
+    .expect("the process's cgroup");
+    simulator_tool(
+        NODE,
+        &state,
+        &[
+            "start-process",
+            "--gpu",
+            &held_gpu.to_string(),
+            "--pid",
+            POD_PID,
+            "--memory-mib",
+            "1234",
+        ],
+    );
+
     step("the exporter, scraped: DCGM names and labels, only the fields the ConfigMap selects");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let root = kubelet.root().display().to_string();
+    let proc_root = proc_root.display().to_string();
     let exporter = NodeAgent::start(
         NODE,
         "nvidia-dcgm-exporter",
@@ -151,6 +287,8 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
             "3",
             "--kubelet-root",
             &root,
+            "--proc-root",
+            &proc_root,
         ],
         &[],
     );
@@ -190,6 +328,40 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
         !body.contains("DCGM_FI_DEV_SM_CLOCK"),
         "not selected:\n{body}"
     );
+
+    step(
+        "the dashboard through Prometheus and the operator's ServiceMonitor: per-pod panels show the workload's namespace and pod (honorLabels true); with honorLabels false they would show the exporter's",
+    );
+    let pod_memory = "gpu_pod_memory_used_bytes{";
+    let body = wait_for_metrics(port, "the pod's own GPU memory", &exporter, |body| {
+        body.lines()
+            .any(|line| line.starts_with(pod_memory) && line.contains(&held_by_pod[0]))
+    });
+    let (honoured, pods, namespaces) = dashboard_pods(&body, NODE, &[]);
+    assert!(
+        honoured,
+        "the rendered ServiceMonitor honours the series' labels"
+    );
+    assert_eq!(
+        pods,
+        BTreeSet::from([("default".to_owned(), POD.to_owned())]),
+        "the per-pod panels show the workload"
+    );
+    assert!(namespaces.contains("default"), "{namespaces:?}");
+    let (honoured, pods, namespaces) = dashboard_pods(
+        &body,
+        NODE,
+        &["--set", "dcgmExporter.serviceMonitor.honorLabels=false"],
+    );
+    assert!(!honoured);
+    assert!(
+        !pods.is_empty()
+            && pods
+                .iter()
+                .all(|(namespace, pod)| namespace == NAMESPACE && pod != POD),
+        "without honorLabels the per-pod panels show the exporter pod, not the workload: {pods:?}"
+    );
+    assert!(!namespaces.contains("default"), "{namespaces:?}");
 
     step("a process using 3000 MiB on the free GPU: DCGM_FI_DEV_FB_USED follows");
     let gpu = free_gpu.to_string();
