@@ -3,10 +3,13 @@
 //! of the watchdog (with a pod over its budget).
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gpu::HostProcess;
+use promql_parser::parser::Expr;
+use promql_parser::util::{ExprVisitor, walk_expr};
 use serde_json::Value;
 
 use crate::accounting::pods::{PodIndex, running_pod};
@@ -47,106 +50,34 @@ fn queries(value: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// The metric names a PromQL expression (or a Grafana `label_values(metric, label)` query) reads.
+/// The metric names a PromQL expression reads, from the syntax tree of the maintained PromQL parser (the
+/// Prometheus evaluation of the dashboard in the e2e library parses with the same crate). Grafana's variables in
+/// label values are plain text to PromQL; its interval macros stand where a duration must, so they are replaced.
 fn metric_names(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: [&str; 12] = [
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "bool",
-        "and",
-        "or",
-        "unless",
-        "offset",
-        "inf",
-    ];
-    // Aggregations may take their grouping before their parentheses (`sum by (pod) (...)`).
-    const AGGREGATIONS: [&str; 14] = [
-        "sum",
-        "min",
-        "max",
-        "avg",
-        "group",
-        "stddev",
-        "stdvar",
-        "count",
-        "count_values",
-        "bottomk",
-        "topk",
-        "quantile",
-        "limitk",
-        "limit_ratio",
-    ];
-    // Label matchers, ranges, strings and Grafana variables name no metric.
-    let mut plain = String::new();
-    let mut closing: Vec<char> = Vec::new();
-    let mut chars = expr.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (closing.last().copied(), c) {
-            (Some('"'), '\\') | (Some('\''), '\\') => {
-                chars.next();
-            }
-            (Some(end), c) if c == end => {
-                closing.pop();
-            }
-            (Some('"' | '\'' | '}' | ']'), _) => {}
-            (_, '"' | '\'') => closing.push(c),
-            (_, '{') => closing.push('}'),
-            (_, '[') => closing.push(']'),
-            (_, '$') => {
-                while chars
-                    .peek()
-                    .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '{' | '}'))
-                {
-                    chars.next();
-                }
-            }
-            _ => plain.push(c),
+    struct Names(BTreeSet<String>);
+    impl ExprVisitor for Names {
+        type Error = Infallible;
+        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Infallible> {
+            let selector = match expr {
+                Expr::VectorSelector(selector) => Some(selector),
+                Expr::MatrixSelector(matrix) => Some(&matrix.vs),
+                _ => None,
+            };
+            self.0
+                .extend(selector.and_then(|selector| selector.name.clone()));
+            Ok(true)
         }
     }
-    let mut names = BTreeSet::new();
-    let bytes: Vec<char> = plain.chars().collect();
-    let mut at = 0;
-    let mut after_grouping = false;
-    while at < bytes.len() {
-        let c = bytes[at];
-        if c.is_ascii_digit() {
-            while at < bytes.len() && (bytes[at].is_alphanumeric() || bytes[at] == '.') {
-                at += 1;
-            }
-            continue;
-        }
-        if !(c.is_alphabetic() || c == '_' || c == ':') {
-            if c == '(' && after_grouping {
-                // `by (label, ...)`: labels, not metrics.
-                while at < bytes.len() && bytes[at] != ')' {
-                    at += 1;
-                }
-                after_grouping = false;
-            }
-            at += 1;
-            continue;
-        }
-        let start = at;
-        while at < bytes.len() && (bytes[at].is_alphanumeric() || matches!(bytes[at], '_' | ':')) {
-            at += 1;
-        }
-        let word: String = bytes[start..at].iter().collect();
-        let next = bytes[at..].iter().find(|c| !c.is_whitespace()).copied();
-        let lower = word.to_ascii_lowercase();
-        if KEYWORDS.contains(&lower.as_str()) {
-            after_grouping = matches!(
-                lower.as_str(),
-                "by" | "without" | "on" | "ignoring" | "group_left" | "group_right"
-            );
-        } else if next != Some('(') && !AGGREGATIONS.contains(&lower.as_str()) {
-            names.insert(word);
-        }
-    }
-    names
+    let expr = ["$__rate_interval", "$__interval", "$__range"]
+        .iter()
+        .fold(expr.to_owned(), |expr, grafana_macro| {
+            expr.replace(grafana_macro, "5m")
+        });
+    let parsed = promql_parser::parser::parse(&expr)
+        .unwrap_or_else(|error| panic!("the dashboard's query {expr}: {error}"));
+    let mut names = Names(BTreeSet::new());
+    let Ok(_) = walk_expr(&mut names, &parsed);
+    names.0
 }
 
 /// The metric names a dashboard query reads: Grafana's `label_values(metric, label)` names its metric first (and
