@@ -4,11 +4,11 @@
 //!
 //! What it shows: the states in order on every node, never more than 2 nodes in flight, a GPU pod evicted through
 //! the Eviction API with its PodDisruptionBudget respected (a refused eviction, retried until the budget allows
-//! it), a DaemonSet pod without any GPU request whose process uses a GPU (reported in its node's GPUNode status,
-//! as the node agents report it) evicted, a pod without GPUs left alone, every node back to upgrade-done and
-//! uncordoned; a node whose new driver pod never starts ends upgrade-failed with the reason while the others
-//! finish, and a later fixed version completes it; the operator killed in the middle of that second upgrade
-//! resumes from the labels, and no node is cordoned twice.
+//! it), a DaemonSet pod without any GPU request whose process uses a GPU evicted (its node's exporter, a local
+//! process on the GPU simulator with the chart's RBAC, publishes it in the node's GPUNode status), a pod without
+//! GPUs left alone, every node back to upgrade-done and uncordoned; a node whose new driver pod never starts ends
+//! upgrade-failed with the reason while the others finish, and a later fixed version completes it; the operator
+//! killed in the middle of that second upgrade resumes from the labels, and no node is cordoned twice.
 //!
 //! kwok runs no containers: pods turn Ready as soon as they are bound. The broken driver is a taint the driver
 //! DaemonSet does not tolerate, so that its new pod is never made on that node.
@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::agents::add_simulated_node;
+use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -33,6 +33,8 @@ const OPERATOR_USER: &str = "system:serviceaccount:gpu-operator:gpu-operator";
 /// A short restart timeout, so that the broken node fails within the test.
 const RESTART_TIMEOUT_SECONDS: u64 = 20;
 const BROKEN_TAINT: &str = "e2e.example/broken-driver";
+/// The pid of the probe pod's simulated GPU process.
+const PROBE_PID: &str = "4711";
 
 /// The states of a node that upgrades with drain off, in order.
 const ORDER: [&str; 8] = [
@@ -464,21 +466,58 @@ fn driver_upgrades_move_every_node_through_nvidias_states() {
             .find(|p| p["status"]["phase"] == "Running"))
     })
     .expect("the probe DaemonSet's pod runs");
-    // What the node agents report from the driver's process list: the probe's process on GPU 0.
-    apply(
-        json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNode", "metadata": {"name": c}, "spec": {}}),
-    );
-    let processes = json!({"status": {"gpuCount": 4, "gpuProcessPods": [{
-        "namespace": WORKLOADS, "name": probe["metadata"]["name"], "uid": uid(&probe), "gpus": [0]}]}});
-    kubectl(&[
-        "patch",
-        "gpunode",
+    // The probe's process on GPU 0 of its node (the simulator's process list, and a procfs folder with the
+    // process's cgroup naming the pod, since kwok runs no processes), and the node's exporter, which publishes
+    // the pods whose processes use the GPUs in the node's GPUNode status.
+    let dir = scenario_dir("e2e-driver-upgrade");
+    let state = dir.join(format!("{c}.json"));
+    let proc_root = dir.join("proc");
+    std::fs::create_dir_all(proc_root.join(PROBE_PID)).expect("the proc folder");
+    std::fs::write(
+        proc_root.join(PROBE_PID).join("cgroup"),
+        format!("0::/kubepods/besteffort/pod{}\n", uid(&probe)),
+    )
+    .expect("the probe process's cgroup");
+    simulator_tool(
         c,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &processes.to_string(),
-    ]);
+        &state,
+        &[
+            "start-process",
+            "--gpu",
+            "0",
+            "--pid",
+            PROBE_PID,
+            "--memory-mib",
+            "512",
+        ],
+    );
+    let listen = format!("127.0.0.1:{}", free_port());
+    let proc_root = proc_root.display().to_string();
+    let _exporter = NodeAgent::start(
+        c,
+        "nvidia-dcgm-exporter",
+        &state,
+        &[
+            "exporter",
+            "--listen",
+            &listen,
+            "--collect-interval",
+            "1",
+            "--proc-root",
+            &proc_root,
+        ],
+        &[],
+    );
+    eventually(WAIT, || {
+        let status = kubectl_json(&["get", "gpunode", c])["status"].clone();
+        let listed = status["gpuProcessPods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["uid"] == json!(uid(&probe)) && p["gpus"] == json!([0]));
+        Ok(listed.then_some(()))
+    })
+    .expect("the exporter publishes the probe pod as a GPU user");
     let web = eventually(WAIT, || {
         Ok(pods(WORKLOADS, "")
             .into_iter()

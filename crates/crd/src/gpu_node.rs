@@ -118,6 +118,8 @@ pub mod field_manager {
     pub const DEVICE_PLUGIN: &str = "gpu-device-plugin";
     /// The DRA driver (`gpu-node-agent dra-driver`); also the manager of its ResourceSlices and reporter of its Events.
     pub const DRA_DRIVER: &str = "gpu-dra-driver";
+    /// The exporter (`gpu-node-agent exporter`): the pods whose processes use the GPUs.
+    pub const EXPORTER: &str = "gpu-node-agent-exporter";
 }
 
 /// The state of applying the node's MIG config: pending, rebooting, success or failed, as in the

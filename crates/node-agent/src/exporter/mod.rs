@@ -5,7 +5,8 @@
 //!
 //! Layers: [`fields`] (the DCGM fields known), [`config`] (the metrics CSV, pure), [`xid`] and [`families`]
 //! (readings in, metric families and their text out, pure), [`collect`] (reading the GPUs and asking the
-//! kubelet's pod-resources API), [`server`] (HTTP), and here the ConfigMap watch and the wiring.
+//! kubelet's pod-resources API), [`server`] (HTTP), [`process_pods`] (the pods whose processes use the GPUs,
+//! published in GPUNode status for the operator's driver upgrade), and here the ConfigMap watch and the wiring.
 //!
 //! Where it differs from dcgm-exporter, on purpose: every container sharing a GPU is attributed (not one pod per
 //! GPU); the XID gauge clears after a quiet period; series of a GPU, MIG device or pod that is gone disappear
@@ -21,6 +22,7 @@ pub mod collect;
 pub mod config;
 pub mod families;
 pub mod fields;
+pub mod process_pods;
 pub mod server;
 pub mod xid;
 
@@ -68,7 +70,7 @@ pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
         "exporter serving /metrics"
     );
     let mut collector = Collector::new(
-        gpus,
+        gpus.clone(),
         &args.node_name,
         args.kubelet_root.clone(),
         args.xid_clear_seconds,
@@ -79,10 +81,18 @@ pub async fn run(args: ExporterArgs, source: &GpuSource) -> anyhow::Result<()> {
         pods.wait_until_ready()
             .await
             .context("watching this node's pods")?;
-        collector = collector.with_accounting(ProcessAccounting {
+        let accounting = ProcessAccounting {
             proc_root: proc_root.clone(),
             pods,
-        });
+        };
+        tokio::spawn(process_pods::publish(
+            kube_io::client().await?,
+            args.node_name.clone(),
+            gpus,
+            accounting.clone(),
+            args.collect_interval,
+        ));
+        collector = collector.with_accounting(accounting);
     }
     server::serve(listener, collector, selection, args.collect_interval)
         .await
