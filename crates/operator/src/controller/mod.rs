@@ -339,10 +339,17 @@ fn every_policy<K>(
 }
 
 /// Only what decides GPU deployment wakes the controller: labels and the container runtime. Node heartbeats
-/// (status updates every few seconds on every node) do not.
+/// (status updates every few seconds on every node) do not, nor do the driver upgrade's state labels, which the
+/// upgrade controller writes several times per node during an upgrade and which decide nothing here.
 fn node_relevance(node: &Node) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
-    node.labels().hash(&mut hasher);
+    node.labels()
+        .iter()
+        .filter(|(key, _)| {
+            key.as_str() != crd::driver_upgrade::STATE_LABEL
+                && key.as_str() != crd::driver_upgrade::SKIP_LABEL
+        })
+        .for_each(|label| label.hash(&mut hasher));
     let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
     info.map(|i| (&i.container_runtime_version, &i.kubelet_version))
         .hash(&mut hasher);
@@ -549,6 +556,16 @@ mod tests {
             .into(),
         );
         assert_ne!(node_relevance(&node), before);
+        let labelled = node_relevance(&node);
+        node.metadata.labels.as_mut().unwrap().insert(
+            crd::driver_upgrade::STATE_LABEL.into(),
+            "cordon-required".into(),
+        );
+        assert_eq!(
+            node_relevance(&node),
+            labelled,
+            "the driver upgrade's states are the upgrade controller's"
+        );
     }
 
     #[test]

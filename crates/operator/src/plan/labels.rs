@@ -99,6 +99,8 @@ pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
     }
     desired.insert(RUNTIME_LABEL.to_string(), None);
     desired.insert(labels::MIG_CONFIG_STATE.to_string(), None);
+    // The driver upgrade's state: no upgrade runs without the policy (the admin's skip label stays).
+    desired.insert(crd::driver_upgrade::STATE_LABEL.to_string(), None);
     for key in current
         .keys()
         .filter(|key| labels::written_by_feature_discovery(key))
@@ -319,8 +321,12 @@ mod tests {
             (labels::GPU_PRODUCT, "NVIDIA-A100-SXM4-40GB"),
             ("nvidia.com/mig-1g.5gb.count", "7"),
             ("nvidia.com/gpu.clique", "admin-set"),
+            (crd::driver_upgrade::STATE_LABEL, "upgrade-done"),
+            (crd::driver_upgrade::SKIP_LABEL, "true"),
         ]);
         let changes = plan_cleanup(&current);
+        assert_eq!(set(&changes, crd::driver_upgrade::STATE_LABEL), Some(None));
+        assert_eq!(set(&changes, crd::driver_upgrade::SKIP_LABEL), None);
         assert_eq!(
             set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"),
             Some(None)
