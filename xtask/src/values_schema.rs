@@ -402,6 +402,15 @@ fn chart_sections(spec: &Value) -> anyhow::Result<Map<String, Value>> {
                 "additionalLabels": schema_at(spec, &["dcgmExporter", "serviceMonitor", "additionalLabels"])?,
             }),
         ),
+        "resourceName": string(
+            "HAMi's whole-GPU resource name, as HAMi's chart value of the same name sets it; pods asking for it with HAMi's GPU-selection annotations, or for a renamed one at all, become DRA claims.",
+        ),
+        "resourceMem": string("HAMi's GPU memory resource name (MiB), as HAMi's chart value of the same name sets it."),
+        "resourceMemPercentage": string(
+            "HAMi's GPU memory percentage resource name, as HAMi's chart value of the same name sets it.",
+        ),
+        "resourceCores": string("HAMi's GPU cores resource name (percent of the SMs), as HAMi's chart value of the same name sets it."),
+        "resourcePriority": string("HAMi's task priority resource name, as HAMi's chart value of the same name sets it (ignored with a warning)."),
         "nfd": closed_object(
             "Node Feature Discovery is never deployed by this chart; the keys are accepted for NVIDIA's values files.",
             json!({

@@ -189,6 +189,7 @@ async fn main() -> anyhow::Result<()> {
             driver_upgrade_restart_timeout_seconds,
             driver_upgrade_validation_timeout_seconds,
         } => {
+            let hami_names = hami_resource_names()?;
             let webhook = (hami_webhook || node_bound_evictions).then(|| webhook::Settings {
                 listen: webhook_listen,
                 endpoint: webhook_url.map_or_else(
@@ -201,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
                 ),
                 namespace: namespace.clone(),
                 hami: hami_webhook,
+                hami_names,
                 node_bound_evictions,
                 templates_unused_for: Duration::from_secs(hami_templates_unused_for_seconds),
                 templates_sweep_every: Duration::from_secs(hami_templates_sweep_every_seconds),
@@ -217,6 +219,24 @@ async fn main() -> anyhow::Result<()> {
 
 /// A client from the in-cluster ServiceAccount or `KUBECONFIG`, naming this program in its User-Agent so that
 /// audit logs and API server metrics tell its requests apart.
+/// The names HAMi's pods ask for a GPU, its memory (MiB and percent), its cores and a priority with, from
+/// `HAMI_RESOURCE_NAME`, `HAMI_RESOURCE_MEM`, `HAMI_RESOURCE_MEM_PERCENTAGE`, `HAMI_RESOURCE_CORES` and
+/// `HAMI_RESOURCE_PRIORITY` (HAMi's defaults where unset). HAMi's chart lets a cluster rename them (its values
+/// `resourceName`, `resourceMem`, `resourceMemPercentage`, `resourceCores`, `resourcePriority`); this chart sets
+/// the variables from the same values.
+fn hami_resource_names() -> anyhow::Result<webhook::hami::ResourceNames> {
+    use webhook::hami;
+    let var =
+        |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    Ok(hami::ResourceNames::new(
+        &var("HAMI_RESOURCE_NAME", hami::GPU),
+        &var("HAMI_RESOURCE_MEM", hami::GPUMEM),
+        &var("HAMI_RESOURCE_MEM_PERCENTAGE", hami::GPUMEM_PERCENTAGE),
+        &var("HAMI_RESOURCE_CORES", hami::GPUCORES),
+        &var("HAMI_RESOURCE_PRIORITY", hami::PRIORITY),
+    )?)
+}
+
 async fn connect() -> anyhow::Result<kube::Client> {
     let mut config = kube::Config::infer().await.context(
         "reading the Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG)",

@@ -4,7 +4,9 @@
 //!
 //! Which containers: those asking for `nvidia.com/gpumem`, `gpumem-percentage` or `gpucores` (a share of a GPU),
 //! and, in a pod with HAMi's GPU-selection annotations, those asking for `nvidia.com/gpu` (whole GPUs of a chosen
-//! model). A pod with neither keeps `nvidia.com/gpu` for the device plugin.
+//! model). A pod with neither keeps `nvidia.com/gpu` for the device plugin. Those are HAMi's default names; where
+//! HAMi's chart renamed them, [`ResourceNames`] carries the cluster's, and a container asking for a renamed
+//! whole-GPU resource (which no device plugin here advertises) is converted too.
 //!
 //! HAMi's meaning is kept (its `pkg/device/nvidia/device.go`):
 //! - `nvidia.com/gpu` missing beside a share: one GPU (HAMi's `defaultGPUNum`);
@@ -35,16 +37,182 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
-/// HAMi's whole-GPU count.
+/// HAMi's whole-GPU count (its chart's default `resourceName`).
 pub const GPU: &str = "nvidia.com/gpu";
-/// HAMi's memory per GPU, in MiB.
+/// HAMi's memory per GPU, in MiB (`resourceMem`).
 pub const GPUMEM: &str = "nvidia.com/gpumem";
-/// HAMi's memory per GPU, in percent of the GPU's.
+/// HAMi's memory per GPU, in percent of the GPU's (`resourceMemPercentage`).
 pub const GPUMEM_PERCENTAGE: &str = "nvidia.com/gpumem-percentage";
-/// HAMi's share of the SMs per GPU, in percent.
+/// HAMi's share of the SMs per GPU, in percent (`resourceCores`).
 pub const GPUCORES: &str = "nvidia.com/gpucores";
-/// HAMi's task priority, which has no DRA counterpart.
-const PRIORITY: &str = "nvidia.com/priority";
+/// HAMi's task priority, which has no DRA counterpart (`resourcePriority`).
+pub const PRIORITY: &str = "nvidia.com/priority";
+
+/// The resource names HAMi's pods ask with. HAMi's chart lets a cluster rename them (its values `resourceName`,
+/// `resourceMem`, `resourceMemPercentage`, `resourceCores` and `resourcePriority`), and its pods then use the
+/// cluster's names; this chart takes the same values, and the webhook reads pods by them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub gpu: String,
+    pub memory: String,
+    pub memory_percentage: String,
+    pub cores: String,
+    pub priority: String,
+}
+
+impl Default for ResourceNames {
+    /// HAMi's defaults.
+    fn default() -> Self {
+        Self {
+            gpu: GPU.into(),
+            memory: GPUMEM.into(),
+            memory_percentage: GPUMEM_PERCENTAGE.into(),
+            cores: GPUCORES.into(),
+            priority: PRIORITY.into(),
+        }
+    }
+}
+
+/// A resource name the webhook cannot read pods by.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum NamesError {
+    #[error(
+        "HAMi's {value} {name:?} is not an extended resource name: write <domain>/<name> with lowercase letters, \
+         digits, '-' and '.' in the domain and letters, digits, '-', '_' and '.' in the name, e.g. nvidia.com/gpumem"
+    )]
+    Invalid { value: &'static str, name: String },
+    #[error("HAMi's {first} and {second} are both {name:?}: each names a different request")]
+    Duplicate {
+        first: &'static str,
+        second: &'static str,
+        name: String,
+    },
+}
+
+impl ResourceNames {
+    /// The names, each checked to be an extended resource name (which also keeps them safe to quote in the
+    /// webhook's CEL match conditions) and all different.
+    ///
+    /// # Errors
+    /// The first name that is not a resource name, or two values with the same name.
+    pub fn new(
+        gpu: &str,
+        memory: &str,
+        memory_percentage: &str,
+        cores: &str,
+        priority: &str,
+    ) -> Result<Self, NamesError> {
+        let names = Self {
+            gpu: gpu.trim().into(),
+            memory: memory.trim().into(),
+            memory_percentage: memory_percentage.trim().into(),
+            cores: cores.trim().into(),
+            priority: priority.trim().into(),
+        };
+        let labelled = names.labelled();
+        for (value, name) in labelled {
+            if !is_extended_resource_name(name) {
+                return Err(NamesError::Invalid {
+                    value,
+                    name: name.into(),
+                });
+            }
+        }
+        for (i, (first, name)) in labelled.iter().enumerate() {
+            if let Some((second, _)) = labelled[i + 1..].iter().find(|(_, other)| other == name) {
+                return Err(NamesError::Duplicate {
+                    first,
+                    second,
+                    name: (*name).into(),
+                });
+            }
+        }
+        Ok(names)
+    }
+
+    /// Each name with the HAMi chart value that sets it.
+    fn labelled(&self) -> [(&'static str, &str); 5] {
+        [
+            ("resourceName", &self.gpu),
+            ("resourceMem", &self.memory),
+            ("resourceMemPercentage", &self.memory_percentage),
+            ("resourceCores", &self.cores),
+            ("resourcePriority", &self.priority),
+        ]
+    }
+
+    /// The names that ask for a share of a GPU.
+    #[must_use]
+    pub fn shares(&self) -> [&str; 3] {
+        [&self.memory, &self.memory_percentage, &self.cores]
+    }
+
+    /// Whether the whole-GPU name is not HAMi's default `nvidia.com/gpu`, which the device plugin advertises.
+    #[must_use]
+    pub fn gpu_is_renamed(&self) -> bool {
+        self.gpu != GPU
+    }
+
+    /// The names whose containers the webhook converts whatever the pod's annotations: the shares, and the
+    /// whole-GPU name where it is renamed.
+    #[must_use]
+    pub fn converted_without_selection(&self) -> Vec<&str> {
+        let mut names = self.shares().to_vec();
+        if self.gpu_is_renamed() {
+            names.push(&self.gpu);
+        }
+        names
+    }
+
+    /// The names that charge GPU quota: the count and the shares.
+    #[must_use]
+    pub fn quota_charged(&self) -> [&str; 4] {
+        [
+            &self.gpu,
+            &self.memory,
+            &self.memory_percentage,
+            &self.cores,
+        ]
+    }
+
+    /// Every name, which a converted container no longer asks for.
+    fn all(&self) -> [&str; 5] {
+        self.labelled().map(|(_, name)| name)
+    }
+}
+
+/// `<domain>/<name>` as Kubernetes accepts an extended resource: a DNS subdomain, and a name of at most 63
+/// characters that starts and ends with a letter or digit.
+fn is_extended_resource_name(name: &str) -> bool {
+    let Some((domain, rest)) = name.split_once('/') else {
+        return false;
+    };
+    let edge = |text: &str| {
+        text.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && text
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+    };
+    let domain_ok = domain.len() <= 253
+        && domain.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && edge(label)
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        });
+    let rest_ok = !rest.is_empty()
+        && rest.len() <= 63
+        && edge(rest)
+        && rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    domain_ok && rest_ok
+}
 /// HAMi's GPU-selection annotations.
 pub const USE_GPUTYPE: &str = "nvidia.com/use-gputype";
 /// GPU models to avoid.
@@ -101,7 +269,7 @@ pub enum HamiError {
         /// The container.
         container: String,
         /// The resource.
-        resource: &'static str,
+        resource: String,
         /// What it says.
         value: String,
         /// What it must be.
@@ -261,7 +429,11 @@ impl Selection {
 ///
 /// # Errors
 /// When a value is not HAMi's, HAMi's virtual memory is asked for, or no GPU of the cluster can hold a request.
-pub fn convert(pod: &Pod, gpus: &[DraGpu]) -> Result<Option<Conversion>, HamiError> {
+pub fn convert(
+    pod: &Pod,
+    gpus: &[DraGpu],
+    names: &ResourceNames,
+) -> Result<Option<Conversion>, HamiError> {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let selection = Selection::read(&annotations)?;
     let mut converted = pod.clone();
@@ -271,13 +443,13 @@ pub fn convert(pod: &Pod, gpus: &[DraGpu]) -> Result<Option<Conversion>, HamiErr
     let mut warnings = BTreeSet::new();
     let init = spec.init_containers.get_or_insert_with(Vec::new);
     for container in init.iter_mut().chain(spec.containers.iter_mut()) {
-        let Some(ask) = ask_of(container, !selection.is_empty(), &mut warnings)? else {
+        let Some(ask) = ask_of(container, !selection.is_empty(), names, &mut warnings)? else {
             continue;
         };
-        let template = template_for(&container.name, &ask, &selection, gpus)?;
+        let template = template_for(&container.name, &ask, &selection, gpus, names)?;
         let template_name = template.metadata.name.clone().unwrap_or_default();
         let entry = claim_entry_name(&container.name);
-        strip(container);
+        strip(container, names);
         container
             .resources
             .get_or_insert_with(Default::default)
@@ -332,8 +504,16 @@ pub fn convert(pod: &Pod, gpus: &[DraGpu]) -> Result<Option<Conversion>, HamiErr
 fn ask_of(
     container: &Container,
     selected: bool,
+    names: &ResourceNames,
     warnings: &mut BTreeSet<String>,
 ) -> Result<Option<Ask>, HamiError> {
+    let ResourceNames {
+        gpu,
+        memory: gpumem,
+        memory_percentage: gpumem_percentage,
+        cores: gpucores,
+        priority,
+    } = names;
     let name = &container.name;
     let resources = container.resources.clone().unwrap_or_default();
     let value = |resource: &str| {
@@ -351,19 +531,18 @@ fn ask_of(
     };
     // The API server writes quantities back in canonical form (3000 arrives as `3k`), and HAMi reads their
     // integer value.
-    let integer =
-        |resource: &'static str, expected: &'static str| -> Result<Option<u64>, HamiError> {
-            value(resource)
-                .map(|text| {
-                    crd::quantity::parse_bytes(&text).map_err(|_| HamiError::Value {
-                        container: name.clone(),
-                        resource,
-                        value: text.clone(),
-                        expected,
-                    })
+    let integer = |resource: &str, expected: &'static str| -> Result<Option<u64>, HamiError> {
+        value(resource)
+            .map(|text| {
+                crd::quantity::parse_bytes(&text).map_err(|_| HamiError::Value {
+                    container: name.clone(),
+                    resource: resource.into(),
+                    value: text.clone(),
+                    expected,
                 })
-                .transpose()
-        };
+            })
+            .transpose()
+    };
     if let Some(env) = container.env.iter().flatten().find(|env| {
         env.name == OVERSUBSCRIBE_ENV
             && env
@@ -376,39 +555,42 @@ fn ask_of(
             why: format!("{}={}", env.name, env.value.as_deref().unwrap_or_default()),
         });
     }
-    let memory = integer(GPUMEM, "MiB as a whole number, e.g. 3000")?.filter(|mib| *mib > 0);
+    let memory = integer(gpumem, "MiB as a whole number, e.g. 3000")?.filter(|mib| *mib > 0);
     // A value whose bytes do not fit 64 bits would wrap to a small request and pass every check below.
     let memory = memory
         .map(|mib| {
             mib.checked_mul(1 << 20).ok_or_else(|| HamiError::Value {
                 container: name.clone(),
-                resource: GPUMEM,
+                resource: gpumem.clone(),
                 value: mib.to_string(),
                 expected: "MiB as a whole number, at most a GPU's memory",
             })
         })
         .transpose()?;
     let percent =
-        integer(GPUMEM_PERCENTAGE, "a whole percentage, 1 to 100")?.filter(|pct| *pct > 0);
-    let cores = integer(GPUCORES, "a whole percentage of the SMs, 0 to 100")?;
+        integer(gpumem_percentage, "a whole percentage, 1 to 100")?.filter(|pct| *pct > 0);
+    let cores = integer(gpucores, "a whole percentage of the SMs, 0 to 100")?;
     if let Some(cores) = cores.filter(|cores| *cores > CORES_TOTAL) {
         return Err(HamiError::Value {
             container: name.clone(),
-            resource: GPUCORES,
+            resource: gpucores.clone(),
             value: cores.to_string(),
             expected: "a whole percentage of the SMs, 0 to 100",
         });
     }
-    let share = value(GPUMEM).is_some() || value(GPUMEM_PERCENTAGE).is_some() || cores.is_some();
-    let count = integer(GPU, "a whole number of GPUs, at least 1")?;
-    if !(share || selected && count.is_some()) {
+    let share = value(gpumem).is_some() || value(gpumem_percentage).is_some() || cores.is_some();
+    let count = integer(gpu, "a whole number of GPUs, at least 1")?;
+    // HAMi's own name for whole GPUs is the device plugin's too, so only a selection makes such a container the
+    // webhook's; a renamed one nothing else advertises, so a container asking for it is always converted.
+    let whole_gpus_are_ours = selected || names.gpu_is_renamed();
+    if !(share || whole_gpus_are_ours && count.is_some()) {
         return Ok(None);
     }
     let count = match count {
         Some(0) => {
             return Err(HamiError::Value {
                 container: name.clone(),
-                resource: GPU,
+                resource: gpu.clone(),
                 value: "0".into(),
                 expected: "a whole number of GPUs, at least 1",
             });
@@ -418,17 +600,17 @@ fn ask_of(
     };
     if memory.is_some() && percent.is_some() {
         warnings.insert(format!(
-            "container {name}: {GPUMEM} and {GPUMEM_PERCENTAGE} are both set; {GPUMEM} is used, as HAMi does"
+            "container {name}: {gpumem} and {gpumem_percentage} are both set; {gpumem} is used, as HAMi does"
         ));
     }
     if percent.is_some_and(|pct| pct > 100) {
         warnings.insert(format!(
-            "container {name}: {GPUMEM_PERCENTAGE} over 100 is taken as 100, as HAMi does"
+            "container {name}: {gpumem_percentage} over 100 is taken as 100, as HAMi does"
         ));
     }
-    if value(PRIORITY).is_some() {
+    if value(priority).is_some() {
         warnings.insert(format!(
-            "container {name}: {PRIORITY} is ignored: DRA has no task priority on a shared GPU"
+            "container {name}: {priority} is ignored: DRA has no task priority on a shared GPU"
         ));
     }
     let memory = match (memory, percent) {
@@ -445,13 +627,13 @@ fn ask_of(
 }
 
 /// Removes HAMi's resources from a converted container: the claim stands for them.
-fn strip(container: &mut Container) {
+fn strip(container: &mut Container, names: &ResourceNames) {
     if let Some(resources) = container.resources.as_mut() {
         for list in [resources.limits.as_mut(), resources.requests.as_mut()]
             .into_iter()
             .flatten()
         {
-            for resource in [GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY] {
+            for resource in names.all() {
                 list.remove(resource);
             }
         }
@@ -484,6 +666,7 @@ fn template_for(
     ask: &Ask,
     selection: &Selection,
     gpus: &[DraGpu],
+    names: &ResourceNames,
 ) -> Result<ResourceClaimTemplate, HamiError> {
     let unsatisfiable = |why: String| HamiError::Unsatisfiable {
         container: container.to_owned(),
@@ -520,7 +703,8 @@ fn template_for(
             .unwrap_or(0);
         if bytes > largest {
             let why = format!(
-                "{GPUMEM} {} MiB is more than any matching {kind} has (at most {} MiB)",
+                "{} {} MiB is more than any matching {kind} has (at most {} MiB)",
+                names.memory,
                 bytes >> 20,
                 largest >> 20
             );

@@ -36,7 +36,9 @@ fn hami_pod(annotations: Value, limits: Value) -> Pod {
 }
 
 fn converted(pod: &Pod) -> Conversion {
-    convert(pod, &cluster()).unwrap().expect("a HAMi pod")
+    convert(pod, &cluster(), &ResourceNames::default())
+        .unwrap()
+        .expect("a HAMi pod")
 }
 
 fn json_of<T: serde::Serialize>(value: &T) -> Value {
@@ -182,17 +184,26 @@ fn gpu_types_select_case_insensitive_substrings_as_hami_does() {
 #[test]
 fn a_plain_gpu_pod_stays_the_device_plugins() {
     let normal = hami_pod(json!({}), json!({"nvidia.com/gpu": 1}));
-    assert_eq!(convert(&normal, &cluster()), Ok(None));
+    assert_eq!(
+        convert(&normal, &cluster(), &ResourceNames::default()),
+        Ok(None)
+    );
     let policy_only = hami_pod(
         json!({"hami.io/gpu-scheduler-policy": "binpack"}),
         json!({"nvidia.com/gpu": 1}),
     );
-    assert_eq!(convert(&policy_only, &cluster()), Ok(None));
+    assert_eq!(
+        convert(&policy_only, &cluster(), &ResourceNames::default()),
+        Ok(None)
+    );
     let no_gpu = hami_pod(
         json!({"nvidia.com/use-gputype": "A100"}),
         json!({"cpu": "1"}),
     );
-    assert_eq!(convert(&no_gpu, &cluster()), Ok(None));
+    assert_eq!(
+        convert(&no_gpu, &cluster(), &ResourceNames::default()),
+        Ok(None)
+    );
 }
 
 #[test]
@@ -259,9 +270,13 @@ fn hami_defaults_and_clamps_are_kept_with_warnings() {
 #[test]
 fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
     let error = |limits: Value, annotations: Value| {
-        convert(&hami_pod(annotations, limits), &cluster())
-            .unwrap_err()
-            .to_string()
+        convert(
+            &hami_pod(annotations, limits),
+            &cluster(),
+            &ResourceNames::default(),
+        )
+        .unwrap_err()
+        .to_string()
     };
     let too_big = error(json!({"nvidia.com/gpumem": 90000}), json!({}));
     assert!(
@@ -315,6 +330,7 @@ fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
     let none = convert(
         &hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000})),
         &[],
+        &ResourceNames::default(),
     )
     .unwrap_err()
     .to_string();
@@ -329,7 +345,9 @@ fn oversubscription_asked_through_the_environment_is_refused() {
         value: Some("true".into()),
         value_from: None,
     }]);
-    let error = convert(&pod, &cluster()).unwrap_err().to_string();
+    let error = convert(&pod, &cluster(), &ResourceNames::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("CUDA_OVERSUBSCRIBE=true") && error.contains("not offered"),
         "{error}"
@@ -349,9 +367,15 @@ fn a_whole_gpu_may_come_from_a_whole_or_a_shared_gpu_but_a_share_only_from_a_sha
         json!({"nvidia.com/use-gputype": "a100"}),
         json!({"nvidia.com/gpu": 1}),
     );
-    assert!(convert(&typed, &whole_only).unwrap().is_some());
+    assert!(
+        convert(&typed, &whole_only, &ResourceNames::default())
+            .unwrap()
+            .is_some()
+    );
     let share = hami_pod(json!({}), json!({"nvidia.com/gpumem": 1000}));
-    let error = convert(&share, &whole_only).unwrap_err().to_string();
+    let error = convert(&share, &whole_only, &ResourceNames::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("1 × NVIDIA A100-SXM4-40GB (40960 MiB, whole)"),
         "{error}"
@@ -385,16 +409,18 @@ fn gpumem_whose_bytes_overflow_is_refused_not_wrapped() {
     // 2^44 MiB is 2^64 bytes: wrapped, it would be a request for 0 bytes, which every GPU fits.
     let pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": "17592186044416"}));
     assert_eq!(
-        convert(&pod, &cluster()).unwrap_err(),
+        convert(&pod, &cluster(), &ResourceNames::default()).unwrap_err(),
         HamiError::Value {
             container: "ubuntu-container".into(),
-            resource: GPUMEM,
+            resource: GPUMEM.into(),
             value: "17592186044416".into(),
             expected: "MiB as a whole number, at most a GPU's memory",
         }
     );
     let just_fits = hami_pod(json!({}), json!({"nvidia.com/gpumem": "17592186044415"}));
-    let error = convert(&just_fits, &cluster()).unwrap_err().to_string();
+    let error = convert(&just_fits, &cluster(), &ResourceNames::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("17592186044415 MiB is more than any matching shared GPU has"),
         "{error}"
@@ -410,7 +436,7 @@ proptest! {
         const LARGEST_MIB: u64 = 81920;
         let mut pod = hami_pod(json!({}), json!({"nvidia.com/gpumem": mib.to_string()}));
         pod.spec.as_mut().unwrap().containers[0].name = name.clone();
-        match convert(&pod, &cluster()) {
+        match convert(&pod, &cluster(), &ResourceNames::default()) {
             Ok(Some(conversion)) => {
                 prop_assert!(mib <= LARGEST_MIB);
                 let pod = json_of(&conversion.pod);
@@ -434,7 +460,7 @@ proptest! {
                     error
                 );
                 if mib >= 1 << 44 {
-                    let is_value = matches!(error, HamiError::Value { resource: GPUMEM, .. });
+                    let is_value = matches!(&error, HamiError::Value { resource, .. } if resource == GPUMEM);
                     prop_assert!(is_value, "{}", error);
                 }
             }
@@ -555,7 +581,7 @@ proptest! {
     /// broken out of.
     #[test]
     fn any_hami_pod_is_converted_left_alone_or_refused_by_name(pod in hami_any_pod()) {
-        match convert(&pod, &cluster()) {
+        match convert(&pod, &cluster(), &ResourceNames::default()) {
             Ok(None) => {}
             Ok(Some(conversion)) => {
                 let spec = conversion.pod.spec.clone().unwrap();
@@ -595,4 +621,132 @@ proptest! {
             }
         }
     }
+}
+
+/// The pods of one of HAMi's example files (examples/nvidia in HAMi's repository, `tests/fixtures/hami`).
+fn hami_examples(file: &str) -> Vec<Pod> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/hami")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A cluster's renamed HAMi resources, as its HAMi values would set them.
+fn renamed() -> ResourceNames {
+    ResourceNames::new(
+        "example.com/vgpu",
+        "example.com/vgpu-memory",
+        "example.com/vgpu-memory-percentage",
+        "example.com/vgpu-cores",
+        "example.com/vgpu-priority",
+    )
+    .unwrap()
+}
+
+/// `pod` with each of HAMi's default resource names replaced by the name `names` gives it.
+fn with_names(pod: &Pod, names: &ResourceNames) -> Pod {
+    let defaults = ResourceNames::default();
+    let mut text = serde_json::to_string(pod).unwrap();
+    for (default, name) in defaults.all().iter().zip(names.all()) {
+        text = text.replace(&format!("\"{default}\""), &format!("\"{name}\""));
+    }
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn hamis_example_pods_under_renamed_resources_convert_as_under_hamis_own() {
+    let names = renamed();
+    for file in [
+        "default_use.yaml",
+        "specify_card_type_not_use.yaml",
+        "specify_card_type_to_use.yaml",
+        "specify_scheduling_policy.yaml",
+        "use_as_normal.yaml",
+        "use_memory_fraction.yaml",
+        "use_sharing_card.yaml",
+    ] {
+        for pod in hami_examples(file) {
+            let expected = convert(&pod, &cluster(), &ResourceNames::default())
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            if expected.is_none() {
+                // Whole GPUs without a selection: the device plugin's under HAMi's name, the webhook's under a
+                // renamed one (below).
+                continue;
+            }
+            let renamed_pod = with_names(&pod, &names);
+            let got =
+                convert(&renamed_pod, &cluster(), &names).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(
+                got.as_ref().map(|c| (&c.templates, &c.warnings)),
+                expected.as_ref().map(|c| (&c.templates, &c.warnings)),
+                "{file}: the same claims"
+            );
+            let Some(got) = got else { continue };
+            let text = serde_json::to_string(&got.pod).unwrap();
+            for name in names.all() {
+                assert!(
+                    !text.contains(&format!("\"{name}\"")),
+                    "{file}: {name} is stripped: {text}"
+                );
+            }
+            // On that cluster HAMi's default names are not HAMi's: a pod asking for a share by them is left alone
+            // (the webhook's match condition does not even send it).
+            let shares = ResourceNames::default();
+            let asks_share = serde_json::to_string(&pod).is_ok_and(|text| {
+                shares
+                    .shares()
+                    .iter()
+                    .any(|s| text.contains(&format!("\"{s}\"")))
+            });
+            if asks_share && pod.metadata.annotations.is_none() {
+                assert_eq!(convert(&pod, &cluster(), &names), Ok(None), "{file}");
+            }
+        }
+    }
+}
+
+#[test]
+fn hamis_plain_gpu_pods_under_a_renamed_gpu_become_whole_gpu_claims() {
+    let names = renamed();
+    for pod in hami_examples("use_as_normal.yaml") {
+        assert_eq!(
+            convert(&pod, &cluster(), &ResourceNames::default()),
+            Ok(None)
+        );
+        let conversion = convert(&with_names(&pod, &names), &cluster(), &names)
+            .unwrap()
+            .expect("no device plugin advertises the renamed GPU: the webhook's");
+        let template = json_of(&conversion.templates[0]);
+        assert_eq!(
+            template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+            "gpu.nvidia.com"
+        );
+    }
+}
+
+#[test]
+fn a_renamed_resource_name_must_be_a_resource_name_and_unique() {
+    assert_eq!(
+        ResourceNames::new("nvidia.com/gpu", "gpumem", "a.b/c", "a.b/d", "a.b/e"),
+        Err(NamesError::Invalid {
+            value: "resourceMem",
+            name: "gpumem".into()
+        })
+    );
+    // A quote would end the CEL string of the webhook's match condition.
+    assert!(ResourceNames::new("nvidia.com/gpu", "x.io/a'", "a.b/c", "a.b/d", "a.b/e").is_err());
+    assert!(ResourceNames::new("nvidia.com/gpu", "X.io/a", "a.b/c", "a.b/d", "a.b/e").is_err());
+    assert_eq!(
+        ResourceNames::new("a.b/gpu", "a.b/mem", "a.b/mem", "a.b/cores", "a.b/prio"),
+        Err(NamesError::Duplicate {
+            first: "resourceMem",
+            second: "resourceMemPercentage",
+            name: "a.b/mem".into()
+        })
+    );
+    assert_eq!(
+        ResourceNames::new(GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY),
+        Ok(ResourceNames::default())
+    );
 }

@@ -65,6 +65,8 @@ pub struct Settings {
     pub endpoint: tls::Endpoint,
     /// Whether HAMi pods are converted.
     pub hami: bool,
+    /// The resource names HAMi pods ask with on this cluster (HAMi's chart can rename them).
+    pub hami_names: hami::ResourceNames,
     /// Whether node agents' evictions are bound to their nodes.
     pub node_bound_evictions: bool,
     /// How long the leader keeps a HAMi ResourceClaimTemplate no pod names after its last use.
@@ -183,6 +185,7 @@ pub async fn run(
                 client: client.clone(),
                 slices,
                 templates_unused_for: settings.templates_unused_for,
+                names: settings.hami_names.clone(),
             },
         ));
     }
@@ -285,9 +288,15 @@ async fn apply_configurations(
 
 /// The configurations of the enabled webhooks (pure).
 fn configurations(settings: &Settings, ca_bundle: &str) -> Vec<Value> {
-    let hami = settings
-        .hami
-        .then(|| tls::configuration(CONFIGURATION, PATH, &settings.endpoint, ca_bundle));
+    let hami = settings.hami.then(|| {
+        tls::configuration(
+            CONFIGURATION,
+            PATH,
+            &settings.endpoint,
+            ca_bundle,
+            &settings.hami_names,
+        )
+    });
     let evictions = settings
         .node_bound_evictions
         .then(|| eviction::configuration(&settings.namespace, &settings.endpoint, ca_bundle));
@@ -353,6 +362,7 @@ mod tests {
             namespace: "gpu-operator".into(),
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
+            hami_names: hami::ResourceNames::default(),
             node_bound_evictions: true,
             templates_unused_for: template_gc::UNUSED_FOR,
             templates_sweep_every: template_gc::SWEEP_EVERY,
@@ -394,6 +404,7 @@ mod tests {
             namespace: "gpu-operator".into(),
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
+            hami_names: hami::ResourceNames::default(),
             node_bound_evictions: true,
             templates_unused_for: template_gc::UNUSED_FOR,
             templates_sweep_every: template_gc::SWEEP_EVERY,

@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::hami;
+use super::hami::ResourceNames;
 
 /// The quota name under which the API server charges the devices of claims of `class`.
 #[must_use]
@@ -19,14 +19,10 @@ pub fn devices_of_class(class: &str) -> String {
     format!("{class}.deviceclass.resource.k8s.io/devices")
 }
 
-/// The GPU resources of HAMi's that `pod` asks for (before the conversion), in any container.
-fn asked_gpu_resources(pod: &Pod) -> BTreeSet<&'static str> {
-    let names = [
-        hami::GPU,
-        hami::GPUMEM,
-        hami::GPUMEM_PERCENTAGE,
-        hami::GPUCORES,
-    ];
+/// The GPU resources of HAMi's (by the cluster's `names`) that `pod` asks for (before the conversion), in any
+/// container.
+fn asked_gpu_resources<'a>(pod: &Pod, names: &'a ResourceNames) -> BTreeSet<&'a str> {
+    let charged = names.quota_charged();
     let spec = pod.spec.iter();
     let containers = spec.flat_map(|spec| {
         spec.containers
@@ -39,7 +35,7 @@ fn asked_gpu_resources(pod: &Pod) -> BTreeSet<&'static str> {
             .into_iter()
             .flatten()
         {
-            asked.extend(names.iter().filter(|name| list.contains_key(**name)));
+            asked.extend(charged.iter().filter(|name| list.contains_key(**name)));
         }
     }
     asked
@@ -76,8 +72,9 @@ pub fn check(
     pod: &Pod,
     templates: &[ResourceClaimTemplate],
     quotas: &[ResourceQuota],
+    names: &ResourceNames,
 ) -> Result<(), String> {
-    let asked = asked_gpu_resources(pod);
+    let asked = asked_gpu_resources(pod, names);
     let classes = classes_of(templates);
     for quota in quotas {
         let hard = quota.spec.as_ref().and_then(|spec| spec.hard.as_ref());
@@ -178,6 +175,7 @@ mod tests {
             &share(),
             &[template(SHARED)],
             &[quota(json!({"requests.nvidia.com/gpu": "4"}))],
+            &ResourceNames::default(),
         )
         .unwrap_err();
         assert!(
@@ -199,7 +197,13 @@ mod tests {
         ] {
             let quotas = [quota(json!({key: "10"}))];
             assert!(
-                check(&share(), &[template(SHARED)], &quotas).is_err(),
+                check(
+                    &share(),
+                    &[template(SHARED)],
+                    &quotas,
+                    &ResourceNames::default()
+                )
+                .is_err(),
                 "{key}"
             );
         }
@@ -211,15 +215,60 @@ mod tests {
             "requests.nvidia.com/gpu": "4",
             devices_of_class(SHARED): "4",
         }))];
-        assert_eq!(check(&share(), &[template(SHARED)], &quotas), Ok(()));
+        assert_eq!(
+            check(
+                &share(),
+                &[template(SHARED)],
+                &quotas,
+                &ResourceNames::default()
+            ),
+            Ok(())
+        );
     }
 
     #[test]
     fn quotas_on_other_resources_are_not_the_webhooks_concern() {
         let quotas = [quota(json!({"requests.cpu": "4", "pods": "10"}))];
-        assert_eq!(check(&share(), &[template(SHARED)], &quotas), Ok(()));
+        assert_eq!(
+            check(
+                &share(),
+                &[template(SHARED)],
+                &quotas,
+                &ResourceNames::default()
+            ),
+            Ok(())
+        );
         // A quota on HAMi's cores is not one on a pod that asks only for memory.
         let quotas = [quota(json!({"nvidia.com/gpucores": "100"}))];
-        assert_eq!(check(&share(), &[template(SHARED)], &quotas), Ok(()));
+        assert_eq!(
+            check(
+                &share(),
+                &[template(SHARED)],
+                &quotas,
+                &ResourceNames::default()
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn renamed_resources_charge_quota_under_the_clusters_names() {
+        let names = ResourceNames::new(
+            "example.com/vgpu",
+            "example.com/vgpu-memory",
+            "example.com/vgpu-memory-percentage",
+            "example.com/vgpu-cores",
+            "example.com/vgpu-priority",
+        )
+        .unwrap();
+        let renamed = pod(json!({"example.com/vgpu": 1, "example.com/vgpu-memory": 3000}));
+        let quotas = [quota(json!({"requests.example.com/vgpu": "4"}))];
+        assert!(check(&renamed, &[template(SHARED)], &quotas, &names).is_err());
+        // HAMi's default names are no GPU quota on such a cluster.
+        let quotas = [quota(json!({"requests.nvidia.com/gpu": "4"}))];
+        assert_eq!(
+            check(&renamed, &[template(SHARED)], &quotas, &names),
+            Ok(())
+        );
     }
 }

@@ -33,6 +33,8 @@ pub struct Admission {
     pub slices: Store<ResourceSlice>,
     /// How long the leader's sweep keeps a template no pod names after its last use.
     pub templates_unused_for: Duration,
+    /// The resource names the cluster's HAMi pods ask with.
+    pub names: hami::ResourceNames,
 }
 
 impl std::fmt::Debug for Admission {
@@ -229,7 +231,7 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
         .unwrap_or_default();
     let namespace = request.namespace.clone().unwrap_or_default();
     let gpus = dra_gpus(&admission.slices.state());
-    let conversion = match hami::convert(pod, &gpus) {
+    let conversion = match hami::convert(pod, &gpus, &admission.names) {
         Ok(Some(conversion)) => conversion,
         Ok(None) => return response,
         Err(error) => {
@@ -239,7 +241,7 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
     };
     match quota::of_namespace(&admission.client, &namespace).await {
         Ok(quotas) => {
-            if let Err(why) = quota::check(pod, &conversion.templates, &quotas) {
+            if let Err(why) = quota::check(pod, &conversion.templates, &quotas, &admission.names) {
                 info!(pod = %format!("{namespace}/{pod_name}"), %why, "HAMi pod refused: it would escape a GPU quota");
                 return response.deny(format!("namespace {namespace}: {why}"));
             }

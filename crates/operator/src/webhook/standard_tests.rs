@@ -74,7 +74,13 @@ async fn standard_a_refused_secret_write_is_an_error_naming_the_secret_and_the_r
 
 fn configuration() -> Value {
     let endpoint = tls::Endpoint::Url("https://127.0.0.1:9443".into());
-    tls::configuration(CONFIGURATION, PATH, &endpoint, "a CA bundle")
+    tls::configuration(
+        CONFIGURATION,
+        PATH,
+        &endpoint,
+        "a CA bundle",
+        &super::hami::ResourceNames::default(),
+    )
 }
 
 async fn apply_configuration(client: &Client) -> Result<(), String> {

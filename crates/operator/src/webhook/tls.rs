@@ -256,16 +256,22 @@ impl Endpoint {
 
 /// The MutatingWebhookConfiguration for HAMi pods (pure).
 ///
-/// - `matchConditions` send only pods that ask for HAMi's `nvidia.com/gpumem`, `gpumem-percentage` or `gpucores`,
-///   or carry HAMi's GPU-selection annotations: no other pod ever waits on the webhook, and none fails when it is
-///   down.
+/// - `matchConditions` send only pods that ask for HAMi's `nvidia.com/gpumem`, `gpumem-percentage` or `gpucores`
+///   (by the cluster's `names`, each checked to be a resource name, so safe to quote in CEL; and a renamed
+///   whole-GPU name), or carry HAMi's GPU-selection annotations: no other pod ever waits on the webhook, and none fails when it is down.
 /// - `failurePolicy: Fail`: a HAMi pod admitted unchanged would get a whole GPU through `nvidia.com/gpu` with no
 ///   memory bound, or wait forever for a resource no node offers; refused with the webhook's error, its owner sees
 ///   why at once.
 /// - `sideEffects: NoneOnDryRun`: the webhook creates ResourceClaimTemplates, except on dry runs.
 #[must_use]
-pub fn configuration(name: &str, path: &str, endpoint: &Endpoint, ca_bundle: &str) -> Value {
-    let shares = [hami::GPUMEM, hami::GPUMEM_PERCENTAGE, hami::GPUCORES];
+pub fn configuration(
+    name: &str,
+    path: &str,
+    endpoint: &Endpoint,
+    ca_bundle: &str,
+    names: &hami::ResourceNames,
+) -> Value {
+    let shares = names.converted_without_selection();
     let any_of = |field: &str| {
         shares
             .iter()
@@ -688,7 +694,13 @@ mod tests {
     #[test]
     fn only_hami_pods_are_sent_and_they_fail_closed() {
         let endpoint = Endpoint::Url("https://127.0.0.1:9443".into());
-        let config = configuration("gpu-operator-hami", "/hami", &endpoint, "CA");
+        let config = configuration(
+            "gpu-operator-hami",
+            "/hami",
+            &endpoint,
+            "CA",
+            &hami::ResourceNames::default(),
+        );
         let webhook = &config["webhooks"][0];
         assert_eq!(webhook["failurePolicy"], "Fail");
         assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
@@ -708,5 +720,29 @@ mod tests {
         }
         assert!(expression.contains("'nvidia.com/use-gputype' in object.metadata.annotations"));
         assert!(expression.contains("object.spec.initContainers.exists"));
+    }
+
+    #[test]
+    fn renamed_hami_resources_are_what_the_match_condition_sends() {
+        let endpoint = Endpoint::Url("https://127.0.0.1:9443".into());
+        let names = hami::ResourceNames::new(
+            "example.com/vgpu",
+            "example.com/vgpu-memory",
+            "example.com/vgpu-memory-percentage",
+            "example.com/vgpu-cores",
+            "example.com/vgpu-priority",
+        )
+        .unwrap();
+        let config = configuration("gpu-operator-hami", "/hami", &endpoint, "CA", &names);
+        let expression = config["webhooks"][0]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        for resource in names.shares().into_iter().chain(["example.com/vgpu"]) {
+            assert!(
+                expression.contains(&format!("'{resource}' in c.resources.requests")),
+                "{expression}"
+            );
+        }
+        assert!(!expression.contains("nvidia.com/gpumem"), "{expression}");
     }
 }
