@@ -61,11 +61,16 @@ pub fn run(
     // A fresh cluster per run: no state leaks from an earlier run or a demo.
     cluster::down()?;
     let info = cluster::ensure_up()?;
-    let result = if real_node {
-        run_real_node_tests(root, &info, filter)
-    } else {
-        run_tests(root, &info, filter)
-    };
+    // A panic (a library's, say) is an error like any other: the cluster still goes down below, since its processes
+    // would otherwise keep running and keep the e2e lock their parent took.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if real_node {
+            run_real_node_tests(root, &info, filter)
+        } else {
+            run_tests(root, &info, filter)
+        }
+    }))
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("the end-to-end run panicked (see above)")));
     if keep_cluster {
         println!(
             "the cluster is still up: eval \"$(cargo xtask cluster env)\"; stop it with `cargo xtask cluster down`"
