@@ -74,8 +74,9 @@ struct Recorder {
 
 impl Recorder {
     fn start() -> Self {
+        // `|` between the fields: kubectl's watch output goes through a tab writer, which turns tabs into spaces.
         let template = format!(
-            "jsonpath={{.metadata.name}}{{\"\\t\"}}{{.metadata.labels.{}}}{{\"\\t\"}}{{.spec.unschedulable}}{{\"\\n\"}}",
+            "jsonpath={{.metadata.name}}|{{.metadata.labels.{}}}|{{.spec.unschedulable}}{{\"\\n\"}}",
             STATE_LABEL.replace('.', "\\.")
         );
         let mut child = Command::new("kubectl")
@@ -91,10 +92,10 @@ impl Recorder {
         std::thread::spawn(move || {
             let mut last: BTreeMap<String, (String, bool)> = BTreeMap::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let mut fields = line.split('\t');
-                let node = fields.next().unwrap_or_default().to_owned();
-                let state = fields.next().unwrap_or_default().to_owned();
-                let unschedulable = fields.next() == Some("true");
+                let mut fields = line.split('|');
+                let node = fields.next().unwrap_or_default().trim().to_owned();
+                let state = fields.next().unwrap_or_default().trim().to_owned();
+                let unschedulable = fields.next().map(str::trim) == Some("true");
                 if node.is_empty() || last.get(&node) == Some(&(state.clone(), unschedulable)) {
                     continue;
                 }
