@@ -409,8 +409,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     ]);
     let applied = kubectl_apply(TIME_SLICING, &[]);
     assert!(applied.success, "{}", applied.stderr);
-    let nvidia = nvidia_chart();
-    helm_install(&nvidia);
+    helm_install(&nvidia_chart());
     nvidia_operator("start");
     wait_for_nvidia_ready(Duration::from_secs(240));
     let policy_uid = uid("clusterpolicy", POLICY);
@@ -440,21 +439,13 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
 
     step("the switch, as docs/migrate-from-nvidia.md writes it");
     let started = Instant::now();
-    // Helm keeps what the release's own manifest marks `keep`; NVIDIA's chart marks its ClusterPolicy so with
-    // operator.cleanupCRD (whose pre-delete hook `--no-hooks` skips below).
-    let mut keep = vec![
-        "upgrade",
-        "gpu-operator",
-        &nvidia,
-        "-n",
-        NAMESPACE,
-        "--reuse-values",
-        "--no-hooks",
-        "--set",
-        "operator.cleanupCRD=true",
-    ];
-    keep.extend(["--wait", "--timeout", "180s"]);
-    e2e::ok("helm", &keep);
+    kubectl(&[
+        "annotate",
+        "clusterpolicy",
+        POLICY,
+        "helm.sh/resource-policy=keep",
+        "--overwrite",
+    ]);
     kubectl(&[
         "scale",
         "deployment",
@@ -577,7 +568,13 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
 
     step("the rollback, as docs/migrate-from-nvidia.md writes it");
     let started = Instant::now();
-    // This chart's manifest marks the ClusterPolicy `keep` (its uninstall hook, skipped below, deletes it).
+    kubectl(&[
+        "annotate",
+        "clusterpolicy",
+        POLICY,
+        "helm.sh/resource-policy=keep",
+        "--overwrite",
+    ]);
     kubectl(&[
         "scale",
         "deployment",
