@@ -15,9 +15,6 @@ pub struct ClusterFacts {
     pub namespace: String,
     /// Nodes with NVIDIA GPUs, by name.
     pub gpu_nodes: Vec<GpuNodeFacts>,
-    /// The OS pool whose driver DaemonSet keeps the name of NVIDIA's (`nvidia-driver-daemonset`), which it takes
-    /// over in place after a switch from NVIDIA's operator (see `handover`); `None` when there is none to take over.
-    pub nvidia_driver_pool: Option<OsPool>,
 }
 
 /// One GPU node.
@@ -155,7 +152,6 @@ impl ClusterFacts {
         Self {
             namespace: namespace.into(),
             gpu_nodes,
-            nvidia_driver_pool: None,
         }
     }
 

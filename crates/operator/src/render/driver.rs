@@ -57,13 +57,7 @@ fn pool_daemonset(
         None => pool.to_string(),
     };
     let mut ds = OperandDaemonSet::new(policy, facts, Component::Driver);
-    // The pool that takes over NVIDIA's one driver DaemonSet keeps its name, so that it is applied over in place
-    // and its running pods stay (see `handover`).
-    ds.name = if kernel.is_none() && facts.nvidia_driver_pool.as_ref() == Some(pool) {
-        crate::handover::NVIDIA_DRIVER_DAEMONSET.into()
-    } else {
-        object_name(&format!("{}-{suffix}", Component::Driver.app_name()))
-    };
+    ds.name = object_name(&format!("{}-{suffix}", Component::Driver.app_name()));
     ds.image = pool_image(policy.image(Component::Driver), &suffix);
     ds.node_selector.insert(NFD_OS_ID.into(), pool.id.clone());
     ds.node_selector

@@ -112,7 +112,6 @@ pub(super) fn facts(nodes: impl IntoIterator<Item = Node>) -> ClusterFacts {
     ClusterFacts {
         namespace: NAMESPACE.into(),
         gpu_nodes: nodes.into_iter().map(|n| n.0).collect(),
-        nvidia_driver_pool: None,
     }
 }
 
