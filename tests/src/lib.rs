@@ -294,6 +294,22 @@ fn delete_cluster_policies() {
     }
 }
 
+/// Removes the chart's release, if installed, with an operator (`<identity>-cleanup`) running while the
+/// ClusterPolicies are deleted, so that its finalizer removes the node labels: the cluster as before any install.
+pub fn remove_release(identity: &str) {
+    if run("helm", &["status", RELEASE, "-n", NAMESPACE]).success {
+        let cleaner = Operator::start(&format!("{identity}-cleanup"));
+        delete_cluster_policies();
+        drop(cleaner);
+        let uninstalled = uninstall_release();
+        assert!(
+            uninstalled.success,
+            "helm uninstall: {}",
+            uninstalled.stderr
+        );
+    }
+}
+
 /// The chart installed a test's own way, with the operator running as a local process. When dropped (also when
 /// the test fails), the ClusterPolicies are deleted while the operator still runs (its finalizer removes the node
 /// labels), the operator stops, and the chart is installed again as [`chart_installed`] installs it, so that the
@@ -316,17 +332,7 @@ impl OwnInstall {
         identity: &str,
         start: impl FnOnce(&str) -> Operator,
     ) -> Self {
-        if run("helm", &["status", RELEASE, "-n", NAMESPACE]).success {
-            let cleaner = Operator::start(&format!("{identity}-cleanup"));
-            delete_cluster_policies();
-            drop(cleaner);
-            let uninstalled = uninstall_release();
-            assert!(
-                uninstalled.success,
-                "helm uninstall: {}",
-                uninstalled.stderr
-            );
-        }
+        remove_release(identity);
         install_chart(values);
         Self {
             operator: Some(start(identity)),
@@ -349,19 +355,20 @@ impl Drop for OwnInstall {
 
 /// Waits until ClusterPolicy `name` reports `state` for its current generation, and returns it.
 pub fn wait_for_policy_state(name: &str, state: &str, timeout: Duration) -> Value {
-    let get = || kubectl_json(&["get", "clusterpolicy", name]);
-    eventually(timeout, || {
-        let policy = get();
-        Ok((policy["status"]["state"] == state
-            && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
-            .then_some(policy))
-    })
-    .unwrap_or_else(|error| {
+    eventually(timeout, || Ok(policy_in_state(name, state))).unwrap_or_else(|error| {
         panic!(
             "ClusterPolicy {name} never became {state}: {error:#}\n{:#}",
-            get()["status"]
+            kubectl_json(&["get", "clusterpolicy", name])["status"]
         )
     })
+}
+
+/// ClusterPolicy `name`, if it reports `state` for its current generation.
+pub fn policy_in_state(name: &str, state: &str) -> Option<Value> {
+    let policy = kubectl_json(&["get", "clusterpolicy", name]);
+    (policy["status"]["state"] == state
+        && policy["status"]["observedGeneration"] == policy["metadata"]["generation"])
+        .then_some(policy)
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now, for a process under test to serve on.
@@ -558,6 +565,16 @@ impl Operator {
     /// Starts the operator and waits until it is ready (caches synced) and leads.
     pub fn start(identity: &str) -> Self {
         let operator = Self::launch(identity);
+        operator.wait_ready(Duration::from_secs(90));
+        wait_leader(identity, Duration::from_secs(90));
+        operator
+    }
+
+    /// [`Operator::start`] with extra environment (the operator's settings, e.g. shorter driver upgrade timeouts).
+    pub fn start_with_env(identity: &str, env: &[(&str, &str)]) -> Self {
+        let mut all = vec![("HAMI_WEBHOOK", "false"), ("NODE_BOUND_EVICTIONS", "false")];
+        all.extend_from_slice(env);
+        let operator = Self::spawn(identity, &service_account_kubeconfig("gpu-operator"), &all);
         operator.wait_ready(Duration::from_secs(90));
         wait_leader(identity, Duration::from_secs(90));
         operator
