@@ -588,7 +588,14 @@ fn chart_rbac_has_no_wildcards_no_secrets_but_the_webhook_certificate_and_no_adm
         ("watch", "controllerrevisions.apps", NAMESPACE, "yes"),
         ("watch", "controllerrevisions.apps", "default", "no"),
     ] {
+        // `kubectl auth can-i VERB pods/eviction` would ask about a pod named "eviction": a subresource is named
+        // with --subresource.
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let subresource = format!("--subresource={subresource}");
         let mut args = vec!["auth", "can-i", verb, resource, operator.as_str()];
+        if subresource != "--subresource=" {
+            args.push(&subresource);
+        }
         if !namespace.is_empty() {
             args.extend(["-n", namespace]);
         }
