@@ -2,6 +2,7 @@
 //! (no polling). It watches ClusterPolicies, the DaemonSets and Services it owns, Nodes (only changes that
 //! matter for GPU deployment), GPUNodes and the ConfigMaps in its namespace.
 
+mod gate;
 mod guarded;
 mod reconcile;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::DefaultImages;
+pub(crate) use gate::{Gate, GateClosed, publish_event};
 pub(crate) use guarded::{WatchesBackOffThemselves, watcher as guarded_watcher};
 pub(crate) use reconcile::active_policy;
 use reconcile::{cleanup, reconcile_policy};
@@ -66,10 +68,9 @@ pub struct Context {
     /// Unknown spec fields per policy, with the generation they were found in: the stored spec is read once
     /// per change, not once per reconcile.
     unknown_fields: Mutex<HashMap<String, (i64, Vec<String>)>>,
-    /// True once every watch cache holds its first full list (see [`sync_caches`]).
-    caches_synced: watch::Receiver<bool>,
-    /// True while this replica holds the leader lease: every replica keeps its caches, only the leader reconciles.
-    leading: watch::Receiver<bool>,
+    /// Open once every watch cache holds its first full list (see [`sync_caches`]) and while this replica holds the
+    /// leader lease: every replica keeps its caches, only the leader reconciles.
+    gate: Gate,
     /// What the probes report: caches synced, the reconcile in flight, failing watches.
     pub health: Arc<Health>,
 }
@@ -120,10 +121,8 @@ pub enum ReconcileError {
     GpuNodes(#[source] kube::Error),
     #[error("finalizer: {0}")]
     Finalizer(String),
-    #[error("the watch caches stopped before their first list")]
-    CachesStopped,
-    #[error("this replica is shutting down and leads no more")]
-    NotLeading,
+    #[error(transparent)]
+    Gate(#[from] GateClosed),
 }
 
 /// Boxed: an apply error carries a whole API status, and every reconcile result would pay for its size.
@@ -142,8 +141,7 @@ impl ReconcileError {
             ReconcileError::OperandsStopping { .. } => "operands-stopping",
             ReconcileError::GpuNodes(_) => "gpunodes",
             ReconcileError::Finalizer(_) => "finalizer",
-            ReconcileError::CachesStopped => "caches",
-            ReconcileError::NotLeading => "not-leading",
+            ReconcileError::Gate(closed) => closed.reason(),
         }
     }
 }
@@ -253,8 +251,7 @@ pub async fn run(
         metrics,
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
-        caches_synced,
-        leading,
+        gate: Gate::new(caches_synced, leading),
         health,
     });
     let caches_context = context.clone();
@@ -403,19 +400,7 @@ async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let span = info_span!("reconcile", clusterpolicy = %policy.name_any());
     async move {
-        context
-            .caches_synced
-            .clone()
-            .wait_for(|synced| *synced)
-            .await
-            .map_err(|_| ReconcileError::CachesStopped)?;
-        // A standby replica's reconciles wait here; the one in the queue runs as soon as it leads.
-        context
-            .leading
-            .clone()
-            .wait_for(|leading| *leading)
-            .await
-            .map_err(|_| ReconcileError::NotLeading)?;
+        context.gate.open().await?;
         let _in_flight = context.health.reconciling();
         let started = Instant::now();
         let api = Api::<ClusterPolicy>::all(context.client.clone());

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use super::reconcile::{apply_operands, cleanup, reconcile_policy};
 use super::writes::{label_nodes, write_status};
-use super::{Context, ReconcileError, error_policy};
+use super::{Context, Gate, GateClosed, ReconcileError, error_policy};
 use crate::apply::{Applier, ApplySummary};
 use crate::metrics::Metrics;
 use crate::model::{ClusterFacts, ContainerRuntime, validate};
@@ -159,8 +159,7 @@ fn context(
         metrics: Metrics::shared(),
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
-        caches_synced,
-        leading,
+        gate: Gate::new(caches_synced, leading),
         health: crate::health::Health::new(false),
     }
 }
@@ -613,7 +612,7 @@ async fn cleanup_keeps_the_finalizer_while_the_operands_stop() {
     );
     // Waiting is not a failure: a real error afterwards starts the backoff from its first step.
     assert_eq!(
-        fixture.retry(&ReconcileError::CachesStopped),
+        fixture.retry(&ReconcileError::Gate(GateClosed::CachesStopped)),
         Action::requeue(Duration::from_secs(2))
     );
 

@@ -10,12 +10,12 @@ use crd::node_patch::MetadataPatch;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{Context, ReconcileError};
+use super::{Context, ReconcileError, publish_event};
 use crate::crd_install::FIELD_MANAGER;
 use crate::model::{ContainerRuntime, ValidatedPolicy};
 use crate::plan::labels::{LabelChanges, plan_node};
@@ -139,20 +139,15 @@ pub(super) async fn publish(
     reason: &str,
     note: &str,
 ) {
-    let event = Event {
+    publish_event(
+        &context.recorder,
+        &policy.object_ref(&()),
+        "Reconcile",
         type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = context
-        .recorder
-        .publish(&event, &policy.object_ref(&()))
-        .await
-    {
-        warn!(%error, "publishing an event failed");
-    }
+        reason,
+        note,
+    )
+    .await;
 }
 
 /// Writes the status only when it changed, under the operator's field manager.

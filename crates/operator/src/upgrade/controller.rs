@@ -26,7 +26,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -37,7 +37,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
 use super::facts::{self, OwnedDaemonSet, PodContext};
 use super::settings::{Settings, StepTimeouts};
-use crate::controller::{WatchesBackOffThemselves, active_policy, guarded_watcher, retry_delay};
+use crate::controller::{
+    Gate, GateClosed, WatchesBackOffThemselves, active_policy, guarded_watcher, publish_event,
+    retry_delay,
+};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::Component;
@@ -49,10 +52,8 @@ const MAX_WAIT: Duration = Duration::from_secs(300);
 /// A failed pass of the upgrade controller.
 #[derive(Debug, thiserror::Error)]
 pub enum UpgradeError {
-    #[error("the watch caches stopped before their first list")]
-    CachesStopped,
-    #[error("this replica is shutting down and leads no more")]
-    NotLeading,
+    #[error(transparent)]
+    Gate(#[from] GateClosed),
     #[error("listing the pods on node {node}: {source}")]
     ListPods { node: String, source: kube::Error },
     #[error("{field}: the API server refused the selector {selector:?}: {source}")]
@@ -80,8 +81,7 @@ pub struct Context {
     gpu_nodes: Store<GPUNode>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
-    caches_synced: watch::Receiver<bool>,
-    leading: watch::Receiver<bool>,
+    gate: Gate,
     /// Consecutive failed passes, for the backoff.
     failures: Mutex<u32>,
     /// The last refusal of each pod's eviction (a PodDisruptionBudget), shown in the reason while it waits.
@@ -207,8 +207,7 @@ pub async fn run(
         revisions,
         gpu_nodes,
         metrics,
-        caches_synced,
-        leading,
+        gate: Gate::new(caches_synced, leading),
         failures: Mutex::default(),
         refusals: Mutex::default(),
         waiting: Mutex::default(),
@@ -332,18 +331,7 @@ fn process_pods(gpu_node: &GPUNode) -> Option<u64> {
 async fn pass(policy: Arc<ClusterPolicy>, context: Arc<Context>) -> Result<Requeue, UpgradeError> {
     let span = info_span!("driver_upgrade", clusterpolicy = %policy.name_any());
     async move {
-        context
-            .caches_synced
-            .clone()
-            .wait_for(|synced| *synced)
-            .await
-            .map_err(|_| UpgradeError::CachesStopped)?;
-        context
-            .leading
-            .clone()
-            .wait_for(|leading| *leading)
-            .await
-            .map_err(|_| UpgradeError::NotLeading)?;
+        context.gate.open().await?;
         if policy.meta().deletion_timestamp.is_some()
             || active_policy(&context.policies)
                 .is_none_or(|active| active.name_any() != policy.name_any())
@@ -732,16 +720,15 @@ async fn publish(
     reason: &str,
     note: &str,
 ) {
-    let event = Event {
+    publish_event(
+        &context.recorder,
+        object,
+        "DriverUpgrade",
         type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "DriverUpgrade".into(),
-        secondary: None,
-    };
-    if let Err(error) = context.recorder.publish(&event, object).await {
-        warn!(%error, "publishing an event failed");
-    }
+        reason,
+        note,
+    )
+    .await;
 }
 
 /// The upgrade's state where users look: each GPUNode's `status.driverUpgrade`, the ClusterPolicy's
