@@ -1,4 +1,5 @@
-//! Pods on the real node run as containers (containerd, runc, the CNI bridge), from images built here.
+//! Pods on the real node run as containers (containerd, runc, the CNI bridge), from images built here and pulled by
+//! containerd from the cluster's local registry, where `cargo xtask images --push` put them.
 
 use std::time::Duration;
 
@@ -63,6 +64,11 @@ fn a_static_container_runs_prints_its_environment_and_reaches_the_api_server() {
         "the container could not reach the API server through the kubernetes Service:\n{logs}"
     );
 
+    step(
+        "containerd pulled it from the local registry: the pushed reference, index digest and platforms",
+    );
+    realnode::assert_pulled(&testapp);
+
     step("deleting the pod stops the container");
     realnode::delete_pod("default", "testapp");
 }
@@ -106,13 +112,19 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         );
     }
 
-    step("helm install with the images built here (never pulled), the operands on simulated GPUs");
+    step(
+        "helm install with global.imageRegistry on the local registry, where the images built here were pushed; \
+         the operands on simulated GPUs",
+    );
     let chart = e2e::chart_dir();
     let values = e2e::repo_root().join(SIMULATED_GPUS_VALUES);
     let values = values.to_str().expect("a UTF-8 path");
     // The real node's kubelet keeps its root (and so its pod-resources socket) under the cache, as a k0s or
     // MicroK8s kubelet keeps it elsewhere: the exporter and the MIG manager must find it there.
     let kubelet_root = format!("hostPaths.kubeletRootDir={}", realnode::kubelet_root());
+    // The one value that points every image of the chart, the operator's default operand images included, at the
+    // registry.
+    let registry = format!("global.imageRegistry={}", realnode::registry());
     // No --wait: helm v4 would wait for the ClusterPolicy to be ready, which this test checks itself.
     let args = [
         "install",
@@ -125,6 +137,8 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         values,
         "--set",
         &kubelet_root,
+        "--set",
+        &registry,
         // The API server accepts the operator's NetworkPolicy and nothing stops working with it (this node's
         // bridge network does not enforce policies; Calico or Cilium would).
         "--set",
@@ -140,6 +154,12 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         panic!("one operator container expected: {containers:?}");
     };
     assert_eq!(container.image_id, operator.digest_reference());
+    assert!(
+        operator
+            .reference
+            .starts_with(&format!("{}/", realnode::registry())),
+        "{operator:?}"
+    );
 
     step("it reached the API server through the kubernetes Service, led and reconciled");
     let logs_args = ["logs", "-n", e2e::NAMESPACE, pod.as_str()];
@@ -209,6 +229,19 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         )
     });
     println!("ClusterPolicy status: {state}");
+
+    step(
+        "containerd pulled every image from the local registry by the reference the chart renders: the pushed \
+         index digests, each index with linux/amd64 and linux/arm64",
+    );
+    for name in [
+        "gpu-operator",
+        "gpu-node-agent",
+        "gpu-device-plugin",
+        "pause",
+    ] {
+        realnode::assert_pulled(&realnode::image(name));
+    }
 
     step(
         "the device plugin registered through the host socket: the node offers the simulated GPUs",

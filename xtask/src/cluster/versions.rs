@@ -14,6 +14,8 @@ pub const ETCD: &str = "v3.6.12";
 pub const KWOK: &str = "v0.8.0";
 /// `helm.sh/helm/v4`.
 pub const HELM: &str = "v4.3.1";
+/// `github.com/google/go-containerregistry`, whose `cmd/registry` is the test cluster's local registry.
+pub const GO_CONTAINERREGISTRY: &str = "v0.22.1";
 /// NVIDIA's gpu-operator, which `cargo xtask bench` measures ours against: release v25.3.2, commit 616690d88d86 of
 /// 2025-07-24. Its module path lacks the major version (`/v25`), so its release tags are not module versions; Go
 /// names the commit by a pseudo-version on the last v1 tag among its ancestors (v1.8.2). v25.3.2 is the newest
@@ -266,6 +268,25 @@ pub fn helm() -> GoTool {
         binaries: &["helm"],
         output: Output::Directory,
         version_ldflags: vec![format!("helm.sh/helm/v4/internal/version.version={HELM}")],
+        kubernetes_staging: false,
+        module_files: &[],
+        pinned_sums: &[],
+        static_binary: false,
+    }
+}
+
+/// go-containerregistry's registry: an OCI distribution server that keeps what is pushed in memory, on loopback,
+/// without TLS. The real-node tests push the images to it and the real node pulls them from it. Built on its own
+/// (not part of the toolset), since only the real-node run needs it.
+pub fn registry() -> GoTool {
+    GoTool {
+        name: "registry",
+        module: "github.com/google/go-containerregistry",
+        version: GO_CONTAINERREGISTRY,
+        packages: &["github.com/google/go-containerregistry/cmd/registry"],
+        binaries: &["registry"],
+        output: Output::Directory,
+        version_ldflags: Vec::new(),
         kubernetes_staging: false,
         module_files: &[],
         pinned_sums: &[],
