@@ -72,10 +72,10 @@ const COMPONENTS: &[Component] = &[
 struct Platform {
     /// The architecture as OCI, Go and Debian name it.
     architecture: &'static str,
-    /// The Rust target to cross-compile for; `None` for the build machine's own, so that the amd64 binaries are
-    /// the same release build the benchmarks use.
-    rust_target: Option<&'static str>,
-    /// The C compiler of the platform: the static pause and testapp programs, and cargo's linker when cross-built.
+    /// The Rust target, named even for the build machine's own: with `--target`, build scripts and proc macros
+    /// are built without the release flags, so one cargo run builds them once for both platforms.
+    rust_target: &'static str,
+    /// The C compiler of the platform: the static pause and testapp programs, and cargo's linker.
     cc: &'static str,
     /// How a binary of this platform is run on the build machine for the check; `None`: natively, in a chroot.
     emulator: Option<&'static str>,
@@ -85,13 +85,13 @@ struct Platform {
 const PLATFORMS: [Platform; 2] = [
     Platform {
         architecture: "amd64",
-        rust_target: None,
+        rust_target: "x86_64-unknown-linux-gnu",
         cc: "cc",
         emulator: None,
     },
     Platform {
         architecture: "arm64",
-        rust_target: Some("aarch64-unknown-linux-gnu"),
+        rust_target: "aarch64-unknown-linux-gnu",
         cc: "aarch64-linux-gnu-gcc",
         emulator: Some("/usr/bin/qemu-aarch64"),
     },
@@ -167,8 +167,8 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
     crate::apt::ensure(&CROSS_PACKAGES)?;
     for platform in &PLATFORMS {
         crate::apt::ensure_architecture(platform.architecture)?;
-        build_release(root, platform)?;
     }
+    build_release(root)?;
 
     let labels = |title: &str, description: &str, packages: &str| -> BTreeMap<String, String> {
         let revision = if dirty {
@@ -344,30 +344,27 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
     Ok(built)
 }
 
-/// The release build of the images' binaries for `platform`; arm64 with Debian's cross compiler as the linker
-/// (set for this build only, so that no cargo configuration changes anyone's other builds).
-fn build_release(root: &Path, platform: &Platform) -> anyhow::Result<()> {
-    let Some(target) = platform.rust_target else {
-        say("building the amd64 release binaries");
-        return command::release_build(root, &release_targets());
-    };
-    say(format!(
-        "cross-building the {} release binaries ({target})",
-        platform.architecture
-    ));
-    ensure_rust_target(target)?;
+/// The release build of the images' binaries for every platform, in one cargo run (which builds the build
+/// scripts and proc macros once, and keeps both cores busy across both targets); each platform's C compiler is
+/// its linker, set for this build only, so that no cargo configuration changes anyone's other builds.
+fn build_release(root: &Path) -> anyhow::Result<()> {
+    say("building the release binaries for every platform");
     let mut env = command::release_env(root);
-    let variable = target.to_uppercase().replace('-', "_");
-    env.push((
-        format!("CARGO_TARGET_{variable}_LINKER"),
-        platform.cc.to_string(),
-    ));
-    // For build scripts that compile C for the target (ring's assembly, under kube's TLS).
-    env.push((
-        format!("CC_{}", target.replace('-', "_")),
-        platform.cc.to_string(),
-    ));
-    let mut args = vec!["build", "--release", "--locked", "--target", target];
+    let mut args = vec!["build", "--release", "--locked"];
+    for platform in &PLATFORMS {
+        ensure_rust_target(platform.rust_target)?;
+        let variable = platform.rust_target.to_uppercase().replace('-', "_");
+        env.push((
+            format!("CARGO_TARGET_{variable}_LINKER"),
+            platform.cc.to_string(),
+        ));
+        // For build scripts that compile C for the target (ring's assembly, under kube's TLS).
+        env.push((
+            format!("CC_{}", platform.rust_target.replace('-', "_")),
+            platform.cc.to_string(),
+        ));
+        args.extend(["--target", platform.rust_target]);
+    }
     let targets = release_targets();
     args.extend(targets.iter().map(String::as_str));
     command::run(root, &env, &command::cargo(), &args)
@@ -388,11 +385,9 @@ fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
 
 /// Where cargo leaves the release binaries of `platform`.
 fn release_dir(root: &Path, platform: &Platform) -> PathBuf {
-    let target_dir = command::target_dir(root);
-    match platform.rust_target {
-        Some(target) => target_dir.join(target).join("release"),
-        None => target_dir.join("release"),
-    }
+    command::target_dir(root)
+        .join(platform.rust_target)
+        .join("release")
 }
 
 /// The packages and binaries the images ship, as `cargo build` arguments.
