@@ -14,6 +14,7 @@ mod push;
 mod userland;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -164,11 +165,11 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
         .parse()
         .context("git log printed no commit time")?;
 
-    crate::apt::ensure(&CROSS_PACKAGES)?;
-    for platform in &PLATFORMS {
-        crate::apt::ensure_architecture(platform.architecture)?;
-    }
-    build_release(root)?;
+    prepare_platforms()?;
+    say("building the release binaries for every platform");
+    let (env, build_args) = release_build(root);
+    let build_args: Vec<&str> = build_args.iter().map(String::as_str).collect();
+    command::run(root, &env, &command::cargo(), &build_args)?;
 
     let labels = |title: &str, description: &str, packages: &str| -> BTreeMap<String, String> {
         let revision = if dirty {
@@ -344,15 +345,25 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
     Ok(built)
 }
 
-/// The release build of the images' binaries for every platform, in one cargo run (which builds the build
-/// scripts and proc macros once, and keeps both cores busy across both targets); each platform's C compiler is
-/// its linker, set for this build only, so that no cargo configuration changes anyone's other builds.
-fn build_release(root: &Path) -> anyhow::Result<()> {
-    say("building the release binaries for every platform");
-    let mut env = command::release_env(root);
-    let mut args = vec!["build", "--release", "--locked"];
+/// What every platform's build needs from the machine: Debian's cross toolchain and qemu-user, each
+/// architecture's packages known to apt, and the Rust standard library of each target.
+fn prepare_platforms() -> anyhow::Result<()> {
+    crate::apt::ensure(&CROSS_PACKAGES)?;
     for platform in &PLATFORMS {
+        crate::apt::ensure_architecture(platform.architecture)?;
         ensure_rust_target(platform.rust_target)?;
+    }
+    Ok(())
+}
+
+/// The release build of the images' binaries for every platform, as the environment and arguments of one cargo
+/// run (which builds the build scripts and proc macros once, and keeps both cores busy across both targets); each
+/// platform's C compiler is its linker, set for this build only, so that no cargo configuration changes anyone's
+/// other builds.
+fn release_build(root: &Path) -> (Vec<(String, String)>, Vec<String>) {
+    let mut env = command::release_env(root);
+    let mut args: Vec<String> = ["build", "--release", "--locked"].map(String::from).into();
+    for platform in &PLATFORMS {
         let variable = platform.rust_target.to_uppercase().replace('-', "_");
         env.push((
             format!("CARGO_TARGET_{variable}_LINKER"),
@@ -363,11 +374,74 @@ fn build_release(root: &Path) -> anyhow::Result<()> {
             format!("CC_{}", platform.rust_target.replace('-', "_")),
             platform.cc.to_string(),
         ));
-        args.extend(["--target", platform.rust_target]);
+        args.extend(["--target".to_string(), platform.rust_target.to_string()]);
     }
-    let targets = release_targets();
-    args.extend(targets.iter().map(String::as_str));
-    command::run(root, &env, &command::cargo(), &args)
+    args.extend(release_targets());
+    (env, args)
+}
+
+/// The images' release build, started at the lowest CPU priority with its output in `log`: `cargo xtask test`
+/// starts it before the end-to-end tests against the local cluster, which leave the cores idle much of the time
+/// (waiting for the API server, kubelets and controllers), so that a cold build costs the run little time; [`run`]
+/// later finds it done. The debug builds of those tests go on beside it, since cargo locks each profile's
+/// directory on its own.
+pub fn build_release_in_background(root: &Path, log: &Path) -> anyhow::Result<BackgroundBuild> {
+    prepare_platforms()?;
+    let (env, args) = release_build(root);
+    let output =
+        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    say(format!(
+        "building the release binaries for every platform in the background, at the lowest CPU priority (log: {})",
+        log.display()
+    ));
+    let child = Command::new("nice")
+        .args(["-n", "19", &command::cargo()])
+        .args(&args)
+        .current_dir(root)
+        .envs(env)
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        // Its own process group, so that a cancel stops cargo's compilers too.
+        .process_group(0)
+        .spawn()
+        .context("cannot start the background release build")?;
+    Ok(BackgroundBuild {
+        child,
+        log: log.to_path_buf(),
+        started: std::time::Instant::now(),
+    })
+}
+
+/// A release build running in the background (see [`build_release_in_background`]).
+#[derive(Debug)]
+pub struct BackgroundBuild {
+    child: std::process::Child,
+    log: PathBuf,
+    started: std::time::Instant,
+}
+
+impl BackgroundBuild {
+    /// Waits for the build; fails, naming its log, when it failed.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        let status = self.child.wait()?;
+        anyhow::ensure!(
+            status.success(),
+            "the background release build failed ({status}); see {}",
+            self.log.display()
+        );
+        say(format!(
+            "the background release build is done, {:.0} s after it started",
+            self.started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// Stops the build, when what it was for failed anyway.
+    pub fn cancel(mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let _ = self.child.wait();
+    }
 }
 
 /// Installs the Rust standard library of `target` with rustup when the toolchain lacks it.
