@@ -113,10 +113,32 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
     }
 
     step(
-        "helm install with global.imageRegistry on the local registry, where the images built here were pushed; \
-         the operands on simulated GPUs",
+        "the chart packaged and pushed to the local registry as an OCI artifact (helm package, helm push), as a \
+         release publishes it",
     );
-    let chart = e2e::chart_dir();
+    let package_dir = e2e::scenario_dir("chart-package");
+    let package_dir = package_dir.to_str().expect("a UTF-8 path");
+    let packaged = e2e::ok(
+        "helm",
+        &["package", &e2e::chart_dir(), "--destination", package_dir],
+    );
+    let archive = packaged
+        .trim()
+        .rsplit(": ")
+        .next()
+        .expect("helm package names the archive")
+        .to_string();
+    let charts = format!("oci://{}/charts", realnode::registry());
+    // The local registry speaks plain HTTP, as the images' push does.
+    let pushed = e2e::ok("helm", &["push", &archive, &charts, "--plain-http"]);
+    println!("{}", pushed.trim());
+    let version = chart_version();
+
+    step(
+        "helm install of the chart from the registry, with global.imageRegistry on the registry where the images \
+         built here were pushed; the operands on simulated GPUs",
+    );
+    let chart = format!("{charts}/gpu-operator");
     let values = e2e::repo_root().join(SIMULATED_GPUS_VALUES);
     let values = values.to_str().expect("a UTF-8 path");
     // The real node's kubelet keeps its root (and so its pod-resources socket) under the cache, as a k0s or
@@ -133,6 +155,9 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         e2e::NAMESPACE,
         "--create-namespace",
         &chart,
+        "--version",
+        &version,
+        "--plain-http",
         "-f",
         values,
         "--set",
@@ -959,4 +984,15 @@ fn print_and_check(containers: &[RunningContainer]) {
         );
         assert_eq!(container.restarts, 0, "{container:?}");
     }
+}
+
+/// The chart's version, from its Chart.yaml: what `helm push` tagged it with.
+fn chart_version() -> String {
+    let path = std::path::Path::new(&e2e::chart_dir()).join("Chart.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    text.lines()
+        .find_map(|line| line.strip_prefix("version:"))
+        .map(|version| version.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{} has no version", path.display()))
 }
