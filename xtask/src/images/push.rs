@@ -137,17 +137,22 @@ async fn push_index(
             "the registry accepted blob {digest} but does not have it"
         );
     }
-    let by_digest = |digest: &str| {
-        Reference::with_digest(
+    // Each platform's manifest goes under its own tag, `<version>-<architecture>`, before the index that names it
+    // by digest. Not by digest: oci-client panics when a registry answers a manifest pushed by digest without a
+    // Location header (go-containerregistry's registry, the test cluster's, and Amazon ECR do), and the tags let
+    // a user pull one platform's image by name.
+    let version = reference.tag().context("the index reference has a tag")?;
+    let platform_reference = |architecture: &str| {
+        Reference::with_tag(
             reference.registry().to_owned(),
             reference.repository().to_owned(),
-            digest.to_owned(),
+            format!("{version}-{architecture}"),
         )
     };
     for manifest in &index.manifests {
         client
             .push_manifest_raw(
-                &by_digest(&manifest.digest),
+                &platform_reference(manifest.architecture),
                 manifest.bytes.clone(),
                 http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
             )
