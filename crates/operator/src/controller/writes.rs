@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{Context, ReconcileError, publish_event};
 use crate::crd_install::FIELD_MANAGER;
