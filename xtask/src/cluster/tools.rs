@@ -166,7 +166,9 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
             Output::Directory => command.arg(format!("{}/", partial.display())),
             Output::Single(name) => command.arg(partial.join(name)),
         };
-        command.arg("-ldflags").arg(tool.ldflags());
+        if let Some(ldflags) = tool.ldflags() {
+            command.arg("-ldflags").arg(ldflags);
+        }
         if tool.static_binary {
             command.env("CGO_ENABLED", "0");
         }
