@@ -399,6 +399,7 @@ fn kubectl_get_shows_the_columns() {
             "MIG Config",
             "MIG State",
             "Health",
+            "Driver Upgrade",
             "Age"
         ]
     );
@@ -429,7 +430,9 @@ fn operator_upgrades_crds_that_helm_upgrade_leaves_alone() {
     };
     assert!(!has_field());
 
-    // helm upgrade never touches crds/: the old schema stays.
+    // helm upgrade never touches crds/: the old schema stays. `--force-conflicts`: earlier suites `kubectl patch`
+    // fields the chart's ClusterPolicy sets (driver.version, as docs/driver-upgrades.md has users do), and Helm 4's
+    // server-side apply refuses to take them back without it (docs/install.md#upgrade).
     ok(
         "helm",
         &[
@@ -440,6 +443,7 @@ fn operator_upgrades_crds_that_helm_upgrade_leaves_alone() {
             NAMESPACE,
             &chart_dir(),
             "--reuse-values",
+            "--force-conflicts",
         ],
     );
     assert!(!has_field(), "helm upgrade unexpectedly updated the CRD");
