@@ -209,8 +209,11 @@ fn mig_manager(node: &str, state: &Path, env: &[(&str, &str)]) -> NodeAgent {
             MIG_CONFIG_MAP,
             "--default-config",
             "all-disabled",
+            // Shorter than the default 300 s so a stuck scenario fails fast, but long enough for the DaemonSet
+            // controller and kwok to remove the client pods right after a control-plane outage (30 s was not,
+            // once, in the chaos scenario); under the 60 s that a scenario waits for the next step.
             "--clients-timeout",
-            "30",
+            "50",
             "--eviction-timeout",
             "45",
         ],
