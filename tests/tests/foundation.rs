@@ -432,12 +432,13 @@ fn operator_upgrades_crds_that_helm_upgrade_leaves_alone() {
 
     // helm upgrade never touches crds/: the old schema stays. `--force-conflicts`: earlier suites `kubectl patch`
     // fields the chart's ClusterPolicy sets (driver.version, as docs/driver-upgrades.md has users do), and Helm 4's
-    // server-side apply refuses to take them back without it (docs/install.md#upgrade).
+    // server-side apply refuses to take them back without it (docs/install.md#upgrade). No `--wait`: taking a field
+    // back changes the ClusterPolicy, and Helm 4 would wait for its status to observe that generation, which needs
+    // the operator this test starts only afterwards.
     ok(
         "helm",
         &[
             "upgrade",
-            "--wait",
             RELEASE,
             "-n",
             NAMESPACE,
