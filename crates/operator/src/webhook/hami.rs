@@ -865,5 +865,20 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 #[cfg(test)]
+impl ResourceNames {
+    /// A cluster's renamed HAMi resources, as its HAMi values would set them: the webhook tests' one example.
+    pub(crate) fn renamed_example() -> Self {
+        ResourceNames::new(
+            "example.com/vgpu",
+            "example.com/vgpu-memory",
+            "example.com/vgpu-memory-percentage",
+            "example.com/vgpu-cores",
+            "example.com/vgpu-priority",
+        )
+        .expect("distinct extended resource names")
+    }
+}
+
+#[cfg(test)]
 #[path = "hami_tests.rs"]
 mod tests;

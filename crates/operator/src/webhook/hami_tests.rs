@@ -632,18 +632,6 @@ fn hami_examples(file: &str) -> Vec<Pod> {
     serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A cluster's renamed HAMi resources, as its HAMi values would set them.
-fn renamed() -> ResourceNames {
-    ResourceNames::new(
-        "example.com/vgpu",
-        "example.com/vgpu-memory",
-        "example.com/vgpu-memory-percentage",
-        "example.com/vgpu-cores",
-        "example.com/vgpu-priority",
-    )
-    .unwrap()
-}
-
 /// `pod` with each of HAMi's default resource names replaced by the name `names` gives it.
 fn with_names(pod: &Pod, names: &ResourceNames) -> Pod {
     let defaults = ResourceNames::default();
@@ -656,7 +644,7 @@ fn with_names(pod: &Pod, names: &ResourceNames) -> Pod {
 
 #[test]
 fn hamis_example_pods_under_renamed_resources_convert_as_under_hamis_own() {
-    let names = renamed();
+    let names = ResourceNames::renamed_example();
     for file in [
         "default_use.yaml",
         "specify_card_type_not_use.yaml",
@@ -708,7 +696,7 @@ fn hamis_example_pods_under_renamed_resources_convert_as_under_hamis_own() {
 
 #[test]
 fn hamis_plain_gpu_pods_under_a_renamed_gpu_become_whole_gpu_claims() {
-    let names = renamed();
+    let names = ResourceNames::renamed_example();
     for pod in hami_examples("use_as_normal.yaml") {
         assert_eq!(
             convert(&pod, &cluster(), &ResourceNames::default()),

@@ -169,15 +169,19 @@ mod tests {
         pod(json!({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}))
     }
 
-    #[test]
-    fn a_gpu_quota_without_the_claims_class_refuses_the_pod_and_names_the_fix() {
-        let why = check(
+    /// The check of [`share`] with a shared-GPU claim template, under HAMi's default names.
+    fn check_share(quotas: &[ResourceQuota]) -> Result<(), String> {
+        check(
             &share(),
             &[template(SHARED)],
-            &[quota(json!({"requests.nvidia.com/gpu": "4"}))],
+            quotas,
             &ResourceNames::default(),
         )
-        .unwrap_err();
+    }
+
+    #[test]
+    fn a_gpu_quota_without_the_claims_class_refuses_the_pod_and_names_the_fix() {
+        let why = check_share(&[quota(json!({"requests.nvidia.com/gpu": "4"}))]).unwrap_err();
         assert!(
             why.contains("ResourceQuota gpus limits requests.nvidia.com/gpu"),
             "{why}"
@@ -196,16 +200,7 @@ mod tests {
             "nvidia.com/gpu",
         ] {
             let quotas = [quota(json!({key: "10"}))];
-            assert!(
-                check(
-                    &share(),
-                    &[template(SHARED)],
-                    &quotas,
-                    &ResourceNames::default()
-                )
-                .is_err(),
-                "{key}"
-            );
+            assert!(check_share(&quotas).is_err(), "{key}");
         }
     }
 
@@ -215,52 +210,21 @@ mod tests {
             "requests.nvidia.com/gpu": "4",
             devices_of_class(SHARED): "4",
         }))];
-        assert_eq!(
-            check(
-                &share(),
-                &[template(SHARED)],
-                &quotas,
-                &ResourceNames::default()
-            ),
-            Ok(())
-        );
+        assert_eq!(check_share(&quotas), Ok(()));
     }
 
     #[test]
     fn quotas_on_other_resources_are_not_the_webhooks_concern() {
         let quotas = [quota(json!({"requests.cpu": "4", "pods": "10"}))];
-        assert_eq!(
-            check(
-                &share(),
-                &[template(SHARED)],
-                &quotas,
-                &ResourceNames::default()
-            ),
-            Ok(())
-        );
+        assert_eq!(check_share(&quotas), Ok(()));
         // A quota on HAMi's cores is not one on a pod that asks only for memory.
         let quotas = [quota(json!({"nvidia.com/gpucores": "100"}))];
-        assert_eq!(
-            check(
-                &share(),
-                &[template(SHARED)],
-                &quotas,
-                &ResourceNames::default()
-            ),
-            Ok(())
-        );
+        assert_eq!(check_share(&quotas), Ok(()));
     }
 
     #[test]
     fn renamed_resources_charge_quota_under_the_clusters_names() {
-        let names = ResourceNames::new(
-            "example.com/vgpu",
-            "example.com/vgpu-memory",
-            "example.com/vgpu-memory-percentage",
-            "example.com/vgpu-cores",
-            "example.com/vgpu-priority",
-        )
-        .unwrap();
+        let names = ResourceNames::renamed_example();
         let renamed = pod(json!({"example.com/vgpu": 1, "example.com/vgpu-memory": 3000}));
         let quotas = [quota(json!({"requests.example.com/vgpu": "4"}))];
         assert!(check(&renamed, &[template(SHARED)], &quotas, &names).is_err());

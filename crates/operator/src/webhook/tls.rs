@@ -725,14 +725,7 @@ mod tests {
     #[test]
     fn renamed_hami_resources_are_what_the_match_condition_sends() {
         let endpoint = Endpoint::Url("https://127.0.0.1:9443".into());
-        let names = hami::ResourceNames::new(
-            "example.com/vgpu",
-            "example.com/vgpu-memory",
-            "example.com/vgpu-memory-percentage",
-            "example.com/vgpu-cores",
-            "example.com/vgpu-priority",
-        )
-        .unwrap();
+        let names = hami::ResourceNames::renamed_example();
         let config = configuration("gpu-operator-hami", "/hami", &endpoint, "CA", &names);
         let expression = config["webhooks"][0]["matchConditions"][0]["expression"]
             .as_str()
