@@ -33,6 +33,8 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once at start and matched at once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the operator: apply its CRDs (so that upgrading the operator upgrades them), take the leader lease,
     /// and reconcile the ClusterPolicy into operand DaemonSets, node labels and status.
@@ -50,6 +52,11 @@ enum Command {
         /// become DRA claims); `false` removes its configuration.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "HAMI_WEBHOOK")]
         hami_webhook: bool,
+        /// The names HAMi's pods ask for a GPU, its memory (MiB and percent), its cores and a priority with.
+        /// HAMi's chart lets a cluster rename them (its values `resourceName`, `resourceMem`,
+        /// `resourceMemPercentage`, `resourceCores`, `resourcePriority`); this chart sets these from the same values.
+        #[command(flatten)]
+        hami_names: HamiNames,
         /// Bind the node agents' evictions to their nodes: a validating webhook lets the MIG manager's token evict
         /// only pods on the node it is bound to; `false` removes its configuration.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NODE_BOUND_EVICTIONS")]
@@ -180,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             identity,
             hami_webhook,
+            hami_names,
             node_bound_evictions,
             hami_templates_unused_for_seconds,
             hami_templates_sweep_every_seconds,
@@ -189,7 +197,13 @@ async fn main() -> anyhow::Result<()> {
             driver_upgrade_restart_timeout_seconds,
             driver_upgrade_validation_timeout_seconds,
         } => {
-            let hami_names = hami_resource_names()?;
+            let hami_names = webhook::hami::ResourceNames::new(
+                &hami_names.resource_name,
+                &hami_names.resource_mem,
+                &hami_names.resource_mem_percentage,
+                &hami_names.resource_cores,
+                &hami_names.resource_priority,
+            )?;
             let webhook = (hami_webhook || node_bound_evictions).then(|| webhook::Settings {
                 listen: webhook_listen,
                 endpoint: webhook_url.map_or_else(
@@ -219,24 +233,6 @@ async fn main() -> anyhow::Result<()> {
 
 /// A client from the in-cluster ServiceAccount or `KUBECONFIG`, naming this program in its User-Agent so that
 /// audit logs and API server metrics tell its requests apart.
-/// The names HAMi's pods ask for a GPU, its memory (MiB and percent), its cores and a priority with, from
-/// `HAMI_RESOURCE_NAME`, `HAMI_RESOURCE_MEM`, `HAMI_RESOURCE_MEM_PERCENTAGE`, `HAMI_RESOURCE_CORES` and
-/// `HAMI_RESOURCE_PRIORITY` (HAMi's defaults where unset). HAMi's chart lets a cluster rename them (its values
-/// `resourceName`, `resourceMem`, `resourceMemPercentage`, `resourceCores`, `resourcePriority`); this chart sets
-/// the variables from the same values.
-fn hami_resource_names() -> anyhow::Result<webhook::hami::ResourceNames> {
-    use webhook::hami;
-    let var =
-        |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
-    Ok(hami::ResourceNames::new(
-        &var("HAMI_RESOURCE_NAME", hami::GPU),
-        &var("HAMI_RESOURCE_MEM", hami::GPUMEM),
-        &var("HAMI_RESOURCE_MEM_PERCENTAGE", hami::GPUMEM_PERCENTAGE),
-        &var("HAMI_RESOURCE_CORES", hami::GPUCORES),
-        &var("HAMI_RESOURCE_PRIORITY", hami::PRIORITY),
-    )?)
-}
-
 async fn connect() -> anyhow::Result<kube::Client> {
     let mut config = kube::Config::infer().await.context(
         "reading the Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG)",
@@ -350,4 +346,28 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate => {}
     }
+}
+
+/// HAMi's resource names, HAMi's defaults where unset.
+#[derive(clap::Args, Debug)]
+struct HamiNames {
+    /// The whole-GPU resource (HAMi's `resourceName`).
+    #[arg(long = "hami-resource-name", env = "HAMI_RESOURCE_NAME", default_value = webhook::hami::GPU)]
+    resource_name: String,
+    /// GPU memory in MiB (HAMi's `resourceMem`).
+    #[arg(long = "hami-resource-mem", env = "HAMI_RESOURCE_MEM", default_value = webhook::hami::GPUMEM)]
+    resource_mem: String,
+    /// GPU memory in percent (HAMi's `resourceMemPercentage`).
+    #[arg(
+        long = "hami-resource-mem-percentage",
+        env = "HAMI_RESOURCE_MEM_PERCENTAGE",
+        default_value = webhook::hami::GPUMEM_PERCENTAGE
+    )]
+    resource_mem_percentage: String,
+    /// Percent of the GPU's cores (HAMi's `resourceCores`).
+    #[arg(long = "hami-resource-cores", env = "HAMI_RESOURCE_CORES", default_value = webhook::hami::GPUCORES)]
+    resource_cores: String,
+    /// Task priority (HAMi's `resourcePriority`).
+    #[arg(long = "hami-resource-priority", env = "HAMI_RESOURCE_PRIORITY", default_value = webhook::hami::PRIORITY)]
+    resource_priority: String,
 }
