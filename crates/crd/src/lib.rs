@@ -14,6 +14,7 @@ pub mod gpu_node;
 pub mod labels;
 pub mod mig;
 pub mod node_patch;
+pub mod nvidia_driver;
 pub mod paths;
 pub mod quantity;
 
