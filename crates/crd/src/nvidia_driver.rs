@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeAffinity, PodSecurityContext, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_policy::{
@@ -149,7 +150,7 @@ impl NvidiaDriverSpec {
 }
 
 /// The kind of NVIDIA driver.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum DriverType {
     /// The data-center GPU driver.
     #[default]
@@ -164,7 +165,7 @@ pub enum DriverType {
 }
 
 /// Which kernel modules the driver container loads.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelModuleType {
     /// The recommended type for the node's GPUs and the driver branch.
@@ -204,7 +205,7 @@ pub struct LicensingConfigSpec {
 }
 
 /// What became of an NVIDIADriver.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NvidiaDriverStatus {
     /// ready once the driver pods of every node it picks are ready; notReady while they are not, or while the
@@ -220,7 +221,7 @@ pub struct NvidiaDriverStatus {
 }
 
 /// The state of an NVIDIADriver, NVIDIA's enum.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum NvidiaDriverState {
     /// Not handled at all.
     #[serde(rename = "ignored")]
