@@ -1,20 +1,31 @@
 //! What the operator observes of the cluster, reduced to the facts rendering needs: which nodes have GPUs,
-//! their operating-system pools, kernels and container runtimes. Built by pure functions from Node objects, so
+//! their operating-system pools, kernels and container runtimes, and which NVIDIADriver drives which of them. Built by pure functions from Node objects, so
 //! that rendering never touches the API.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crd::labels;
+use crd::nvidia_driver::NvidiaDriverSpec;
 use k8s_openapi::api::core::v1::Node;
 
 /// The cluster as rendering sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterFacts {
     /// Namespace the operator and its operands run in.
     pub namespace: String,
     /// Nodes with NVIDIA GPUs, by name.
     pub gpu_nodes: Vec<GpuNodeFacts>,
+    /// The NVIDIADriver objects accepted by the node assignment (`plan::driver_assignment`), by name.
+    pub nvidia_drivers: Vec<AssignedDriver>,
+}
+
+/// An accepted NVIDIADriver and the GPU nodes it drives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssignedDriver {
+    pub name: String,
+    pub spec: NvidiaDriverSpec,
+    pub nodes: BTreeSet<String>,
 }
 
 /// One GPU node.
@@ -152,21 +163,37 @@ impl ClusterFacts {
         Self {
             namespace: namespace.into(),
             gpu_nodes,
+            nvidia_drivers: Vec::new(),
         }
     }
 
     /// The OS pools present among GPU nodes (one driver DaemonSet each).
     pub fn os_pools(&self) -> BTreeSet<OsPool> {
-        self.gpu_nodes
-            .iter()
-            .filter_map(|node| node.os.clone())
-            .collect()
+        self.os_pools_among(|_| true)
     }
 
     /// The OS pools with their kernels, for precompiled drivers (one DaemonSet per pool and kernel).
     pub fn os_kernel_pools(&self) -> BTreeSet<(OsPool, String)> {
+        self.os_kernel_pools_among(|_| true)
+    }
+
+    /// The OS pools among the GPU nodes `include` picks by name.
+    pub fn os_pools_among(&self, include: impl Fn(&str) -> bool) -> BTreeSet<OsPool> {
         self.gpu_nodes
             .iter()
+            .filter(|node| include(&node.name))
+            .filter_map(|node| node.os.clone())
+            .collect()
+    }
+
+    /// The OS pools with their kernels among the GPU nodes `include` picks by name.
+    pub fn os_kernel_pools_among(
+        &self,
+        include: impl Fn(&str) -> bool,
+    ) -> BTreeSet<(OsPool, String)> {
+        self.gpu_nodes
+            .iter()
+            .filter(|node| include(&node.name))
             .filter_map(|node| Some((node.os.clone()?, node.kernel.clone()?)))
             .collect()
     }

@@ -5,5 +5,5 @@ pub mod facts;
 pub mod policy;
 
 pub use component::Component;
-pub use facts::{ClusterFacts, ContainerRuntime, GpuNodeFacts, OsPool};
+pub use facts::{AssignedDriver, ClusterFacts, ContainerRuntime, GpuNodeFacts, OsPool};
 pub use policy::{DefaultImages, ValidateError, ValidatedPolicy, validate};

@@ -213,7 +213,12 @@ mod tests {
     fn a_refused_object_is_accepted_once_its_nodes_are_free() {
         let mut claims = vec![
             claim("a100-driver", &[("pool", "A100")], true, 10),
-            claim("everything", &[("nvidia.com/gpu.present", "true")], false, 20),
+            claim(
+                "everything",
+                &[("nvidia.com/gpu.present", "true")],
+                false,
+                20,
+            ),
         ];
         assert!(assign(&claims, &nodes()).refused.contains_key("everything"));
         claims.remove(0);

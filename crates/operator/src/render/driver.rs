@@ -3,16 +3,20 @@
 //! (`nvidia-driver-daemonset-<kernel>-<pool>`, tag `<version>-<kernel>-<pool>`). Pools come from the GPU nodes
 //! present, so a mixed Ubuntu/RHEL cluster gets a driver on every node instead of one OS tag for all.
 
-use crd::cluster_policy::{ContainerProbeSpec, DriverSpec, ImageSpec};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crd::cluster_policy::{
+    ContainerProbeSpec, ContainerSpec, DriverSpec, ImageAndEnvSpec, ImageSpec,
+};
 use crd::labels::{NFD_KERNEL_VERSION, NFD_OS_ID, NFD_OS_VERSION_ID};
 use k8s_openapi::api::core::v1::{EnvFromSource, ExecAction, Probe, SecretEnvSource};
 
 use super::RenderedObject;
 use super::common::{
-    HostMount, OperandDaemonSet, RootFs, config_map_name, container, env, node_name_env,
-    object_name, on_delete, privileged, with_user_env,
+    HostMount, OperandDaemonSet, PodOverrides, RootFs, config_map_name, container, env,
+    node_name_env, object_name, on_delete, privileged, with_user_env,
 };
-use crate::model::{ClusterFacts, Component, OsPool, ValidatedPolicy};
+use crate::model::{AssignedDriver, ClusterFacts, Component, OsPool, ValidatedPolicy};
 
 /// The probe command: the driver is up once the host kernel has the `nvidia` module loaded (`lsmod` reads the
 /// host's /proc/modules). Simple on purpose: the validator checks the driver in depth before any GPU client
@@ -29,18 +33,131 @@ const STARTUP_DEFAULTS: ContainerProbeSpec = ContainerProbeSpec {
 };
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
-    if policy.spec.driver.use_precompiled == Some(true) {
+    let sources = if policy.spec.driver.use_nvidia_driver_crd == Some(true) {
         facts
-            .os_kernel_pools()
+            .nvidia_drivers
             .iter()
-            .map(|(pool, kernel)| pool_daemonset(policy, facts, pool, Some(kernel)))
+            .map(|driver| DriverSource::nvidia_driver(policy, driver))
             .collect()
     } else {
-        facts
-            .os_pools()
-            .iter()
-            .map(|pool| pool_daemonset(policy, facts, pool, None))
-            .collect()
+        vec![DriverSource::cluster_policy(policy)]
+    };
+    sources
+        .iter()
+        .flat_map(|source| {
+            source.pools(facts).into_iter().map(|(pool, kernel)| {
+                pool_daemonset(policy, facts, source, &pool, kernel.as_deref())
+            })
+        })
+        .collect()
+}
+
+/// What a family of driver DaemonSets (one per OS pool, or pool and kernel) is made from: the ClusterPolicy's
+/// driver section, or one NVIDIADriver.
+struct DriverSource<'a> {
+    /// The DaemonSets' name before the pool suffix.
+    stem: String,
+    /// The image before the pool suffix.
+    image: String,
+    use_precompiled: bool,
+    kernel_module_type: String,
+    secret_env: Option<&'a str>,
+    startup_probe: Option<&'a ContainerProbeSpec>,
+    liveness_probe: Option<&'a ContainerProbeSpec>,
+    readiness_probe: Option<&'a ContainerProbeSpec>,
+    repo_config: Option<&'a str>,
+    cert_config: Option<&'a str>,
+    kernel_module_config: Option<&'a str>,
+    manager: Option<&'a ImageAndEnvSpec>,
+    manager_image: Option<String>,
+    /// The NVIDIADriver's nodeSelector and the nodes it was given; none for the ClusterPolicy's driver.
+    assigned: Option<(BTreeMap<String, String>, &'a BTreeSet<String>)>,
+    /// The NVIDIADriver's pull settings, resources, args and env.
+    section: Option<(&'a ImageSpec, &'a ContainerSpec)>,
+    overrides: PodOverrides,
+}
+
+impl<'a> DriverSource<'a> {
+    fn cluster_policy(policy: &'a ValidatedPolicy) -> Self {
+        let driver = &policy.spec.driver;
+        DriverSource {
+            stem: Component::Driver.app_name().into(),
+            image: policy.image(Component::Driver).into(),
+            use_precompiled: driver.use_precompiled == Some(true),
+            kernel_module_type: kernel_module_type(driver),
+            secret_env: driver.secret_env.as_deref(),
+            startup_probe: driver.startup_probe.as_ref(),
+            liveness_probe: driver.liveness_probe.as_ref(),
+            readiness_probe: driver.readiness_probe.as_ref(),
+            repo_config: driver
+                .repo_config
+                .as_ref()
+                .and_then(|c| c.config_map_name.as_deref()),
+            cert_config: config_map_name(driver.cert_config.as_ref()),
+            kernel_module_config: config_map_name(driver.kernel_module_config.as_ref()),
+            manager: driver.manager.as_ref(),
+            manager_image: policy.driver_manager_image.clone(),
+            assigned: None,
+            section: None,
+            overrides: PodOverrides::default(),
+        }
+    }
+
+    fn nvidia_driver(policy: &'a ValidatedPolicy, driver: &'a AssignedDriver) -> Self {
+        let spec = &driver.spec;
+        let set = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
+        DriverSource {
+            // NVIDIA names them nvidia-gpu-driver-<os>-<hash>; the object's name here says which object it is.
+            stem: format!("nvidia-gpu-driver-{}", driver.name),
+            image: spec.image.reference().unwrap_or_default(),
+            use_precompiled: spec.use_precompiled == Some(true),
+            kernel_module_type: spec.kernel_module_type.as_str().into(),
+            secret_env: spec.secret_env.as_deref(),
+            startup_probe: spec.startup_probe.as_ref(),
+            liveness_probe: spec.liveness_probe.as_ref(),
+            readiness_probe: spec.readiness_probe.as_ref(),
+            repo_config: config_map_name(spec.repo_config.as_ref()),
+            cert_config: config_map_name(spec.cert_config.as_ref()),
+            kernel_module_config: config_map_name(spec.kernel_module_config.as_ref()),
+            manager: spec.manager.as_ref(),
+            manager_image: spec
+                .manager
+                .as_ref()
+                .and_then(|manager| manager.image.reference())
+                .or_else(|| policy.driver_manager_image.clone()),
+            assigned: Some((spec.node_selector(), &driver.nodes)),
+            section: Some((&spec.image, &spec.container)),
+            overrides: PodOverrides {
+                labels: set(&spec.labels),
+                annotations: set(&spec.annotations),
+                tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+                priority_class_name: spec.priority_class_name.clone(),
+                pod_security_context: spec.pod_security_context.clone(),
+                node_affinity: spec.node_affinity.clone(),
+            },
+        }
+    }
+
+    /// The OS pools (with kernels, for precompiled drivers) of the nodes this source drives.
+    fn pools(&self, facts: &ClusterFacts) -> Vec<(OsPool, Option<String>)> {
+        let drives = |node: &str| {
+            self.assigned
+                .as_ref()
+                .is_none_or(|(_, nodes)| nodes.contains(node))
+        };
+        if self.use_precompiled {
+            facts
+                .os_kernel_pools_among(drives)
+                .into_iter()
+                .map(|(pool, kernel)| (pool, Some(kernel)))
+                .collect()
+        } else {
+            facts
+                .os_pools_among(drives)
+                .into_iter()
+                .map(|pool| (pool, None))
+                .collect()
+        }
     }
 }
 
@@ -48,17 +165,20 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
 fn pool_daemonset(
     policy: &ValidatedPolicy,
     facts: &ClusterFacts,
+    source: &DriverSource<'_>,
     pool: &OsPool,
     kernel: Option<&str>,
 ) -> RenderedObject {
-    let driver = &policy.spec.driver;
     let suffix = match kernel {
         Some(kernel) => format!("{kernel}-{pool}"),
         None => pool.to_string(),
     };
     let mut ds = OperandDaemonSet::new(policy, facts, Component::Driver);
-    ds.name = object_name(&format!("{}-{suffix}", Component::Driver.app_name()));
-    ds.image = pool_image(policy.image(Component::Driver), &suffix);
+    ds.name = object_name(&format!("{}-{suffix}", source.stem));
+    ds.image = pool_image(&source.image, &suffix);
+    if let Some((selector, _)) = &source.assigned {
+        ds.node_selector.extend(selector.clone());
+    }
     ds.node_selector.insert(NFD_OS_ID.into(), pool.id.clone());
     ds.node_selector
         .insert(NFD_OS_VERSION_ID.into(), pool.version_id.clone());
@@ -66,20 +186,26 @@ fn pool_daemonset(
         ds.node_selector
             .insert(NFD_KERNEL_VERSION.into(), kernel.into());
     }
+    if let Some(section) = source.section {
+        ds.section = section;
+    }
+    ds.overrides = source.overrides.clone();
     ds.update_strategy = driver_update_strategy();
     // NVIDIA's image looks for the host's processes that hold the driver before it unloads the modules.
     ds.host_pid = true;
 
     ds.main = container("nvidia-driver-ctr", ["nvidia-driver", "init"]);
-    ds.main.env = Some(vec![env("KERNEL_MODULE_TYPE", kernel_module_type(driver))]);
-    ds.main.env_from = driver
+    ds.main.env = Some(vec![env(
+        "KERNEL_MODULE_TYPE",
+        source.kernel_module_type.clone(),
+    )]);
+    ds.main.env_from = source
         .secret_env
-        .as_ref()
         .filter(|name| !name.is_empty())
         .map(|name| {
             vec![EnvFromSource {
                 secret_ref: Some(SecretEnvSource {
-                    name: name.clone(),
+                    name: name.into(),
                     optional: None,
                 }),
                 ..EnvFromSource::default()
@@ -88,14 +214,12 @@ fn pool_daemonset(
     // Privileged, with a writable root (NVIDIA's image): it loads kernel modules, builds them in its own
     // filesystem, and exposes that filesystem to the host through /run/nvidia.
     ds.main.security_context = privileged(RootFs::Writable);
-    ds.main.startup_probe = Some(probe(driver.startup_probe.as_ref(), &STARTUP_DEFAULTS));
-    ds.main.liveness_probe = driver
+    ds.main.startup_probe = Some(probe(source.startup_probe, &STARTUP_DEFAULTS));
+    ds.main.liveness_probe = source
         .liveness_probe
-        .as_ref()
         .map(|spec| probe(Some(spec), &ContainerProbeSpec::default()));
-    ds.main.readiness_probe = driver
+    ds.main.readiness_probe = source
         .readiness_probe
-        .as_ref()
         .map(|spec| probe(Some(spec), &ContainerProbeSpec::default()));
 
     ds.mount(&run_nvidia());
@@ -104,31 +228,26 @@ fn pool_daemonset(
     ds.mount(&HostMount::host_root(policy));
     // Firmware (GSP) the container installs must land where the host kernel loads firmware from.
     ds.mount(&HostMount::same("firmware", "/lib/firmware"));
-    let repo_config = driver
-        .repo_config
-        .as_ref()
-        .and_then(|c| c.config_map_name.as_deref());
-    if let Some(name) = repo_config.filter(|name| !name.is_empty()) {
+    if let Some(name) = source.repo_config.filter(|name| !name.is_empty()) {
         ds.mount_config_map("repo-config", name, repo_config_dir(&pool.id));
     }
-    if let Some(name) = config_map_name(driver.cert_config.as_ref()) {
+    if let Some(name) = source.cert_config {
         ds.mount_config_map("cert-config", name, cert_config_dir(&pool.id));
     }
-    if let Some(name) = config_map_name(driver.kernel_module_config.as_ref()) {
+    if let Some(name) = source.kernel_module_config {
         ds.mount_config_map("kernel-module-config", name, "/drivers");
     }
 
-    if let Some(image) = &policy.driver_manager_image {
-        let manager = driver.manager.as_ref();
+    if let Some(image) = &source.manager_image {
         let mut init = container("k8s-driver-manager", ["driver-manager", "uninstall_driver"]);
         init.env = Some(with_user_env(
             vec![node_name_env()],
-            manager.map_or(&[], |m| m.env.as_slice()),
+            source.manager.map_or(&[], |m| m.env.as_slice()),
         ));
         // Privileged (NVIDIA's image): it unloads the driver's kernel modules and stops their host users.
         init.security_context = privileged(RootFs::Writable);
         let default_pull = ImageSpec::default();
-        let pull = manager.map_or(&default_pull, |m| &m.image);
+        let pull = source.manager.map_or(&default_pull, |m| &m.image);
         ds.add_init(
             init,
             image,

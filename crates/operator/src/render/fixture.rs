@@ -112,6 +112,7 @@ pub(super) fn facts(nodes: impl IntoIterator<Item = Node>) -> ClusterFacts {
     ClusterFacts {
         namespace: NAMESPACE.into(),
         gpu_nodes: nodes.into_iter().map(|n| n.0).collect(),
+        nvidia_drivers: Vec::new(),
     }
 }
 

@@ -22,8 +22,9 @@ use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, LocalObjectReference, PodSpec, PodTemplateSpec,
-    ResourceRequirements, Volume, VolumeMount,
+    Affinity, ConfigMapVolumeSource, Container, LocalObjectReference, NodeAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -155,6 +156,11 @@ pub(super) struct OperandDaemonSet<'a> {
     /// Operand-specific pod labels and annotations (the exporter's `podLabels`/`podAnnotations`).
     pub pod_labels: BTreeMap<String, String>,
     pub pod_annotations: BTreeMap<String, String>,
+    /// Where the image pull settings, resources, args and env come from: the component's section, unless the
+    /// operand renders from another object (an NVIDIADriver).
+    pub section: (&'a ImageSpec, &'a ContainerSpec),
+    /// Scheduling and metadata that replace `spec.daemonsets`' where set (an NVIDIADriver's own).
+    pub overrides: PodOverrides,
     init_containers: Vec<Container>,
     volumes: Vec<Volume>,
     pull_secrets: Vec<String>,
@@ -180,6 +186,8 @@ impl<'a> OperandDaemonSet<'a> {
             update_strategy: update_strategy(&policy.spec.daemonsets),
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
+            section: section(&policy.spec, component),
+            overrides: PodOverrides::default(),
             init_containers: Vec::new(),
             volumes: Vec::new(),
             pull_secrets: Vec::new(),
@@ -278,9 +286,15 @@ impl<'a> OperandDaemonSet<'a> {
     /// The DaemonSet: the operand's containers with the section's settings, scheduled and updated as
     /// `spec.daemonsets` says, selecting its pods by `app` and [`DAEMONSET_LABEL`].
     pub(super) fn build(mut self) -> DaemonSet {
-        let spec = &self.policy.spec;
-        let daemonsets = &spec.daemonsets;
-        let (image_spec, container_spec) = section(spec, self.component);
+        let daemonsets = &self.policy.spec.daemonsets;
+        let (image_spec, container_spec) = self.section;
+        let overrides = self.overrides;
+        let object_labels = overrides
+            .labels
+            .unwrap_or_else(|| daemonsets.labels.clone());
+        let object_annotations = overrides
+            .annotations
+            .unwrap_or_else(|| daemonsets.annotations.clone());
         let app = self.component.app_name();
         let selector = [(APP_LABEL, app), (DAEMONSET_LABEL, self.name.as_str())];
 
@@ -313,11 +327,11 @@ impl<'a> OperandDaemonSet<'a> {
                 .push(mount.volume_mount());
         }
 
-        let mut pod_labels = daemonsets.labels.clone();
+        let mut pod_labels = object_labels.clone();
         pod_labels.extend(self.pod_labels);
         pod_labels.extend(component_labels(self.component));
         pod_labels.extend(selector.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut pod_annotations = daemonsets.annotations.clone();
+        let mut pod_annotations = object_annotations.clone();
         pod_annotations.extend(self.pod_annotations);
 
         let mut node_selector = daemonsets.node_selector.clone();
@@ -343,10 +357,18 @@ impl<'a> OperandDaemonSet<'a> {
                     .map(|name| LocalObjectReference { name })
                     .collect(),
             ),
-            tolerations: non_empty(daemonsets.tolerations.clone()),
-            priority_class_name: daemonsets.priority_class_name.clone(),
-            affinity: daemonsets.affinity.clone(),
-            security_context: daemonsets.pod_security_context.clone(),
+            tolerations: non_empty(
+                overrides
+                    .tolerations
+                    .unwrap_or_else(|| daemonsets.tolerations.clone()),
+            ),
+            priority_class_name: overrides
+                .priority_class_name
+                .or_else(|| daemonsets.priority_class_name.clone()),
+            affinity: with_node_affinity(daemonsets.affinity.clone(), overrides.node_affinity),
+            security_context: overrides
+                .pod_security_context
+                .or_else(|| daemonsets.pod_security_context.clone()),
             host_pid: self.host_pid.then_some(true),
             host_ipc: self.host_ipc.then_some(true),
             host_network: self.host_network.then_some(true),
@@ -360,8 +382,8 @@ impl<'a> OperandDaemonSet<'a> {
                 self.facts,
                 self.component,
                 &self.name,
-                &daemonsets.labels,
-                &daemonsets.annotations,
+                &object_labels,
+                &object_annotations,
             ),
             spec: DaemonSetSpec {
                 selector: LabelSelector {
@@ -386,6 +408,33 @@ impl<'a> OperandDaemonSet<'a> {
             },
             status: None,
         }
+    }
+}
+
+/// Pod settings an operand takes from its own object instead of `spec.daemonsets`; each replaces the
+/// `spec.daemonsets` setting when set, as NVIDIA's operator renders an NVIDIADriver's DaemonSets from the
+/// NVIDIADriver alone (its chart copies `daemonsets.tolerations` into the default NVIDIADriver for that reason).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct PodOverrides {
+    pub labels: Option<BTreeMap<String, String>>,
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<Toleration>>,
+    pub priority_class_name: Option<String>,
+    pub pod_security_context: Option<PodSecurityContext>,
+    /// Replaces the node affinity of `daemonsets.affinity`, keeping its pod (anti-)affinity.
+    pub node_affinity: Option<NodeAffinity>,
+}
+
+fn with_node_affinity(
+    affinity: Option<Affinity>,
+    node_affinity: Option<NodeAffinity>,
+) -> Option<Affinity> {
+    match node_affinity {
+        None => affinity,
+        Some(node_affinity) => Some(Affinity {
+            node_affinity: Some(node_affinity),
+            ..affinity.unwrap_or_default()
+        }),
     }
 }
 
