@@ -8,7 +8,7 @@ use super::fixture::{
     policy, policy_with, render_component, snapshot,
 };
 use super::render;
-use crate::model::{Component, ContainerRuntime};
+use crate::model::{AssignedDriver, Component, ContainerRuntime};
 
 #[test]
 fn two_os_pools_get_one_driver_each() {
@@ -62,6 +62,82 @@ fn precompiled_drivers_get_one_daemonset_per_kernel() {
         "nvcr.io/nvidia/driver:570.172.08-6.8.0-45-generic-ubuntu22.04"
     );
     snapshot("driver_precompiled", &drivers);
+}
+
+/// With `driver.useNvidiaDriverCRD`, each accepted NVIDIADriver gets one DaemonSet per OS pool among its own
+/// nodes, with its image, selector, tolerations and resources; the ClusterPolicy's driver section renders none.
+#[test]
+fn nvidia_drivers_get_one_daemonset_per_object_and_pool_of_their_nodes() {
+    let mut facts = facts([
+        node("a100-0"),
+        node("a100-1").os("rhel", "9.4"),
+        node("h100-0"),
+    ]);
+    let spec =
+        |value| serde_json::from_value::<crd::nvidia_driver::NvidiaDriverSpec>(value).unwrap();
+    facts.nvidia_drivers = vec![
+        AssignedDriver {
+            name: "a100".into(),
+            spec: spec(json!({
+                "repository": "nvcr.io/nvidia", "image": "driver", "version": "570.172.08",
+                "nodeSelector": {"pool": "a100"},
+                "tolerations": [{"key": "sku", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}],
+                "resources": {"limits": {"memory": "2Gi"}}
+            })),
+            nodes: ["a100-0".into(), "a100-1".into()].into(),
+        },
+        AssignedDriver {
+            name: "h100".into(),
+            spec: spec(json!({
+                "repository": "nvcr.io/nvidia", "image": "driver", "version": "580.95.05",
+                "nodeSelector": {"pool": "h100"}, "kernelModuleType": "open"
+            })),
+            nodes: ["h100-0".into()].into(),
+        },
+    ];
+    let drivers = render_component(
+        json!({"driver": {"useNvidiaDriverCRD": true}, "daemonsets": {"priorityClassName": "gpu-critical"}}),
+        &facts,
+        Component::Driver,
+    );
+    assert_eq!(
+        names(&drivers),
+        [
+            "nvidia-gpu-driver-a100-rhel9.4",
+            "nvidia-gpu-driver-a100-ubuntu22.04",
+            "nvidia-gpu-driver-h100-ubuntu22.04",
+        ]
+    );
+    let [a100_rhel, _, h100] = &drivers[..] else {
+        unreachable!("three DaemonSets, checked above")
+    };
+    let a100_main = container(a100_rhel, "nvidia-driver-ctr");
+    assert_eq!(
+        a100_main["image"],
+        "nvcr.io/nvidia/driver:570.172.08-rhel9.4"
+    );
+    assert_eq!(a100_main["resources"]["limits"]["memory"], "2Gi");
+    let pod = &a100_rhel["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["pool"], "a100");
+    assert_eq!(
+        pod["nodeSelector"]["feature.node.kubernetes.io/system-os_release.ID"],
+        "rhel"
+    );
+    assert_eq!(pod["tolerations"][0]["value"], "a100");
+    // What the object leaves unset comes from the ClusterPolicy's daemonsets section.
+    assert_eq!(pod["priorityClassName"], "gpu-critical");
+    assert_eq!(a100_rhel["spec"]["updateStrategy"]["type"], "OnDelete");
+    let h100_main = container(h100, "nvidia-driver-ctr");
+    assert_eq!(
+        h100_main["image"],
+        "nvcr.io/nvidia/driver:580.95.05-ubuntu22.04"
+    );
+    assert_eq!(env_value(h100_main, "KERNEL_MODULE_TYPE"), Some("open"));
+    assert_eq!(
+        h100["spec"]["template"]["spec"]["nodeSelector"]["pool"],
+        "h100"
+    );
+    snapshot("driver_nvidia_drivers", &drivers);
 }
 
 /// The upgrade controller replaces driver pods one node at a time, so the DaemonSet itself must never roll:
