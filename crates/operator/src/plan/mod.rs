@@ -3,4 +3,5 @@
 pub mod configs;
 pub mod driver_assignment;
 pub mod labels;
+pub mod nvidia_driver_status;
 pub mod status;

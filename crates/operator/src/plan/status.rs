@@ -251,29 +251,10 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
     let mut ready = 0;
     let mut problems = Vec::new();
     for ds_name in observed.rendered.get(&component).into_iter().flatten() {
-        let Some(ds) = observed.daemonsets.get(ds_name) else {
-            problems.push(format!("DaemonSet {ds_name} does not exist yet"));
-            continue;
-        };
-        let status = ds.status.clone().unwrap_or_default();
-        desired += status.desired_number_scheduled;
-        let current_generation =
-            status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
-        let updated = status.updated_number_scheduled.unwrap_or(0);
-        let available = status.number_available.unwrap_or(0);
-        ready += available.min(updated);
-        if !current_generation {
-            problems.push(format!(
-                "{ds_name}: the DaemonSet controller has not seen the latest template yet"
-            ));
-        } else if updated < status.desired_number_scheduled
-            || available < status.desired_number_scheduled
-        {
-            problems.push(format!(
-                "{ds_name}: {available} of {} nodes available, {updated} updated",
-                status.desired_number_scheduled
-            ));
-        }
+        let progress = rollout(ds_name, observed.daemonsets.get(ds_name).copied());
+        desired += progress.desired;
+        ready += progress.ready;
+        problems.extend(progress.problem);
     }
     if problems.is_empty() && desired as usize != expected {
         problems.push(format!(
@@ -312,6 +293,52 @@ fn component_status(component: Component, observed: &Observed<'_>) -> ComponentS
         .flatten()
         .cloned()
         .collect(),
+    }
+}
+
+/// How far one rendered DaemonSet has rolled out.
+pub(crate) struct Rollout {
+    /// Nodes it should run on, as the DaemonSet controller counts them.
+    pub desired: i32,
+    /// Nodes where the current template's pod is available.
+    pub ready: i32,
+    /// What is missing, when anything is.
+    pub problem: Option<String>,
+}
+
+/// The rollout of the DaemonSet `name` (`None`: it does not exist yet). Done only when the DaemonSet controller
+/// has seen the latest template and every desired pod is updated and available.
+pub(crate) fn rollout(name: &str, daemonset: Option<&DaemonSet>) -> Rollout {
+    let Some(ds) = daemonset else {
+        return Rollout {
+            desired: 0,
+            ready: 0,
+            problem: Some(format!("DaemonSet {name} does not exist yet")),
+        };
+    };
+    let status = ds.status.clone().unwrap_or_default();
+    let current_generation =
+        status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
+    let updated = status.updated_number_scheduled.unwrap_or(0);
+    let available = status.number_available.unwrap_or(0);
+    let problem = if !current_generation {
+        Some(format!(
+            "{name}: the DaemonSet controller has not seen the latest template yet"
+        ))
+    } else if updated < status.desired_number_scheduled
+        || available < status.desired_number_scheduled
+    {
+        Some(format!(
+            "{name}: {available} of {} nodes available, {updated} updated",
+            status.desired_number_scheduled
+        ))
+    } else {
+        None
+    };
+    Rollout {
+        desired: status.desired_number_scheduled,
+        ready: available.min(updated),
+        problem,
     }
 }
 
@@ -389,7 +416,7 @@ fn unsupported_condition(
 }
 
 /// A condition that keeps its previous transition time when its status did not change.
-fn condition(
+pub(crate) fn condition(
     previous: &[Condition],
     type_: &str,
     status: bool,
