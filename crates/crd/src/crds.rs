@@ -8,9 +8,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
+use crate::nvidia_driver::NVIDIADriver;
 use crate::{ClusterPolicy, GPUNode};
 
-/// Every CRD the operator owns, ClusterPolicy first.
+/// Every CRD the operator owns, ClusterPolicy first. NVIDIADriver is NVIDIA's, applied here as NVIDIA's chart does,
+/// so that `driver.useNvidiaDriverCRD` works without a second install step.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let mut cluster_policy = ClusterPolicy::crd();
     for version in &mut cluster_policy.spec.versions {
@@ -27,7 +29,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
             add_image_rule(spec);
         }
     }
-    let mut crds = vec![cluster_policy, GPUNode::crd()];
+    let mut crds = vec![cluster_policy, GPUNode::crd(), NVIDIADriver::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version

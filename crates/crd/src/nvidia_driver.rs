@@ -4,9 +4,9 @@
 //! for precompiled drivers), so that node pools can run different driver versions.
 //!
 //! The field names, defaults, enums and immutability rules are NVIDIA's (`api/nvidia/v1alpha1/nvidiadriver_types.go`
-//! in NVIDIA/gpu-operator), so that NVIDIA's sample objects apply unchanged. NVIDIA's NVIDIADriver has no upgrade
-//! policy of its own: the ClusterPolicy's `driver.upgradePolicy` governs the upgrade of every driver DaemonSet, the
-//! NVIDIADriver ones included.
+//! in NVIDIA/gpu-operator), so that NVIDIA's sample objects apply unchanged. A `default` object drives the GPU
+//! nodes that no other object picks; each object's `upgradePolicy` governs the upgrades of its own nodes, and the
+//! ClusterPolicy's `driver.upgradePolicy` those of an object without one.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_policy::{
-    ConfigMapRef, ContainerProbeSpec, ContainerSpec, GpuDirectRdmaSpec, ImageAndEnvSpec, ImageSpec,
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, DriverUpgradePolicySpec, GpuDirectRdmaSpec, ImageAndEnvSpec, ImageSpec,
     UnsupportedSection,
 };
 use crate::labels::GPU_PRESENT;
@@ -49,7 +49,12 @@ use crate::labels::GPU_PRESENT;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.default) && self.default ? !has(self.nodeSelector) || size(self.nodeSelector) == 0 : true").message("a default NVIDIADriver drives the GPU nodes no other NVIDIADriver picks, so it has no nodeSelector: remove spec.nodeSelector, or set spec.default to false"))]
 pub struct NvidiaDriverSpec {
+    /// Drive every GPU node that no other NVIDIADriver's nodeSelector picks (no nodeSelector of its own). One
+    /// default object is accepted; a second is refused.
+    #[serde(default)]
+    pub default: bool,
     /// The kind of driver: gpu (default), vgpu (a vGPU guest) or vgpu-host-manager. Immutable: create another
     /// NVIDIADriver to change it.
     #[serde(default)]
@@ -113,6 +118,10 @@ pub struct NvidiaDriverSpec {
     /// A Secret whose keys become environment variables of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_env: Option<String>,
+    /// How this driver's upgrades roll across its nodes, as the ClusterPolicy's `driver.upgradePolicy`, which
+    /// applies where this is unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_policy: Option<DriverUpgradePolicySpec>,
     /// The GPU nodes this driver runs on. Empty means every GPU node (`nvidia.com/gpu.present: "true"`). No two
     /// NVIDIADriver objects may pick the same node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -113,10 +113,12 @@ impl Applier {
         self.services.wait_until_ready().await
     }
 
+    /// Applies `objects` and prunes the policy's other objects, except the DaemonSets named in `kept`.
     pub async fn apply(
         &self,
         owner: &ClusterPolicy,
         objects: &[RenderedObject],
+        kept: &BTreeSet<String>,
     ) -> Result<ApplySummary, ApplyError> {
         let owner_ref = owner.controller_owner_ref(&()).ok_or(ApplyError::NoOwner)?;
         let mut summary = ApplySummary::default();
@@ -173,7 +175,7 @@ impl Applier {
                 }
             }
         }
-        summary.pruned = self.prune(owner, objects).await?;
+        summary.pruned = self.prune(owner, objects, kept).await?;
         Ok(summary)
     }
 
@@ -211,13 +213,18 @@ impl Applier {
         Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
     }
 
-    /// Deletes the operator's objects of this policy that were not rendered this time.
+    /// Deletes the operator's objects of this policy that were not rendered this time and are not kept.
     async fn prune(
         &self,
         owner: &ClusterPolicy,
         objects: &[RenderedObject],
+        kept: &BTreeSet<String>,
     ) -> Result<usize, ApplyError> {
-        let wanted: ObjectSet = objects.iter().map(|o| (o.kind(), o.name())).collect();
+        let wanted: ObjectSet = objects
+            .iter()
+            .map(|o| (o.kind(), o.name()))
+            .chain(kept.iter().map(|name| ("DaemonSet", name.clone())))
+            .collect();
         let pruned = (owner.uid().unwrap_or_default(), wanted);
         if self
             .last_pruned

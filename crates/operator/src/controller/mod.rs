@@ -1,9 +1,10 @@
 //! The ClusterPolicy controller: observe -> validate -> label -> render -> apply -> status, driven by watches
 //! (no polling). It watches ClusterPolicies, the DaemonSets and Services it owns, Nodes (only changes that
-//! matter for GPU deployment), GPUNodes and the ConfigMaps in its namespace.
+//! matter for GPU deployment), GPUNodes, NVIDIADrivers and the ConfigMaps in its namespace.
 
 mod gate;
 mod guarded;
+mod nvidia_drivers;
 mod reconcile;
 #[cfg(test)]
 mod step_tests;
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crd::gpu_node::GpuNodeStatus;
+use crd::nvidia_driver::NVIDIADriver;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -61,6 +63,7 @@ pub struct Context {
     pub gpu_nodes: Store<GPUNode>,
     pub daemonsets: Store<DaemonSet>,
     pub config_maps: Store<ConfigMap>,
+    pub nvidia_drivers: Store<NVIDIADriver>,
     pub applier: Applier,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
@@ -89,6 +92,8 @@ async fn sync_caches(
     context.nodes.wait_until_ready().await?;
     context.gpu_nodes.wait_until_ready().await?;
     context.config_maps.wait_until_ready().await?;
+    // Without it a reconcile would find no NVIDIADriver, render none of their drivers and prune the running ones.
+    context.nvidia_drivers.wait_until_ready().await?;
     // The DaemonSet and Service caches, which `context.daemonsets` shares.
     context.applier.caches_synced().await?;
     synced.send_replace(true);
@@ -119,6 +124,8 @@ pub enum ReconcileError {
     OperandsStopping { remaining: usize },
     #[error("deleting the GPUNodes: {0}")]
     GpuNodes(#[source] kube::Error),
+    #[error("writing the status of NVIDIADriver {name}: {source}")]
+    NvidiaDriverStatus { name: String, source: kube::Error },
     #[error("finalizer: {0}")]
     Finalizer(String),
     #[error(transparent)]
@@ -140,6 +147,7 @@ impl ReconcileError {
             ReconcileError::Status(_) => "status",
             ReconcileError::OperandsStopping { .. } => "operands-stopping",
             ReconcileError::GpuNodes(_) => "gpunodes",
+            ReconcileError::NvidiaDriverStatus { .. } => "nvidiadriver-status",
             ReconcileError::Finalizer(_) => "finalizer",
             ReconcileError::Gate(closed) => closed.reason(),
         }
@@ -210,6 +218,18 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(predicates::resource_version, Default::default());
 
+    let (nvidia_drivers, nvidia_driver_writer) = reflector::store();
+    let nvidia_driver_events = guarded::watcher(
+        Api::<DeserializeGuard<NVIDIADriver>>::all(client.clone()),
+        watcher::Config::default(),
+        &metrics,
+        &health,
+    )
+    .modify(forget_bookkeeping)
+    .reflect(nvidia_driver_writer)
+    .applied_objects()
+    .predicate_filter(spec_and_deletion, Default::default());
+
     let (policies, policy_writer) = reflector::store();
     let policy_events = guarded::watcher(
         Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
@@ -248,6 +268,7 @@ pub async fn run(
         gpu_nodes,
         daemonsets,
         config_maps,
+        nvidia_drivers,
         metrics,
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),
@@ -266,6 +287,7 @@ pub async fn run(
         .watches_stream(node_events, every_policy(policies.clone()))
         .watches_stream(gpu_node_events, every_policy(policies.clone()))
         .watches_stream(config_map_events, every_policy(policies.clone()))
+        .watches_stream(nvidia_driver_events, every_policy(policies.clone()))
         .watches_stream(any_policy_events, every_policy(policies))
         .run(reconcile, error_policy, context)
         // Failures are logged once, with their retry delay, by `error_policy`.
@@ -363,6 +385,18 @@ fn spec_and_lifecycle(policy: &ClusterPolicy) -> Option<u64> {
         policy.metadata.generation,
         policy.metadata.deletion_timestamp.is_some(),
         policy.finalizers(),
+    )
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What of an NVIDIADriver a reconcile reacts to: its spec (generation) and its deletion. Not its status, which
+/// the reconcile itself writes.
+fn spec_and_deletion(object: &NVIDIADriver) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    (
+        object.metadata.generation,
+        object.metadata.deletion_timestamp.is_some(),
     )
         .hash(&mut hasher);
     Some(hasher.finish())

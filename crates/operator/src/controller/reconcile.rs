@@ -2,7 +2,7 @@
 //! (render), apply, status; and the cleanup when the policy is deleted. Each step is a function of its own, so
 //! that its outcomes can be tested against a mocked API server.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -18,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
+use super::nvidia_drivers::DriverObjects;
 use super::writes::{announce_transition, label_nodes, patch_labels, publish, write_status};
 use super::{Context, ReconcileError};
 use crate::apply::ApplySummary;
@@ -63,9 +64,10 @@ pub(super) async fn reconcile_policy(
     };
     let cluster = observe(&validated, context);
     let objects = render(&validated, &cluster.facts);
+    let kept = cluster.drivers.kept(&context.daemonsets.state());
     // The DaemonSets first: they select nodes by the labels below, so their pods follow each label as it lands,
     // and on a large cluster they need not wait for every node to be labelled.
-    let summary = apply_operands(policy, &previous, &objects, context, &now).await?;
+    let summary = apply_operands(policy, &previous, &objects, &kept, context, &now).await?;
     let labelled =
         label_nodes(&validated, &cluster.nodes, cluster.default_runtime, context).await?;
     let built = Built {
@@ -78,47 +80,53 @@ pub(super) async fn reconcile_policy(
     let status = compute_status(policy, &previous, &built, context, &now).await;
     announce_transition(policy, &previous, &status, context).await;
     write_status(policy, &previous, status, context).await?;
+    cluster.drivers.report(&objects, context, &now).await?;
     if let Ok(mut failures) = context.failures.lock() {
         failures.remove(&policy.name_any());
     }
     Ok(Action::await_change())
 }
 
-/// What a reconcile reads of the cluster besides the policy: the nodes (from the watch cache) and the facts
-/// rendering depends on.
+/// What a reconcile reads of the cluster besides the policy: the nodes (from the watch cache), the facts
+/// rendering depends on, and the NVIDIADriver objects with their nodes.
 struct Cluster {
     nodes: Vec<Arc<Node>>,
     facts: ClusterFacts,
     default_runtime: ContainerRuntime,
+    drivers: DriverObjects,
 }
 
 /// observe: the cluster as the watch caches hold it.
 fn observe(validated: &ValidatedPolicy, context: &Context) -> Cluster {
     let default_runtime = ContainerRuntime::from_default(&validated.spec.operator.default_runtime);
     let nodes = context.nodes.state();
-    let facts = ClusterFacts::from_nodes(
+    let mut facts = ClusterFacts::from_nodes(
         &context.namespace,
         nodes.iter().map(AsRef::as_ref),
         default_runtime,
     );
+    let drivers = DriverObjects::observe(validated, &facts.gpu_nodes, &context.nvidia_drivers);
+    facts.nvidia_drivers = drivers.accepted();
     Cluster {
         nodes,
         facts,
         default_runtime,
+        drivers,
     }
 }
 
 /// apply: the rendered operands server-side applied (each only when it changed) and what is no longer rendered
-/// pruned. A failure is said where users look (status and a Warning Event) and returned, so that
+/// pruned, except the `kept` DaemonSets. A failure is said where users look (status and a Warning Event) and returned, so that
 /// `error_policy` retries it with backoff.
 pub(super) async fn apply_operands(
     policy: &ClusterPolicy,
     previous: &ClusterPolicyStatus,
     objects: &[RenderedObject],
+    kept: &BTreeSet<String>,
     context: &Context,
     now: &Time,
 ) -> Result<ApplySummary, ReconcileError> {
-    let summary = match context.applier.apply(policy, objects).await {
+    let summary = match context.applier.apply(policy, objects, kept).await {
         Ok(summary) => summary,
         Err(error) => {
             let message = error.to_string();

@@ -2,6 +2,7 @@
 //! operand apply step (created, unchanged, changed, conflict, API error) and the ClusterPolicy status write
 //! (written, unchanged, changed, conflict, API error); failures go to `error_policy`, which requeues with backoff.
 
+use std::collections::BTreeSet;
 use std::slice;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,6 +115,7 @@ impl Fixture {
             &policy(),
             &ClusterPolicyStatus::default(),
             objects,
+            &BTreeSet::new(),
             &self.context,
             &now,
         )
@@ -156,6 +158,7 @@ fn context(
         gpu_nodes: reflector::store().0,
         daemonsets,
         config_maps: reflector::store().0,
+        nvidia_drivers: reflector::store().0,
         metrics: Metrics::shared(),
         failures: Mutex::default(),
         unknown_fields: Mutex::default(),

@@ -7,6 +7,9 @@
 //! both objects of a conflict and never looks again (NVIDIA/gpu-operator #2355, #2259); here the refused object
 //! is looked at again on every change of objects or nodes, and accepted as soon as its nodes are free.
 //!
+//! A `default` object drives the GPU nodes that no other object picks, whatever their selectors leave over; one
+//! default object is accepted, by the same order, and a second is refused naming the first.
+//!
 //! Only the nodeSelector decides: nodeAffinity narrows where the pods run but a selector overlap is refused even
 //! when the affinities happen to keep the pods apart, as NVIDIA's operator does.
 
@@ -21,27 +24,39 @@ pub struct DriverClaim {
     pub name: String,
     /// The labels a node needs (the object's nodeSelector, or NVIDIA's default for an empty one).
     pub selector: BTreeMap<String, String>,
+    /// Whether it drives the nodes no other object picks (NVIDIA's `spec.default`); its selector is then ignored.
+    pub default: bool,
     /// Whether the object's current generation was accepted before.
     pub settled: bool,
     pub created: Option<Timestamp>,
 }
 
-/// Why an object was refused: the first of its nodes that another object drives.
+/// Why an object was refused: the first of its nodes that another object drives, or (`node: None`) another
+/// default object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conflict {
-    pub node: String,
+    pub node: Option<String>,
     pub refused: String,
     pub holder: String,
 }
 
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "node {} is picked by the nodeSelector of NVIDIADriver {} and of NVIDIADriver {}, which drives it; \
-             a node runs one driver: change the nodeSelector of {} (or of {}) so that they pick no node in common",
-            self.node, self.refused, self.holder, self.refused, self.holder
-        )
+        let (refused, holder) = (&self.refused, &self.holder);
+        match &self.node {
+            Some(node) => write!(
+                f,
+                "node {node} is picked by the nodeSelector of NVIDIADriver {refused} and of NVIDIADriver {holder}, \
+                 which drives it; a node runs one driver: change the nodeSelector of {refused} (or of {holder}) so \
+                 that they pick no node in common"
+            ),
+            None => write!(
+                f,
+                "NVIDIADriver {refused} and NVIDIADriver {holder} both set spec.default, and {holder} drives the GPU \
+                 nodes no other object picks; one object is the default: set spec.default to false on {refused} \
+                 and give it a nodeSelector"
+            ),
+        }
     }
 }
 
@@ -70,9 +85,11 @@ pub fn assign(claims: &[DriverClaim], nodes: &[(String, BTreeMap<String, String>
             })
             .then_with(|| a.name.cmp(&b.name))
     });
+    let (defaults, selecting): (Vec<&DriverClaim>, Vec<&DriverClaim>) =
+        ordered.into_iter().partition(|claim| claim.default);
     let mut driven_by: BTreeMap<&str, &str> = BTreeMap::new();
     let mut assignment = Assignment::default();
-    for claim in ordered {
+    for claim in selecting {
         let picked: Vec<&str> = nodes
             .iter()
             .filter(|(_, labels)| selects(&claim.selector, labels))
@@ -85,7 +102,7 @@ pub fn assign(claims: &[DriverClaim], nodes: &[(String, BTreeMap<String, String>
             assignment.refused.insert(
                 claim.name.clone(),
                 Conflict {
-                    node: node.to_owned(),
+                    node: Some(node.to_owned()),
                     refused: claim.name.clone(),
                     holder: holder.to_owned(),
                 },
@@ -99,6 +116,28 @@ pub fn assign(claims: &[DriverClaim], nodes: &[(String, BTreeMap<String, String>
             claim.name.clone(),
             picked.into_iter().map(str::to_owned).collect(),
         );
+    }
+    let mut defaults = defaults.into_iter();
+    if let Some(default) = defaults.next() {
+        let left_over = nodes
+            .iter()
+            .map(|(name, _)| name)
+            .filter(|name| !driven_by.contains_key(name.as_str()))
+            .cloned()
+            .collect();
+        assignment
+            .accepted
+            .insert(default.name.clone(), left_over);
+        for refused in defaults {
+            assignment.refused.insert(
+                refused.name.clone(),
+                Conflict {
+                    node: None,
+                    refused: refused.name.clone(),
+                    holder: default.name.clone(),
+                },
+            );
+        }
     }
     assignment
 }
@@ -125,6 +164,7 @@ mod tests {
         DriverClaim {
             name: name.into(),
             selector: labels(selector),
+            default: false,
             settled,
             created: Some(Timestamp::from_second(created).expect("a valid time")),
         }
@@ -174,7 +214,7 @@ mod tests {
         assert_eq!(
             conflict,
             &Conflict {
-                node: "a100-0".into(),
+                node: Some("a100-0".into()),
                 refused: "default".into(),
                 holder: "a100-driver".into(),
             }
@@ -206,7 +246,7 @@ mod tests {
         let assignment = assign(&claims, &nodes());
         assert_eq!(assignment.accepted["h100-driver"], ["h100-0", "h100-1"]);
         assert_eq!(assignment.refused["older"].holder, "h100-driver");
-        assert_eq!(assignment.refused["older"].node, "h100-0");
+        assert_eq!(assignment.refused["older"].node.as_deref(), Some("h100-0"));
     }
 
     #[test]
@@ -224,6 +264,33 @@ mod tests {
         claims.remove(0);
         let assignment = assign(&claims, &nodes());
         assert_eq!(assignment.accepted["everything"].len(), 4);
+    }
+
+    #[test]
+    fn the_default_object_drives_the_nodes_no_other_object_picks_and_a_second_default_is_refused() {
+        let default = |name: &str, created| DriverClaim {
+            default: true,
+            ..claim(name, &[("nvidia.com/gpu.present", "true")], false, created)
+        };
+        let claims = [
+            default("newer-default", 30),
+            default("default", 5),
+            claim("h100-driver", &[("pool", "H100")], false, 20),
+        ];
+        let assignment = assign(&claims, &nodes());
+        assert_eq!(assignment.accepted["h100-driver"], ["h100-0", "h100-1"]);
+        assert_eq!(
+            assignment.accepted["default"],
+            ["a100-0", "a100-1"],
+            "older than h100-driver, yet it yields the nodes another object picks"
+        );
+        let conflict = &assignment.refused["newer-default"];
+        assert_eq!((conflict.node.as_ref(), conflict.holder.as_str()), (None, "default"));
+        let message = conflict.to_string();
+        assert!(
+            message.contains("newer-default") && message.contains("spec.default"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn a_refused_object_is_not_ready_with_the_conflict_in_both_conditions() {
         let conflict = Conflict {
-            node: "a100-0".into(),
+            node: Some("a100-0".into()),
             refused: "default".into(),
             holder: "a100-driver".into(),
         };

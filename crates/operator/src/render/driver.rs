@@ -18,6 +18,10 @@ use super::common::{
 };
 use crate::model::{AssignedDriver, ClusterFacts, Component, OsPool, ValidatedPolicy};
 
+/// Label on the DaemonSets of an NVIDIADriver, naming the object: a refused object's DaemonSets are found by it
+/// and kept (see `controller::nvidia_drivers`).
+pub const NVIDIA_DRIVER_LABEL: &str = "nvidia.com/gpu-operator.nvidiadriver";
+
 /// The probe command: the driver is up once the host kernel has the `nvidia` module loaded (`lsmod` reads the
 /// host's /proc/modules). Simple on purpose: the validator checks the driver in depth before any GPU client
 /// starts; this only tells the DaemonSet when the pod is ready.
@@ -70,6 +74,8 @@ struct DriverSource<'a> {
     kernel_module_config: Option<&'a str>,
     manager: Option<&'a ImageAndEnvSpec>,
     manager_image: Option<String>,
+    /// The NVIDIADriver's name; none for the ClusterPolicy's driver.
+    nvidia_driver: Option<&'a str>,
     /// The NVIDIADriver's nodeSelector and the nodes it was given; none for the ClusterPolicy's driver.
     assigned: Option<(BTreeMap<String, String>, &'a BTreeSet<String>)>,
     /// The NVIDIADriver's pull settings, resources, args and env.
@@ -97,6 +103,7 @@ impl<'a> DriverSource<'a> {
             kernel_module_config: config_map_name(driver.kernel_module_config.as_ref()),
             manager: driver.manager.as_ref(),
             manager_image: policy.driver_manager_image.clone(),
+            nvidia_driver: None,
             assigned: None,
             section: None,
             overrides: PodOverrides::default(),
@@ -125,6 +132,7 @@ impl<'a> DriverSource<'a> {
                 .as_ref()
                 .and_then(|manager| manager.image.reference())
                 .or_else(|| policy.driver_manager_image.clone()),
+            nvidia_driver: Some(&driver.name),
             assigned: Some((spec.node_selector(), &driver.nodes)),
             section: Some((&spec.image, &spec.container)),
             overrides: PodOverrides {
@@ -255,7 +263,15 @@ fn pool_daemonset(
             &[run_nvidia(), HostMount::host_root(policy)],
         );
     }
-    ds.build().into()
+    let mut daemonset = ds.build();
+    if let Some(object) = source.nvidia_driver {
+        daemonset
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(NVIDIA_DRIVER_LABEL.into(), object.into());
+    }
+    daemonset.into()
 }
 
 /// `/run/nvidia`, where the driver container exposes its root filesystem (`/run/nvidia/driver`) to the host
