@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_policy::{
-    ConfigMapRef, ContainerProbeSpec, ContainerSpec, DriverUpgradePolicySpec, GpuDirectRdmaSpec, ImageAndEnvSpec, ImageSpec,
-    UnsupportedSection,
+    ConfigMapRef, ContainerProbeSpec, ContainerSpec, DriverUpgradePolicySpec, GpuDirectRdmaSpec,
+    ImageAndEnvSpec, ImageSpec, UnsupportedSection,
 };
 use crate::labels::GPU_PRESENT;
 

@@ -125,9 +125,7 @@ pub fn assign(claims: &[DriverClaim], nodes: &[(String, BTreeMap<String, String>
             .filter(|name| !driven_by.contains_key(name.as_str()))
             .cloned()
             .collect();
-        assignment
-            .accepted
-            .insert(default.name.clone(), left_over);
+        assignment.accepted.insert(default.name.clone(), left_over);
         for refused in defaults {
             assignment.refused.insert(
                 refused.name.clone(),
@@ -285,7 +283,10 @@ mod tests {
             "older than h100-driver, yet it yields the nodes another object picks"
         );
         let conflict = &assignment.refused["newer-default"];
-        assert_eq!((conflict.node.as_ref(), conflict.holder.as_str()), (None, "default"));
+        assert_eq!(
+            (conflict.node.as_ref(), conflict.holder.as_str()),
+            (None, "default")
+        );
         let message = conflict.to_string();
         assert!(
             message.contains("newer-default") && message.contains("spec.default"),

@@ -6,7 +6,8 @@
 //! the node's label and annotations in one merge patch. Only the leader runs passes.
 //!
 //! Driver DaemonSets are found by their labels (`app.kubernetes.io/component=driver`, managed by this operator),
-//! whatever made them: one per OS pool today, and any other source of driver DaemonSets later.
+//! whatever made them: the ClusterPolicy's (one per OS pool) and the NVIDIADriver objects'; each is upgraded under
+//! the policy that governs it ([`groups`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -16,6 +17,7 @@ use std::time::Duration;
 use crd::driver_upgrade::{
     ClusterUpgradeStatus, FIELD_MANAGER, NodeFailure, NodeUpgradeStatus, UpgradeState,
 };
+use crd::nvidia_driver::NVIDIADriver;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
@@ -36,6 +38,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
 use super::facts::{self, OwnedDaemonSet, PodContext};
+use super::groups::{self, Governor, Group};
 use super::settings::{Settings, StepTimeouts};
 use crate::controller::{
     Gate, GateClosed, WatchesBackOffThemselves, active_policy, guarded_watcher, publish_event,
@@ -79,6 +82,8 @@ pub struct Context {
     pods: Store<Pod>,
     revisions: Store<ControllerRevision>,
     gpu_nodes: Store<GPUNode>,
+    /// NVIDIADriver objects, whose own upgrade policies govern their driver DaemonSets.
+    nvidia_drivers: Store<NVIDIADriver>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     gate: Gate,
@@ -183,6 +188,17 @@ pub async fn run(
     .reflect(gpu_node_writer)
     .applied_objects()
     .predicate_filter(process_pods, Default::default());
+    let (nvidia_drivers, nvidia_driver_writer) = reflector::store();
+    let nvidia_driver_events = guarded_watcher(
+        Api::<DeserializeGuard<NVIDIADriver>>::all(client.clone()),
+        watcher::Config::default(),
+        &metrics,
+        &health,
+    )
+    .modify(forget_bookkeeping)
+    .reflect(nvidia_driver_writer)
+    .applied_objects()
+    .predicate_filter(predicates::generation, Default::default());
     let (policies, policy_writer) = reflector::store();
     let policy_events = guarded_watcher(
         Api::<DeserializeGuard<ClusterPolicy>>::all(client.clone()),
@@ -206,6 +222,7 @@ pub async fn run(
         pods,
         revisions,
         gpu_nodes,
+        nvidia_drivers,
         metrics,
         gate: Gate::new(caches_synced, leading),
         failures: Mutex::default(),
@@ -219,7 +236,8 @@ pub async fn run(
             caches.daemonsets.wait_until_ready().await?;
             caches.pods.wait_until_ready().await?;
             caches.revisions.wait_until_ready().await?;
-            caches.gpu_nodes.wait_until_ready().await
+            caches.gpu_nodes.wait_until_ready().await?;
+            caches.nvidia_drivers.wait_until_ready().await
         };
         match ready.await {
             Ok(()) => {
@@ -234,7 +252,8 @@ pub async fn run(
         .watches_stream(daemonset_events, every_policy(policies.clone()))
         .watches_stream(pod_events, every_policy(policies.clone()))
         .watches_stream(revision_events, every_policy(policies.clone()))
-        .watches_stream(gpu_node_events, every_policy(policies))
+        .watches_stream(gpu_node_events, every_policy(policies.clone()))
+        .watches_stream(nvidia_driver_events, every_policy(policies))
         .run(pass, error_policy, context)
         .for_each(|_| async {})
         .await;
@@ -363,24 +382,8 @@ fn error_policy(
     Requeue::requeue(delay)
 }
 
-/// One pass over every GPU node.
+/// One pass over every GPU node, a group of nodes at a time (see [`groups`]).
 async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, UpgradeError> {
-    let settings =
-        match Settings::from_spec(policy.spec.driver.upgrade_policy.as_ref(), context.timeouts) {
-            Ok(settings) => settings,
-            Err(error) => {
-                warn!(%error, "driver upgrades stopped: the upgrade policy cannot be used");
-                publish(
-                    context,
-                    &policy.object_ref(&()),
-                    EventType::Warning,
-                    "UpgradePolicyInvalid",
-                    &error.to_string(),
-                )
-                .await;
-                return Ok(Requeue::await_change());
-            }
-        };
     let daemonsets = context.daemonsets.state();
     let revisions = context.revisions.state();
     let revision_refs: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
@@ -413,31 +416,60 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         }
     }
     let nodes = context.nodes.state();
-    let mut facts: Vec<NodeFacts> = nodes
+    // A node whose driver DaemonSet is gone keeps its state label; the ClusterPolicy's group looks after it.
+    let without_driver: BTreeSet<String> = nodes
         .iter()
-        .map(|node| {
-            let on_node = pods_by_node
-                .get(node.name_any().as_str())
-                .map_or(&[][..], Vec::as_slice);
-            facts::node_facts(node, &drivers, &validators, on_node)
-        })
-        .filter(|facts| facts.driver.is_some() || facts.label.is_some())
+        .filter(|node| !drivers.iter().any(|d| facts::selects(d.daemonset, node)))
+        .map(|node| node.name_any())
         .collect();
-    for node in facts
-        .iter_mut()
-        .filter(|node| decide::handles_pods(node.state()) && !node.skip)
-    {
-        node.pods = read_pods(node, &settings, context).await?;
-    }
+    let objects = context.nvidia_drivers.state();
+    let groups = groups::group(
+        policy.spec.driver.upgrade_policy.as_ref(),
+        drivers,
+        &objects,
+    );
     let now = Timestamp::now();
-    let plan = decide::plan(&settings, &facts, now);
-    for step in &plan.steps {
-        let node = nodes.iter().find(|n| n.name_any() == step.node);
-        if let Some(node) = node {
-            carry_out(step, node, context).await?;
+    let mut plan = decide::Plan::default();
+    let mut all_facts = Vec::new();
+    let mut auto_upgrade = false;
+    for group in groups {
+        let Some(settings) = group_settings(policy, &group, context).await else {
+            continue;
+        };
+        auto_upgrade |= settings.auto_upgrade;
+        let ours = |facts: &NodeFacts| {
+            facts.driver.is_some()
+                || (group.governor == Governor::ClusterPolicy
+                    && facts.label.is_some()
+                    && without_driver.contains(&facts.name))
+        };
+        let mut facts: Vec<NodeFacts> = nodes
+            .iter()
+            .map(|node| {
+                let on_node = pods_by_node
+                    .get(node.name_any().as_str())
+                    .map_or(&[][..], Vec::as_slice);
+                facts::node_facts(node, &group.drivers, &validators, on_node)
+            })
+            .filter(ours)
+            .collect();
+        for node in facts
+            .iter_mut()
+            .filter(|node| decide::handles_pods(node.state()) && !node.skip)
+        {
+            node.pods = read_pods(node, &settings, context).await?;
         }
+        let group_plan = decide::plan(&settings, &facts, now);
+        for step in &group_plan.steps {
+            let node = nodes.iter().find(|n| n.name_any() == step.node);
+            if let Some(node) = node {
+                carry_out(step, node, context).await?;
+            }
+        }
+        plan.merge(group_plan);
+        all_facts.extend(facts);
     }
-    report(policy, &settings, &facts, &plan, context).await?;
+    report(policy, auto_upgrade, &all_facts, &plan, context).await?;
     Ok(match plan.wake_at {
         Some(at) => {
             let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
@@ -445,6 +477,36 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         }
         None => Requeue::await_change(),
     })
+}
+
+/// The settings of a group's upgrade policy; `None`, with a Warning Event on the object that holds the policy,
+/// when they cannot be used: that group's upgrades stop until the policy is fixed, the others go on.
+async fn group_settings(
+    policy: &ClusterPolicy,
+    group: &Group<'_>,
+    context: &Context,
+) -> Option<Settings> {
+    let error = match Settings::from_spec(group.spec, context.timeouts) {
+        Ok(settings) => return Some(settings),
+        Err(error) => error,
+    };
+    let object = match &group.governor {
+        Governor::ClusterPolicy => policy.object_ref(&()),
+        Governor::NvidiaDriver(name) => {
+            let object = context.nvidia_drivers.get(&ObjectRef::new(name))?;
+            object.object_ref(&())
+        }
+    };
+    warn!(%error, governor = ?group.governor, "driver upgrades stopped: the upgrade policy cannot be used");
+    publish(
+        context,
+        &object,
+        EventType::Warning,
+        "UpgradePolicyInvalid",
+        &error.to_string(),
+    )
+    .await;
+    None
 }
 
 /// The pods on a node that handles pods, with what makes them GPU users and what the policy's selectors say.
@@ -735,15 +797,13 @@ async fn publish(
 /// `status.driverUpgrade`, and the metrics. Each written only when it changed.
 async fn report(
     policy: &ClusterPolicy,
-    settings: &Settings,
+    auto_upgrade: bool,
     facts: &[NodeFacts],
     plan: &decide::Plan,
     context: &Context,
 ) -> Result<(), UpgradeError> {
     let summary = &plan.summary;
-    context
-        .metrics
-        .record_upgrades(settings.auto_upgrade, summary);
+    context.metrics.record_upgrades(auto_upgrade, summary);
     let gpu_nodes = Api::<GPUNode>::all(context.client.clone());
     for node in facts {
         let Some(stored) = context.gpu_nodes.get(&ObjectRef::new(&node.name)) else {
@@ -795,7 +855,7 @@ async fn report(
         }
     }
     let status = ClusterUpgradeStatus {
-        auto_upgrade: settings.auto_upgrade,
+        auto_upgrade,
         in_progress: count(summary.in_progress),
         done: count(summary.done),
         failed: count(summary.failed),
@@ -814,7 +874,7 @@ async fn report(
         .status
         .as_ref()
         .and_then(|s| s.driver_upgrade.as_ref());
-    let nothing_to_say = !settings.auto_upgrade && facts.iter().all(|n| n.label.is_none());
+    let nothing_to_say = !auto_upgrade && facts.iter().all(|n| n.label.is_none());
     let wanted = (!nothing_to_say).then_some(&status);
     if current == wanted {
         return Ok(());

@@ -66,6 +66,7 @@ fn context(client: Client) -> (Arc<Context>, Caches) {
         pods,
         revisions,
         gpu_nodes,
+        nvidia_drivers: reflector::store().0,
         metrics: Metrics::shared(),
         gate: Gate::new(caches_synced, leading),
         failures: Mutex::default(),

@@ -222,6 +222,26 @@ pub struct Plan {
     pub summary: Summary,
 }
 
+impl Plan {
+    /// Adds the plan of another group of nodes (another upgrade policy's): its steps and counts, and the earlier
+    /// wake-up.
+    pub fn merge(&mut self, other: Plan) {
+        self.steps.extend(other.steps);
+        self.wake_at = match (self.wake_at, other.wake_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let (total, more) = (&mut self.summary, other.summary);
+        total.in_progress += more.in_progress;
+        total.done += more.done;
+        total.failed += more.failed;
+        total.pending += more.pending;
+        total.available += more.available;
+        total.skipped += more.skipped;
+        total.failures.extend(more.failures);
+    }
+}
+
 /// Whether a node in `state` needs the pods on it read for its decision.
 #[must_use]
 pub fn handles_pods(state: Option<UpgradeState>) -> bool {

@@ -4,6 +4,8 @@
 //! - `settings`: `driver.upgradePolicy`, checked (pure).
 //! - `decide`: the state machine (pure).
 //! - `facts`: what the cluster's objects say of each node, for `decide` (pure).
+//! - `groups`: which upgrade policy (the ClusterPolicy's or an NVIDIADriver's) governs which driver DaemonSets
+//!   (pure).
 //! - `controller`: the I/O: watches, the writes each decision asks for, status, Events and metrics.
 
 pub mod controller;
@@ -11,4 +13,5 @@ pub mod decide;
 #[cfg(test)]
 mod decide_tests;
 pub mod facts;
+pub mod groups;
 pub mod settings;
