@@ -37,6 +37,9 @@ pub const MIG_CONFIG_STATE: &str = "nvidia.com/mig.config.state";
 pub const DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
 /// GPU product as feature discovery writes it, e.g. NVIDIA-A100-SXM4-40GB.
 pub const GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// The NVIDIADriver object that drives a node (NVIDIA's name): the operator writes it on each GPU node it assigns
+/// to an object, and the object's driver DaemonSets select their nodes by it (and carry it themselves).
+pub const DRIVER_OWNER: &str = "nvidia.com/gpu-operator.driver.owner";
 
 /// Labels GPU feature discovery writes besides the `nvidia.com/mig-<profile>.*` family, without the prefix. Feature
 /// discovery removes any of them that no longer applies, and the operator removes them all when its ClusterPolicy

@@ -5,8 +5,8 @@
 //!
 //! The field names, defaults, enums and immutability rules are NVIDIA's (`api/nvidia/v1alpha1/nvidiadriver_types.go`
 //! in NVIDIA/gpu-operator), so that NVIDIA's sample objects apply unchanged. A `default` object drives the GPU
-//! nodes that no other object picks; each object's `upgradePolicy` governs the upgrades of its own nodes, and the
-//! ClusterPolicy's `driver.upgradePolicy` those of an object without one.
+//! nodes that no other object picks; each object's `upgradePolicy` (or NVIDIA's default for the type) governs the
+//! upgrades of its own nodes, not the ClusterPolicy's `driver.upgradePolicy`.
 
 use std::collections::BTreeMap;
 
@@ -118,8 +118,8 @@ pub struct NvidiaDriverSpec {
     /// A Secret whose keys become environment variables of the driver container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_env: Option<String>,
-    /// How this driver's upgrades roll across its nodes, as the ClusterPolicy's `driver.upgradePolicy`, which
-    /// applies where this is unset.
+    /// How this driver's upgrades roll across its nodes, as the ClusterPolicy's `driver.upgradePolicy`. Unset,
+    /// NVIDIA's default for NVIDIADriver objects: automatic, one node at a time, at most 25% unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_policy: Option<DriverUpgradePolicySpec>,
     /// The GPU nodes this driver runs on. Empty means every GPU node (`nvidia.com/gpu.present: "true"`). No two
@@ -147,6 +147,15 @@ pub struct NvidiaDriverSpec {
 }
 
 impl NvidiaDriverSpec {
+    /// The upgrade policy, with NVIDIA's default for an NVIDIADriver where it is unset (which, unlike the
+    /// ClusterPolicy's, upgrades automatically).
+    pub fn upgrade_policy_or_default(&self) -> DriverUpgradePolicySpec {
+        self.upgrade_policy.clone().unwrap_or_else(|| {
+            serde_json::from_value(serde_json::json!({"autoUpgrade": true}))
+                .expect("the other fields have serde defaults")
+        })
+    }
+
     /// The labels a node needs to be driven by this object: the nodeSelector, or every GPU node when it is
     /// empty (NVIDIA's default).
     pub fn node_selector(&self) -> BTreeMap<String, String> {

@@ -23,7 +23,8 @@ use crate::crd_install::FIELD_MANAGER;
 use crate::model::{AssignedDriver, GpuNodeFacts, ValidatedPolicy};
 use crate::plan::driver_assignment::{Assignment, DriverClaim, assign};
 use crate::plan::nvidia_driver_status::{self, CONFLICT_REASON, Outcome};
-use crate::render::{NVIDIA_DRIVER_LABEL, RenderedObject};
+use crate::render::RenderedObject;
+use crd::labels::DRIVER_OWNER;
 
 /// The NVIDIADriver objects and which GPU nodes each drives.
 pub(super) struct DriverObjects {
@@ -31,6 +32,8 @@ pub(super) struct DriverObjects {
     enabled: bool,
     objects: Vec<Arc<NVIDIADriver>>,
     assignment: Assignment,
+    /// The accepted object of each node it drives.
+    owners: BTreeMap<String, String>,
 }
 
 impl DriverObjects {
@@ -69,11 +72,28 @@ impl DriverObjects {
         } else {
             Assignment::default()
         };
+        let owners = assignment
+            .accepted
+            .iter()
+            .flat_map(|(object, nodes)| nodes.iter().map(|node| (node.clone(), object.clone())))
+            .collect();
         Self {
             enabled,
             objects,
             assignment,
+            owners,
         }
+    }
+
+    /// The object to name in `node`'s owner label: the accepted object that drives it, else a refused object the
+    /// label already names (its kept DaemonSets still run there).
+    pub(super) fn owner(&self, node: &str, current: &BTreeMap<String, String>) -> Option<String> {
+        self.owners.get(node).cloned().or_else(|| {
+            current
+                .get(DRIVER_OWNER)
+                .filter(|owner| self.assignment.refused.contains_key(*owner))
+                .cloned()
+        })
     }
 
     /// The accepted objects with their nodes, for rendering.
@@ -98,7 +118,7 @@ impl DriverObjects {
             .filter(|daemonset| {
                 daemonset
                     .labels()
-                    .get(NVIDIA_DRIVER_LABEL)
+                    .get(DRIVER_OWNER)
                     .is_some_and(|object| self.assignment.refused.contains_key(object))
             })
             .map(|daemonset| daemonset.name_any())
@@ -176,7 +196,7 @@ fn rendered_by_object(rendered: &[RenderedObject]) -> BTreeMap<String, Vec<Strin
     let mut by_object: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for object in rendered {
         if let RenderedObject::DaemonSet(daemonset) = object
-            && let Some(owner) = daemonset.labels().get(NVIDIA_DRIVER_LABEL)
+            && let Some(owner) = daemonset.labels().get(DRIVER_OWNER)
         {
             by_object
                 .entry(owner.clone())

@@ -68,8 +68,14 @@ pub(super) async fn reconcile_policy(
     // The DaemonSets first: they select nodes by the labels below, so their pods follow each label as it lands,
     // and on a large cluster they need not wait for every node to be labelled.
     let summary = apply_operands(policy, &previous, &objects, &kept, context, &now).await?;
-    let labelled =
-        label_nodes(&validated, &cluster.nodes, cluster.default_runtime, context).await?;
+    let labelled = label_nodes(
+        &validated,
+        &cluster.nodes,
+        cluster.default_runtime,
+        &cluster.drivers,
+        context,
+    )
+    .await?;
     let built = Built {
         policy: &validated,
         facts: &cluster.facts,

@@ -22,6 +22,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::nvidia_drivers::DriverObjects;
 use super::reconcile::{apply_operands, cleanup, reconcile_policy};
 use super::writes::{label_nodes, write_status};
 use super::{Context, Gate, GateClosed, ReconcileError, error_policy};
@@ -684,6 +685,7 @@ async fn label(fixture: &Fixture) -> Result<(), String> {
         &validated,
         &[Arc::new(node)],
         ContainerRuntime::Containerd,
+        &DriverObjects::observe(&validated, &[], &fixture.context.nvidia_drivers),
         &fixture.context,
     )
     .await

@@ -15,10 +15,11 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
+use super::nvidia_drivers::DriverObjects;
 use super::{Context, ReconcileError, publish_event};
 use crate::crd_install::FIELD_MANAGER;
 use crate::model::{ContainerRuntime, ValidatedPolicy};
-use crate::plan::labels::{LabelChanges, plan_node};
+use crate::plan::labels::{LabelChanges, plan_driver_owner, plan_node};
 
 /// How many node label patches are in flight at once: one at a time, 1000 nodes took 10 s before the first
 /// DaemonSet was applied; the API server takes these small patches in parallel.
@@ -30,6 +31,7 @@ pub(super) async fn label_nodes(
     policy: &ValidatedPolicy,
     nodes: &[Arc<Node>],
     default_runtime: ContainerRuntime,
+    drivers: &DriverObjects,
     context: &Context,
 ) -> Result<Vec<BTreeMap<String, String>>, ReconcileError> {
     let api = Api::<Node>::all(context.client.clone());
@@ -45,7 +47,9 @@ pub(super) async fn label_nodes(
                     ContainerRuntime::detect(&i.container_runtime_version, &i.kubelet_version)
                 })
                 .unwrap_or(default_runtime);
-            let changes = plan_node(policy, &labels, runtime);
+            let mut changes = plan_node(policy, &labels, runtime);
+            let owner = drivers.owner(&node.name_any(), &labels);
+            changes.extend(plan_driver_owner(&labels, owner.as_deref()));
             (node.name_any(), labels, changes)
         })
         .collect();

@@ -7,8 +7,9 @@
 //! both objects of a conflict and never looks again (NVIDIA/gpu-operator #2355, #2259); here the refused object
 //! is looked at again on every change of objects or nodes, and accepted as soon as its nodes are free.
 //!
-//! A `default` object drives the GPU nodes that no other object picks, whatever their selectors leave over; one
-//! default object is accepted, by the same order, and a second is refused naming the first.
+//! A `default` object drives the GPU nodes that no other object picks, whatever their selectors leave over (but the
+//! nodes where a refused object's drivers still run); one default object is accepted, by the same order, and a
+//! second is refused naming the first.
 //!
 //! Only the nodeSelector decides: nodeAffinity narrows where the pods run but a selector overlap is refused even
 //! when the affinities happen to keep the pods apart, as NVIDIA's operator does.
@@ -16,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crd::labels::DRIVER_OWNER;
 use k8s_openapi::jiff::Timestamp;
 
 /// One NVIDIADriver object, as the assignment sees it.
@@ -119,11 +121,18 @@ pub fn assign(claims: &[DriverClaim], nodes: &[(String, BTreeMap<String, String>
     }
     let mut defaults = defaults.into_iter();
     if let Some(default) = defaults.next() {
+        // Nor the nodes a refused object's drivers still run on (their owner label names it).
+        let still_refused_objects = |labels: &BTreeMap<String, String>| {
+            labels
+                .get(DRIVER_OWNER)
+                .is_some_and(|owner| assignment.refused.contains_key(owner))
+        };
         let left_over = nodes
             .iter()
-            .map(|(name, _)| name)
-            .filter(|name| !driven_by.contains_key(name.as_str()))
-            .cloned()
+            .filter(|(name, labels)| {
+                !driven_by.contains_key(name.as_str()) && !still_refused_objects(labels)
+            })
+            .map(|(name, _)| name.clone())
             .collect();
         assignment.accepted.insert(default.name.clone(), left_over);
         for refused in defaults {
@@ -292,6 +301,33 @@ mod tests {
             message.contains("newer-default") && message.contains("spec.default"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_default_object_leaves_the_nodes_where_a_refused_object_s_drivers_still_run() {
+        let mut nodes = nodes();
+        for (name, labels) in &mut nodes {
+            if name.starts_with("a100") {
+                labels.insert(DRIVER_OWNER.into(), "a100-driver".into());
+            }
+        }
+        let claims = [
+            // Edited to reach into the H100 pool, which h100-driver holds: refused, its drivers kept.
+            claim(
+                "a100-driver",
+                &[("nvidia.com/gpu.present", "true")],
+                false,
+                10,
+            ),
+            claim("h100-driver", &[("pool", "H100")], true, 20),
+            DriverClaim {
+                default: true,
+                ..claim("default", &[], true, 30)
+            },
+        ];
+        let assignment = assign(&claims, &nodes);
+        assert!(assignment.refused.contains_key("a100-driver"));
+        assert_eq!(assignment.accepted["default"], Vec::<String>::new());
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - The MIG manager is deployed only where feature discovery found MIG-capable GPUs (`nvidia.com/mig.capable`),
 //!   and such nodes without a `nvidia.com/mig.config` get `all-disabled` when that is the configured default.
 //! - A node that no longer has GPUs gets `gpu.present=false` and loses the operator's deploy labels.
+//! - With NVIDIADriver objects, each GPU node they drive names its object in `nvidia.com/gpu-operator.driver.owner`
+//!   (NVIDIA's label), which their DaemonSets select; no other node has it.
 //! - On deletion of the policy (`cleanup`), every label the operator and its operands wrote goes.
 //!
 //! A plan holds only the labels that must change, so nodes are patched only when something changes.
@@ -88,6 +90,14 @@ pub fn plan_node(
     changes(current, desired)
 }
 
+/// The change of a node's driver owner label to `owner` (removed for `None`), if it changes.
+pub fn plan_driver_owner(current: &BTreeMap<String, String>, owner: Option<&str>) -> LabelChanges {
+    changes(
+        current,
+        BTreeMap::from([(labels::DRIVER_OWNER.to_owned(), owner.map(str::to_owned))]),
+    )
+}
+
 /// The label changes that undo what the operator and its operands wrote, when its ClusterPolicy is deleted
 /// (after the operands stopped, so that none writes them again): the operator's own labels, feature discovery's,
 /// the MIG manager's state and its pauses. An admin's labels stay, `nvidia.com/mig.config` included unless it holds
@@ -98,6 +108,7 @@ pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
         desired.insert(labels::GPU_PRESENT.to_string(), None);
     }
     desired.insert(RUNTIME_LABEL.to_string(), None);
+    desired.insert(labels::DRIVER_OWNER.to_string(), None);
     desired.insert(labels::MIG_CONFIG_STATE.to_string(), None);
     // The driver upgrade's state: no upgrade runs without the policy (the admin's skip label stays).
     desired.insert(crd::driver_upgrade::STATE_LABEL.to_string(), None);
@@ -302,6 +313,25 @@ mod tests {
         let changes = plan_node(&policy(|_| {}), &former, ContainerRuntime::Containerd);
         assert_eq!(set(&changes, labels::GPU_PRESENT), Some(Some("false")));
         assert_eq!(set(&changes, "nvidia.com/gpu.deploy.driver"), Some(None));
+    }
+
+    #[test]
+    fn the_driver_owner_label_names_the_object_and_goes_with_it() {
+        let owner = labels::DRIVER_OWNER;
+        let unowned = node(&[GPU]);
+        assert_eq!(
+            set(&plan_driver_owner(&unowned, Some("a100")), owner),
+            Some(Some("a100"))
+        );
+        assert!(plan_driver_owner(&unowned, None).is_empty());
+        let owned = node(&[GPU, (owner, "a100")]);
+        assert!(plan_driver_owner(&owned, Some("a100")).is_empty());
+        assert_eq!(
+            set(&plan_driver_owner(&owned, Some("default")), owner),
+            Some(Some("default"))
+        );
+        assert_eq!(set(&plan_driver_owner(&owned, None), owner), Some(None));
+        assert_eq!(set(&plan_cleanup(&owned), owner), Some(None));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crd::cluster_policy::{
     ContainerProbeSpec, ContainerSpec, DriverSpec, ImageAndEnvSpec, ImageSpec,
 };
-use crd::labels::{NFD_KERNEL_VERSION, NFD_OS_ID, NFD_OS_VERSION_ID};
+use crd::labels::{DRIVER_OWNER, NFD_KERNEL_VERSION, NFD_OS_ID, NFD_OS_VERSION_ID};
 use k8s_openapi::api::core::v1::{EnvFromSource, ExecAction, Probe, SecretEnvSource};
 
 use super::RenderedObject;
@@ -17,10 +17,6 @@ use super::common::{
     node_name_env, object_name, on_delete, privileged, with_user_env,
 };
 use crate::model::{AssignedDriver, ClusterFacts, Component, OsPool, ValidatedPolicy};
-
-/// Label on the DaemonSets of an NVIDIADriver, naming the object: a refused object's DaemonSets are found by it
-/// and kept (see `controller::nvidia_drivers`).
-pub const NVIDIA_DRIVER_LABEL: &str = "nvidia.com/gpu-operator.nvidiadriver";
 
 /// The probe command: the driver is up once the host kernel has the `nvidia` module loaded (`lsmod` reads the
 /// host's /proc/modules). Simple on purpose: the validator checks the driver in depth before any GPU client
@@ -76,8 +72,8 @@ struct DriverSource<'a> {
     manager_image: Option<String>,
     /// The NVIDIADriver's name; none for the ClusterPolicy's driver.
     nvidia_driver: Option<&'a str>,
-    /// The NVIDIADriver's nodeSelector and the nodes it was given; none for the ClusterPolicy's driver.
-    assigned: Option<(BTreeMap<String, String>, &'a BTreeSet<String>)>,
+    /// The nodes the NVIDIADriver was given; none for the ClusterPolicy's driver.
+    assigned: Option<&'a BTreeSet<String>>,
     /// The NVIDIADriver's pull settings, resources, args and env.
     section: Option<(&'a ImageSpec, &'a ContainerSpec)>,
     overrides: PodOverrides,
@@ -133,7 +129,7 @@ impl<'a> DriverSource<'a> {
                 .and_then(|manager| manager.image.reference())
                 .or_else(|| policy.driver_manager_image.clone()),
             nvidia_driver: Some(&driver.name),
-            assigned: Some((spec.node_selector(), &driver.nodes)),
+            assigned: Some(&driver.nodes),
             section: Some((&spec.image, &spec.container)),
             overrides: PodOverrides {
                 labels: set(&spec.labels),
@@ -148,11 +144,7 @@ impl<'a> DriverSource<'a> {
 
     /// The OS pools (with kernels, for precompiled drivers) of the nodes this source drives.
     fn pools(&self, facts: &ClusterFacts) -> Vec<(OsPool, Option<String>)> {
-        let drives = |node: &str| {
-            self.assigned
-                .as_ref()
-                .is_none_or(|(_, nodes)| nodes.contains(node))
-        };
+        let drives = |node: &str| self.assigned.is_none_or(|nodes| nodes.contains(node));
         if self.use_precompiled {
             facts
                 .os_kernel_pools_among(drives)
@@ -184,8 +176,10 @@ fn pool_daemonset(
     let mut ds = OperandDaemonSet::new(policy, facts, Component::Driver);
     ds.name = object_name(&format!("{}-{suffix}", source.stem));
     ds.image = pool_image(&source.image, &suffix);
-    if let Some((selector, _)) = &source.assigned {
-        ds.node_selector.extend(selector.clone());
+    // An NVIDIADriver's pods go where the operator wrote the object's name in the owner label: its nodeSelector
+    // alone cannot say it for a default object, which takes the nodes no other object picks.
+    if let Some(object) = source.nvidia_driver {
+        ds.node_selector.insert(DRIVER_OWNER.into(), object.into());
     }
     ds.node_selector.insert(NFD_OS_ID.into(), pool.id.clone());
     ds.node_selector
@@ -269,7 +263,7 @@ fn pool_daemonset(
             .metadata
             .labels
             .get_or_insert_default()
-            .insert(NVIDIA_DRIVER_LABEL.into(), object.into());
+            .insert(DRIVER_OWNER.into(), object.into());
     }
     daemonset.into()
 }

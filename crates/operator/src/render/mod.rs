@@ -38,7 +38,6 @@ use serde_json::Value;
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
 
 pub use common::{COMPONENT_LABEL, DAEMONSET_LABEL, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL};
-pub use driver::NVIDIA_DRIVER_LABEL;
 pub use metrics::{SERVICE_MONITOR_API_VERSION, SERVICE_MONITOR_KIND};
 
 /// One object the operator wants in the cluster.

@@ -65,7 +65,7 @@ fn precompiled_drivers_get_one_daemonset_per_kernel() {
 }
 
 /// With `driver.useNvidiaDriverCRD`, each accepted NVIDIADriver gets one DaemonSet per OS pool among its own
-/// nodes, with its image, selector, tolerations and resources; the ClusterPolicy's driver section renders none.
+/// nodes, with its image, tolerations and resources, on the nodes labelled with its name; the ClusterPolicy's driver section renders none.
 #[test]
 fn nvidia_drivers_get_one_daemonset_per_object_and_pool_of_their_nodes() {
     let mut facts = facts([
@@ -118,7 +118,16 @@ fn nvidia_drivers_get_one_daemonset_per_object_and_pool_of_their_nodes() {
     );
     assert_eq!(a100_main["resources"]["limits"]["memory"], "2Gi");
     let pod = &a100_rhel["spec"]["template"]["spec"];
-    assert_eq!(pod["nodeSelector"]["pool"], "a100");
+    // Where the operator wrote the object's name, not the object's own selector (a default object has none).
+    assert_eq!(
+        pod["nodeSelector"]["nvidia.com/gpu-operator.driver.owner"],
+        "a100"
+    );
+    assert_eq!(pod["nodeSelector"]["pool"], serde_json::Value::Null);
+    assert_eq!(
+        a100_rhel["metadata"]["labels"]["nvidia.com/gpu-operator.driver.owner"],
+        "a100"
+    );
     assert_eq!(
         pod["nodeSelector"]["feature.node.kubernetes.io/system-os_release.ID"],
         "rhel"
@@ -134,7 +143,7 @@ fn nvidia_drivers_get_one_daemonset_per_object_and_pool_of_their_nodes() {
     );
     assert_eq!(env_value(h100_main, "KERNEL_MODULE_TYPE"), Some("open"));
     assert_eq!(
-        h100["spec"]["template"]["spec"]["nodeSelector"]["pool"],
+        h100["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu-operator.driver.owner"],
         "h100"
     );
     snapshot("driver_nvidia_drivers", &drivers);

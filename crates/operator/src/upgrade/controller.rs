@@ -486,7 +486,7 @@ async fn group_settings(
     group: &Group<'_>,
     context: &Context,
 ) -> Option<Settings> {
-    let error = match Settings::from_spec(group.spec, context.timeouts) {
+    let error = match Settings::from_spec(group.spec.as_ref(), context.timeouts) {
         Ok(settings) => return Some(settings),
         Err(error) => error,
     };

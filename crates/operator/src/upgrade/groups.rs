@@ -1,8 +1,7 @@
-//! Which upgrade policy governs which driver DaemonSets: an NVIDIADriver's own `upgradePolicy` governs the
-//! DaemonSets rendered from it; the ClusterPolicy's `driver.upgradePolicy` governs every other driver DaemonSet
-//! (the ClusterPolicy's own, and an NVIDIADriver's without a policy). Each group is planned on its own, so that its
-//! `maxParallelUpgrades` and `maxUnavailable` count its own nodes, as each NVIDIADriver's policy does in NVIDIA's
-//! operator.
+//! Which upgrade policy governs which driver DaemonSets: an NVIDIADriver's `upgradePolicy` (NVIDIA's default for
+//! the type where unset) governs the DaemonSets rendered from it; the ClusterPolicy's `driver.upgradePolicy`
+//! governs its own. Each group is planned on its own, so that its `maxParallelUpgrades` and `maxUnavailable` count
+//! its own nodes, as each NVIDIADriver's policy does in NVIDIA's operator.
 
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use crd::nvidia_driver::NVIDIADriver;
 use kube::ResourceExt;
 
 use super::facts::OwnedDaemonSet;
-use crate::render::NVIDIA_DRIVER_LABEL;
+use crd::labels::DRIVER_OWNER;
 
 /// The object whose upgrade policy governs a group.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,8 +23,8 @@ pub enum Governor {
 #[derive(Debug)]
 pub struct Group<'a> {
     pub governor: Governor,
-    /// The policy; `None` is NVIDIA's default (no automatic upgrade).
-    pub spec: Option<&'a DriverUpgradePolicySpec>,
+    /// The policy; `None` is the ClusterPolicy's default (no automatic upgrade).
+    pub spec: Option<DriverUpgradePolicySpec>,
     pub drivers: Vec<OwnedDaemonSet<'a>>,
 }
 
@@ -39,22 +38,22 @@ pub fn group<'a>(
 ) -> Vec<Group<'a>> {
     let mut groups = vec![Group {
         governor: Governor::ClusterPolicy,
-        spec: cluster_policy,
+        spec: cluster_policy.cloned(),
         drivers: Vec::new(),
     }];
     for driver in drivers {
-        let own_policy = driver
+        let object = driver
             .daemonset
             .labels()
-            .get(NVIDIA_DRIVER_LABEL)
-            .and_then(|name| objects.iter().find(|object| &object.name_any() == name))
-            .and_then(|object| {
-                let spec = object.spec.upgrade_policy.as_ref()?;
-                Some((object.name_any(), spec))
-            });
-        let (governor, spec) = match own_policy {
-            Some((name, spec)) => (Governor::NvidiaDriver(name), Some(spec)),
-            None => (Governor::ClusterPolicy, cluster_policy),
+            .get(DRIVER_OWNER)
+            .and_then(|name| objects.iter().find(|object| &object.name_any() == name));
+        // A DaemonSet whose object is gone is about to be pruned; until then the ClusterPolicy's policy holds it.
+        let (governor, spec) = match object {
+            Some(object) => (
+                Governor::NvidiaDriver(object.name_any()),
+                Some(object.spec.upgrade_policy_or_default()),
+            ),
+            None => (Governor::ClusterPolicy, cluster_policy.cloned()),
         };
         match groups.iter_mut().find(|group| group.governor == governor) {
             Some(group) => group.drivers.push(driver),
@@ -81,7 +80,7 @@ mod tests {
         DaemonSet {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: object.map(|o| [(NVIDIA_DRIVER_LABEL.to_owned(), o.to_owned())].into()),
+                labels: object.map(|o| [(DRIVER_OWNER.to_owned(), o.to_owned())].into()),
                 ..ObjectMeta::default()
             },
             ..DaemonSet::default()
@@ -100,12 +99,13 @@ mod tests {
     }
 
     #[test]
-    fn an_nvidia_driver_with_a_policy_governs_its_daemonsets_and_the_cluster_policy_the_rest() {
+    fn each_nvidia_driver_governs_its_daemonsets_with_its_policy_or_nvidias_default() {
         let pools = [
             daemonset("nvidia-driver-daemonset-ubuntu22.04", None),
             daemonset("nvidia-gpu-driver-a100-ubuntu22.04", Some("a100")),
             daemonset("nvidia-gpu-driver-h100-ubuntu22.04", Some("h100")),
             daemonset("nvidia-gpu-driver-h100-rhel9.4", Some("h100")),
+            daemonset("nvidia-gpu-driver-deleted-ubuntu22.04", Some("deleted")),
         ];
         let objects = [object("a100", None), object("h100", Some(4))];
         let cluster: DriverUpgradePolicySpec = serde_json::from_value(json!({})).unwrap();
@@ -124,19 +124,31 @@ mod tests {
                 .map(|d| d.daemonset.name_any())
                 .collect()
         };
-        assert_eq!(groups.len(), 2);
-        assert_eq!(groups[0].governor, Governor::ClusterPolicy);
+        let governors: Vec<&Governor> = groups.iter().map(|g| &g.governor).collect();
+        assert_eq!(
+            governors,
+            [
+                &Governor::ClusterPolicy,
+                &Governor::NvidiaDriver("a100".into()),
+                &Governor::NvidiaDriver("h100".into())
+            ]
+        );
         assert_eq!(
             names(&groups[0]),
             [
                 "nvidia-driver-daemonset-ubuntu22.04",
-                "nvidia-gpu-driver-a100-ubuntu22.04"
+                "nvidia-gpu-driver-deleted-ubuntu22.04"
             ],
-            "a100 has no policy of its own"
+            "the ClusterPolicy's own, and one whose object is gone"
         );
-        assert_eq!(groups[1].governor, Governor::NvidiaDriver("h100".into()));
-        assert_eq!(groups[1].spec.unwrap().max_parallel_upgrades, 4);
-        assert_eq!(names(&groups[1]).len(), 2, "both OS pools of h100");
+        assert!(!groups[0].spec.as_ref().unwrap().auto_upgrade);
+        let a100 = groups[1].spec.as_ref().unwrap();
+        assert!(
+            a100.auto_upgrade && a100.max_parallel_upgrades == 1,
+            "NVIDIA's default for an NVIDIADriver: {a100:?}"
+        );
+        assert_eq!(groups[2].spec.as_ref().unwrap().max_parallel_upgrades, 4);
+        assert_eq!(names(&groups[2]).len(), 2, "both OS pools of h100");
     }
 
     #[test]
