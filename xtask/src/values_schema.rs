@@ -226,8 +226,9 @@ fn values_schema(spec: &Value) -> anyhow::Result<Value> {
         &["driver"],
         "nvidiaDriverCRD",
         closed_object(
-            "NVIDIA's NVIDIADriver custom resource: `enabled` becomes the ClusterPolicy's driver.useNvidiaDriverCRD \
-             (accepted, not implemented); the other keys are accepted and ignored.",
+            "NVIDIA's NVIDIADriver custom resource: `enabled` becomes the ClusterPolicy's driver.useNvidiaDriverCRD; \
+             with `deployDefaultCR` the chart makes the default NVIDIADriver (of `driverType`) from the driver \
+             section; `nodeSelector` is accepted and ignored, as in NVIDIA's chart.",
             json!({
                 "enabled": {"type": "boolean"},
                 "deployDefaultCR": {"type": "boolean"},

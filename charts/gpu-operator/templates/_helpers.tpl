@@ -5,6 +5,7 @@ the object comes from (one part of the stack per file), so that every template i
 {{- define "gpu-operator.labels" -}}
 {{- $components := dict
       "clusterpolicy.yaml" "cluster-policy"
+      "nvidiadriver.yaml" "nvidia-driver"
       "configmaps.yaml" "config"
       "dashboard.yaml" "dashboard"
       "deployment.yaml" "operator"

@@ -21,7 +21,8 @@ pub struct DriverSpec {
     /// the host, as on most managed clouds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// Let NVIDIADriver resources manage drivers instead of this section (accepted for compatibility).
+    /// Let NVIDIADriver objects (nvidia.com/v1alpha1) run the drivers instead of this section: one driver
+    /// version per node pool (default false).
     #[serde(
         default,
         rename = "useNvidiaDriverCRD",
