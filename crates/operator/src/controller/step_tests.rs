@@ -1,8 +1,9 @@
 //! The reconcile steps against a scripted fake API server ([`api_test_kit::FakeApi::scripted`]), one test per outcome: the
 //! operand apply step (created, unchanged, changed, conflict, API error) and the ClusterPolicy status write
-//! (written, unchanged, changed, conflict, API error); failures go to `error_policy`, which requeues with backoff.
+//! (written, unchanged, changed, conflict, API error), and the NVIDIADriver statuses and Events; failures go to
+//! `error_policy`, which requeues with backoff.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::slice;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -739,4 +740,106 @@ async fn standard_a_refused_label_patch_is_an_error_naming_the_node_and_the_reas
         async || label(&fixture).await,
     )
     .await;
+}
+
+/// The NVIDIADriver statuses after a reconcile: each object's status written once, a Warning Event only when an
+/// object is newly refused, nothing written again when nothing changed.
+#[tokio::test]
+async fn nvidia_driver_statuses_are_written_once_and_a_refusal_is_an_event() {
+    use crd::nvidia_driver::{NVIDIADriver, NvidiaDriverStatus};
+    use kube::runtime::reflector::store::Writer;
+
+    let object = |name: &str, spec: Value| {
+        let mut object = NVIDIADriver::new(name, serde_json::from_value(spec).unwrap());
+        object.metadata.generation = Some(1);
+        object.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::from_second(1_800_000_000).unwrap(),
+            ));
+        object
+    };
+    let mut objects = vec![
+        object(
+            "a100",
+            json!({"image": "driver", "nodeSelector": {"pool": "a100"}}),
+        ),
+        // NVIDIA's sample: every GPU node, a100's included; created later.
+        object("sample", json!({"image": "driver"})),
+    ];
+    objects[1].metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::from_second(1_800_000_100).unwrap(),
+        ));
+    let node = Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("gpu-0".into()),
+            labels: Some(
+                [
+                    ("feature.node.kubernetes.io/pci-10de.present", "true"),
+                    ("nvidia.com/gpu.present", "true"),
+                    ("pool", "a100"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+            ),
+            ..Default::default()
+        },
+        ..Node::default()
+    };
+    let facts = ClusterFacts::from_nodes(NAMESPACE, [&node], ContainerRuntime::Containerd);
+    let policy = validate(
+        &serde_json::from_value(json!({"driver": {"useNvidiaDriverCRD": true}})).unwrap(),
+        &default_images(),
+    )
+    .unwrap();
+    let observed = |objects: &[NVIDIADriver]| {
+        let mut writer: Writer<NVIDIADriver> = Writer::default();
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
+        }
+        DriverObjects::observe(&policy, &facts.gpu_nodes, &writer.as_reader())
+    };
+    let status_path = |name: &str| format!("/apis/nvidia.com/v1alpha1/nvidiadrivers/{name}/status");
+    let stored = |object: &NVIDIADriver| Answer::Json(200, serde_json::to_value(object).unwrap());
+    let fixture = Fixture::new(vec![
+        expect(Method::PATCH, &status_path("a100"), stored(&objects[0])),
+        expect(Method::POST, EVENTS_PATH, Answer::Echo),
+        expect(Method::PATCH, &status_path("sample"), stored(&objects[1])),
+    ]);
+    let now = Time(Timestamp::now());
+
+    let drivers = observed(&objects);
+    assert_eq!(
+        drivers.owner("gpu-0", &BTreeMap::new()).as_deref(),
+        Some("a100")
+    );
+    drivers.report(&[], &fixture.context, &now).await.unwrap();
+
+    let sent = fixture.api.finish();
+    assert_eq!(sent[1].body["type"], "Warning");
+    assert_eq!(sent[1].body["reason"], "ConflictingNodeSelector");
+    let note = sent[1].body["note"].as_str().unwrap();
+    assert!(
+        note.contains("gpu-0")
+            && note.contains("NVIDIADriver sample")
+            && note.contains("NVIDIADriver a100"),
+        "{note}"
+    );
+    for (object, request) in objects.iter_mut().zip([&sent[0], &sent[2]]) {
+        assert_server_side_apply(&request.query);
+        let status: NvidiaDriverStatus =
+            serde_json::from_value(request.body["status"].clone()).unwrap();
+        object.status = Some(status);
+    }
+    assert_eq!(
+        objects[1].status.as_ref().unwrap().state,
+        crd::nvidia_driver::NvidiaDriverState::NotReady
+    );
+
+    // The statuses as written: nothing to write, and no second Event for the same refusal.
+    observed(&objects)
+        .report(&[], &fixture.context, &now)
+        .await
+        .unwrap();
+    assert!(fixture.api.finish().is_empty());
 }
