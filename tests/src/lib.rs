@@ -425,6 +425,35 @@ pub fn patch_cluster_policy(patch: &Value) {
     ]);
 }
 
+/// A test's cleanup of the ClusterPolicy: `patch` merged into it, then a wait (up to a minute) until the operator
+/// has removed `label` from every node. Failures are printed, not raised: a cleanup runs in `Drop`.
+pub fn undo_policy_patch(patch: &Value, label: &str) {
+    let patched = run(
+        "kubectl",
+        &[
+            "patch",
+            "clusterpolicy",
+            "cluster-policy",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+    );
+    if !patched.success {
+        eprintln!("patching the ClusterPolicy back failed: {}", patched.stderr);
+    }
+    let released = eventually(Duration::from_secs(60), || {
+        let labelled = kubectl_json(&["get", "nodes", "-l", label])["items"]
+            .as_array()
+            .map_or(0, Vec::len);
+        Ok((labelled == 0).then_some(()))
+    });
+    if let Err(error) = released {
+        eprintln!("{label} was not removed from every node: {error:#}");
+    }
+}
+
 /// The operand DaemonSets the operator manages, as `kubectl get -o json` lists them.
 pub fn operand_daemonsets() -> Vec<Value> {
     let list = kubectl_json(&[

@@ -296,27 +296,10 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = run(
-            "kubectl",
-            &[
-                "patch",
-                "clusterpolicy",
-                "cluster-policy",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec": {"driver": {"enabled": false, "upgradePolicy": null}}}"#,
-            ],
+        undo_policy_patch(
+            &json!({"spec": {"driver": {"enabled": false, "upgradePolicy": null}}}),
+            STATE_LABEL,
         );
-        let released = eventually(Duration::from_secs(60), || {
-            let labelled = kubectl_json(&["get", "nodes", "-l", STATE_LABEL])["items"]
-                .as_array()
-                .map_or(0, Vec::len);
-            Ok((labelled == 0).then_some(()))
-        });
-        if let Err(error) = released {
-            eprintln!("the upgrade labels were not removed: {error:#}");
-        }
         drop(self.operator.take());
         let _ = run(
             "kubectl",

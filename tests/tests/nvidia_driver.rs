@@ -42,27 +42,10 @@ impl Drop for Cleanup {
             "kubectl",
             &["delete", "nvidiadrivers", "--all", "--wait=true"],
         );
-        let _ = run(
-            "kubectl",
-            &[
-                "patch",
-                "clusterpolicy",
-                "cluster-policy",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec": {"driver": {"enabled": false, "useNvidiaDriverCRD": false}}}"#,
-            ],
+        undo_policy_patch(
+            &json!({"spec": {"driver": {"enabled": false, "useNvidiaDriverCRD": false}}}),
+            OWNER_LABEL,
         );
-        let released = eventually(Duration::from_secs(60), || {
-            let labelled = kubectl_json(&["get", "nodes", "-l", OWNER_LABEL])["items"]
-                .as_array()
-                .map_or(0, Vec::len);
-            Ok((labelled == 0).then_some(()))
-        });
-        if let Err(error) = released {
-            eprintln!("the driver owner labels were not removed: {error:#}");
-        }
         drop(self.operator.take());
         for (node, _, _) in NODES {
             let _ = run(
