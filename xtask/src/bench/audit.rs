@@ -20,6 +20,14 @@ pub struct Requests {
 }
 
 impl Requests {
+    /// Adds the requests of another part of the window.
+    pub fn add(&mut self, other: Self) {
+        for (kind, count) in other.by_kind {
+            *self.by_kind.entry(kind).or_insert(0) += count;
+        }
+        self.user_agents.extend(other.user_agents);
+    }
+
     pub fn total(&self) -> u64 {
         self.by_kind.values().sum()
     }
@@ -122,5 +130,10 @@ mod tests {
         assert_eq!(requests.lease_writes(), 1);
         assert_eq!(requests.user_agents, BTreeSet::from(["agent/1".to_owned()]));
         assert_eq!(count("", OPERATOR_USER), Requests::default());
+        let mut sum = requests.clone();
+        sum.add(requests);
+        assert_eq!(sum.total(), 10);
+        assert_eq!(sum.by_kind["patch nodes"], 2);
+        assert_eq!(sum.user_agents.len(), 1);
     }
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: our operator and NVIDIA's, one after the other on the same local cluster with N simulated
 //! GPU nodes, measured alike (DESIGN.md, Performance): time to ready, patch propagation, RSS and CPU, and API
-//! requests by verb and resource from the audit log; plus the device plugin's Allocate latency. Writes
+//! requests by verb and resource from the audit log; plus the device plugin's Allocate latency, the GPU memory
+//! watchdog, fractional GPUs through DRA and a driver upgrade at the largest node count (ours only). Writes
 //! `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
 
 mod audit;
@@ -10,9 +11,12 @@ mod observe;
 mod plot;
 mod proc_stats;
 mod report;
+mod upgrade;
 mod watchdog;
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,7 @@ use anyhow::Context as _;
 
 use crate::cluster::{self, AddNodes, ClusterInfo, Connection};
 use crate::command;
+use audit::Requests;
 use contender::{Contender, Operator};
 use observe::{Observer, Snapshot};
 use report::{Allocate, Environment, Reconciles, Results, Row};
@@ -56,6 +61,10 @@ pub struct Args {
     /// Measure only fractional GPUs through DRA (on a fresh cluster), keeping the other results of bench.json.
     #[arg(long)]
     dra_only: bool,
+    /// Measure only a driver upgrade at the largest node count (on a fresh cluster), keeping the other results of
+    /// bench.json.
+    #[arg(long)]
+    upgrade_only: bool,
 }
 
 fn say(message: impl AsRef<str>) {
@@ -90,9 +99,12 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         ]
         .map(String::from),
     )?;
-    if args.watchdog_only || args.dra_only {
+    // The driver upgrade runs at the largest node count.
+    let upgrade_nodes = counts.iter().copied().max().unwrap_or_default();
+    if args.watchdog_only || args.dra_only || args.upgrade_only {
         let earlier = std::fs::read(out.join("bench.json")).context(
-            "--watchdog-only and --dra-only keep the other results of bench.json, which does not exist yet",
+            "--watchdog-only, --dra-only and --upgrade-only keep the other results of bench.json, which does not \
+             exist yet",
         )?;
         let mut results: Results = serde_json::from_slice(&earlier)?;
         let environment = environment(root, args.ours_only)?;
@@ -110,14 +122,17 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             cluster::down()?;
             results.dra = Some(measured?);
         }
+        if args.upgrade_only {
+            let info = fresh_cluster(upgrade_nodes)?;
+            let measured = upgrade::measure(root, &info, &environment, &ours(root), upgrade_nodes);
+            cluster::down()?;
+            results.upgrade = Some(measured?);
+        }
         write_outputs(&out, &results)?;
         print!("{}", report::render(&results));
         return Ok(());
     }
-    let mut contenders = vec![Contender::ours(
-        root,
-        command::target_dir(root).join("release/gpu-operator"),
-    )];
+    let mut contenders = vec![ours(root)];
     if !args.ours_only {
         say(format!(
             "building NVIDIA's gpu-operator {} ({}) from its Go module",
@@ -140,6 +155,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         allocate: Some(allocate),
         watchdog: None,
         dra: None,
+        upgrade: None,
     };
     let mut outcome = Ok(());
     'counts: for nodes in counts {
@@ -200,12 +216,32 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             }
         }
     }
+    if outcome.is_ok() {
+        let measured = fresh_cluster(upgrade_nodes).and_then(|info| {
+            upgrade::measure(
+                root,
+                &info,
+                &results.environment,
+                &ours(root),
+                upgrade_nodes,
+            )
+        });
+        match measured {
+            Ok(measured) => results.upgrade = Some(measured),
+            Err(error) => outcome = Err(error.context("measuring a driver upgrade failed")),
+        }
+    }
     say("stopping the cluster");
     cluster::down()?;
     write_outputs(&out, &results)?;
     print!("{}", report::render(&results));
     println!("\nwritten to {}", out.display());
     outcome
+}
+
+/// Our operator, from the release build `run` makes.
+fn ours(root: &Path) -> Contender {
+    Contender::ours(root, command::target_dir(root).join("release/gpu-operator"))
 }
 
 fn environment(root: &Path, ours_only: bool) -> anyhow::Result<Environment> {
@@ -254,6 +290,9 @@ fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
     )?;
     if !results.rows.is_empty() {
         plot::draw_all(&results.rows, out)?;
+    }
+    if let Some(upgrade) = &results.upgrade {
+        plot::draw_upgrade(upgrade, out)?;
     }
     Ok(())
 }
@@ -384,7 +423,7 @@ fn measure(
     ));
 
     say(format!("patching toolkit.version to {PATCHED_VERSION}"));
-    let rollout_start = audit_offset(&audit_log)?;
+    let rollout_start = AuditMark::now(&audit_log)?;
     let patched = Instant::now();
     command::run(
         root,
@@ -415,10 +454,7 @@ fn measure(
         |_, _| {},
         |snapshot| patched_image(snapshot) && snapshot.settled(nodes),
     )?;
-    let rollout = audit::count(
-        &audit_window(&audit_log, rollout_start)?,
-        audit::OPERATOR_USER,
-    );
+    let rollout = rollout_start.operator_requests()?;
     say(format!(
         "DaemonSet after {:.2} s, ready after {:.2} s",
         to_daemonset.as_secs_f64(),
@@ -432,11 +468,11 @@ fn measure(
     ));
     std::thread::sleep(REST_BEFORE_RSS);
     let steady = proc_stats::read(workload.pid)?;
-    let rest_start = audit_offset(&audit_log)?;
+    let rest_start = AuditMark::now(&audit_log)?;
     std::thread::sleep(REST_WINDOW);
     let end = proc_stats::read(workload.pid)?;
     let reconciles = reconciles(operator, metrics_addr)?;
-    let at_rest = audit::count(&audit_window(&audit_log, rest_start)?, audit::OPERATOR_USER);
+    let at_rest = rest_start.operator_requests()?;
 
     say(format!("removing {}", operator.label()));
     contender.remove(root, info)?;
@@ -478,14 +514,102 @@ fn reconciles(operator: Operator, metrics_addr: SocketAddr) -> anyhow::Result<Re
         .with_context(|| format!("{url} has no {}", operator.reconcile_histogram()))
 }
 
-fn audit_offset(log: &Path) -> anyhow::Result<u64> {
-    Ok(std::fs::metadata(log)
-        .with_context(|| format!("cannot read {}", log.display()))?
-        .len())
+/// A point in the audit log to count requests from. The API server rotates its log at 100 MB (lumberjack's
+/// default, as the cluster sets no `--audit-log-maxsize`): it renames the file to `audit-<time>.log` beside it and
+/// starts a new one, which a 1000-node rollout does several times. A rename keeps the inode, so a window is the
+/// marked file from the offset on, plus every file made since.
+struct AuditMark {
+    log: PathBuf,
+    inode: u64,
+    offset: u64,
+    /// The rotated files that existed at the mark: before the window.
+    earlier: BTreeSet<PathBuf>,
 }
 
-/// The audit log from `offset` to its current end (a line cut at the offset is skipped by the counting).
-fn audit_window(log: &Path, offset: u64) -> anyhow::Result<String> {
-    let bytes = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
-    Ok(String::from_utf8_lossy(bytes.get(offset as usize..).unwrap_or_default()).into_owned())
+impl AuditMark {
+    fn now(log: &Path) -> anyhow::Result<Self> {
+        let metadata =
+            std::fs::metadata(log).with_context(|| format!("cannot read {}", log.display()))?;
+        let mut earlier = audit_files(log)?;
+        earlier.remove(log);
+        Ok(Self {
+            log: log.to_owned(),
+            inode: metadata.ino(),
+            offset: metadata.len(),
+            earlier,
+        })
+    }
+
+    /// The operator's requests from the mark to now (a line cut at the offset is skipped by the counting).
+    fn operator_requests(&self) -> anyhow::Result<Requests> {
+        let mut requests = Requests::default();
+        for file in audit_files(&self.log)?.difference(&self.earlier) {
+            let bytes =
+                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+            let from = if std::fs::metadata(file)?.ino() == self.inode {
+                self.offset as usize
+            } else {
+                0
+            };
+            let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default());
+            requests.add(audit::count(&text, audit::OPERATOR_USER));
+        }
+        Ok(requests)
+    }
+}
+
+/// The audit log and the rotated files beside it.
+fn audit_files(log: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+    let dir = log.parent().context("the audit log has no folder")?;
+    let stem = log
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .context("the audit log has no name")?;
+    let rotated = format!("{stem}-");
+    let mut files = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        if path == log || (name.starts_with(&rotated) && name.ends_with(".log")) {
+            files.insert(path);
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(verb: &str) -> String {
+        format!(
+            r#"{{"stage":"ResponseComplete","verb":"{verb}","user":{{"username":"{}"}},"objectRef":{{"resource":"nodes"}}}}"#,
+            audit::OPERATOR_USER
+        ) + "\n"
+    }
+
+    #[test]
+    fn an_audit_window_spans_the_rotated_files() {
+        let dir = std::env::temp_dir().join(format!("xtask-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("audit.log");
+        std::fs::write(dir.join("audit-2026-11-27T09-00-00.000.log"), line("list")).unwrap();
+        std::fs::write(dir.join("kube-apiserver.log"), line("list")).unwrap();
+        std::fs::write(&log, line("get")).unwrap();
+        let mark = AuditMark::now(&log).unwrap();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut file, line("patch").as_bytes()).unwrap();
+        std::fs::rename(&log, dir.join("audit-2026-11-27T10-00-00.000.log")).unwrap();
+        std::fs::write(&log, line("delete")).unwrap();
+        let requests = mark.operator_requests().unwrap();
+        assert_eq!(
+            requests.by_kind.keys().collect::<Vec<_>>(),
+            ["delete nodes", "patch nodes"]
+        );
+        assert_eq!(requests.total(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,5 +1,5 @@
 //! The report's PNG charts: one figure against the node count (log scale) per chart, one line per operator and
-//! figure, drawn with plotters and Debian's DejaVu Sans.
+//! figure, and the driver upgrade's nodes in flight over time; drawn with plotters and Debian's DejaVu Sans.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,6 +10,7 @@ use plotters::style::FontStyle;
 
 use super::contender::Operator;
 use super::report::Row;
+use super::upgrade::UpgradeBench;
 
 const FONT_PACKAGE: &str = "fonts-dejavu-core";
 const FONT_FILE: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -18,6 +19,11 @@ const FAMILY: &str = "sans-serif";
 
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 560;
+const OURS: RGBColor = RGBColor(31, 119, 180);
+const LIMIT: RGBColor = RGBColor(214, 39, 40);
+
+/// The driver upgrade's chart.
+const UPGRADE_FILE: &str = "driver-upgrade.png";
 
 /// One line of a chart: a figure of one operator.
 struct Series {
@@ -112,10 +118,7 @@ fn load_font() -> anyhow::Result<()> {
 fn series(chart: &Chart, rows: &[Row]) -> Vec<Series> {
     let mut lines = Vec::new();
     for (operator, colors) in [
-        (
-            Operator::Ours,
-            [RGBColor(31, 119, 180), RGBColor(120, 180, 230)],
-        ),
+        (Operator::Ours, [OURS, RGBColor(120, 180, 230)]),
         (
             Operator::Nvidia,
             [RGBColor(214, 39, 40), RGBColor(255, 152, 100)],
@@ -190,6 +193,83 @@ fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
             )
             .map_err(plot_error)?;
     }
+    draw_legend(&mut context)?;
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// The nodes in flight in each second of the driver upgrade (the most during that second), and the limit; returns
+/// the file written to `dir`.
+pub fn draw_upgrade(upgrade: &UpgradeBench, dir: &Path) -> anyhow::Result<PathBuf> {
+    load_font()?;
+    let path = dir.join(UPGRADE_FILE);
+    draw_in_flight(upgrade, &path)?;
+    Ok(path)
+}
+
+fn draw_in_flight(upgrade: &UpgradeBench, path: &Path) -> anyhow::Result<()> {
+    let seconds = upgrade.in_flight.len().max(1) as f64;
+    let y_max = f64::from(upgrade.max_in_flight.max(upgrade.max_parallel)) * 1.2;
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let title = format!(
+        "Driver upgrade of {} nodes, maxParallelUpgrades {}",
+        upgrade.nodes, upgrade.max_parallel
+    );
+    let mut context = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 24))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..seconds, 0.0..y_max)
+        .map_err(plot_error)?;
+    context
+        .configure_mesh()
+        .x_desc("seconds since the patch of driver.version")
+        .y_desc("nodes in flight")
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(plot_error)?;
+    let limit = f64::from(upgrade.max_parallel);
+    for (label, color, points) in [
+        (
+            "nodes in flight (most per second)".to_owned(),
+            OURS,
+            upgrade
+                .in_flight
+                .iter()
+                .enumerate()
+                .map(|(second, nodes)| (second as f64, f64::from(*nodes)))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            format!("maxParallelUpgrades {}", upgrade.max_parallel),
+            LIMIT,
+            vec![(0.0, limit), (seconds, limit)],
+        ),
+    ] {
+        context
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+    }
+    draw_legend(&mut context)?;
+    root.present().map_err(plot_error)
+}
+
+fn draw_legend<'a, X, Y>(
+    context: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
+) -> anyhow::Result<()>
+where
+    X: Ranged,
+    Y: Ranged,
+{
     context
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
@@ -197,9 +277,7 @@ fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(plot_error)?;
-    root.present().map_err(plot_error)?;
-    Ok(())
+        .map_err(plot_error)
 }
 
 fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
@@ -250,6 +328,25 @@ mod tests {
         assert_eq!(patch.len(), 4);
         assert!(patch[3].label.ends_with(": to ready again"));
         assert_eq!(series(&CHARTS[0], &rows[1..3]).len(), 1, "ours alone");
+    }
+
+    #[test]
+    fn draws_the_upgrade_chart_as_a_png() {
+        let dir = std::env::temp_dir().join(format!("xtask-plot-upgrade-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let upgrade = UpgradeBench {
+            commit: "abc1234".into(),
+            date: "2026-11-27T10:00:00Z".into(),
+            nodes: 100,
+            max_parallel: 50,
+            total_s: 3.5,
+            max_in_flight: 50,
+            in_flight: vec![0, 50, 50, 12],
+            requests: Requests::default(),
+        };
+        let file = draw_upgrade(&upgrade, &dir).unwrap();
+        assert!(std::fs::read(&file).unwrap().starts_with(b"\x89PNG"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

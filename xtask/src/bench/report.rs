@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::audit::Requests;
 use super::contender::Operator;
+use super::upgrade::UpgradeBench;
 
 /// What one operator measured with N simulated GPU nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,6 +118,9 @@ pub struct Results {
     /// Scheduling throughput of fractional GPU pods and the DRA driver's prepare latency.
     #[serde(default)]
     pub dra: Option<super::dra::DraBench>,
+    /// A driver upgrade at the largest node count.
+    #[serde(default)]
+    pub upgrade: Option<super::upgrade::UpgradeBench>,
 }
 
 impl Results {
@@ -244,7 +248,49 @@ pub fn render(results: &Results) -> String {
             dra.commit,
         );
     }
+    if let Some(upgrade) = &results.upgrade {
+        render_upgrade(upgrade, &mut text);
+    }
     text
+}
+
+/// The driver upgrade: its figures, then the operator's requests by verb and resource, in all and per node.
+fn render_upgrade(upgrade: &UpgradeBench, text: &mut String) {
+    let requests = &upgrade.requests;
+    let _ = writeln!(
+        text,
+        "\n## Driver upgrade\n\nOur operator (release, local process as in the runs above) with the driver on for {} kwok \
+         GPU nodes and NVIDIA's upgrade policy (`autoUpgrade: true`, `maxParallelUpgrades: {}`, `maxUnavailable: \
+         100%`); once every node is upgrade-done, `kubectl patch` of `driver.version`. One `kubectl get nodes --watch` \
+         times every change of each node's `nvidia.com/gpu-driver-upgrade-state` label and cordon, until every node is \
+         upgrade-done and uncordoned again. kwok marks each new driver pod and each restarted validator pod Ready as \
+         soon as it is bound: the validator's driver checks are not run, its pod's readiness stands for them. No \
+         workloads use the GPUs, so nothing is evicted. In flight: a node between upgrade-required and upgrade-done \
+         (what `maxParallelUpgrades` limits); the chart `driver-upgrade.png` shows it per second.\n\n\
+         | nodes | total s | most in flight | requests | per node | writes per node |\n|---:|---:|---:|---:|---:|---:|\n\
+         | {} | {:.1} | {} of {} | {} | {:.1} | {:.1} |\n\n| request | count | per node |\n|---|---:|---:|",
+        upgrade.nodes,
+        upgrade.max_parallel,
+        upgrade.nodes,
+        upgrade.total_s,
+        upgrade.max_in_flight,
+        upgrade.max_parallel,
+        requests.total(),
+        upgrade.per_node(requests.total()),
+        upgrade.per_node(requests.writes()),
+    );
+    for (kind, count) in &requests.by_kind {
+        let _ = writeln!(
+            text,
+            "| `{kind}` | {count} | {:.2} |",
+            upgrade.per_node(*count)
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\nMeasured {} at commit {}.",
+        upgrade.date, upgrade.commit
+    );
 }
 
 /// NVIDIA's figure over ours, where both ran.
@@ -460,6 +506,7 @@ mod tests {
             }),
             watchdog: None,
             dra: None,
+            upgrade: None,
         }
     }
 
@@ -491,6 +538,29 @@ mod tests {
         assert!(text.contains("| `update configmaps` | 0 | 0 | 30 | 0 |"));
         assert!(text.contains("| `patch daemonsets` | 0 | 36 | 0 | 9 |"));
         assert!(text.contains("p50 80 µs, p99 150 µs"));
+    }
+
+    #[test]
+    fn renders_the_driver_upgrade() {
+        let mut results = results(Vec::new());
+        results.upgrade = Some(UpgradeBench {
+            commit: "def5678".into(),
+            date: "2026-11-27T10:00:00Z".into(),
+            nodes: 4,
+            max_parallel: 2,
+            total_s: 12.34,
+            max_in_flight: 2,
+            in_flight: vec![0, 2, 2, 1],
+            requests: requests(&[("patch nodes", 32), ("delete pods", 8)]),
+        });
+        let text = render(&results);
+        assert!(text.contains("## Driver upgrade"));
+        assert!(
+            text.contains("| 4 | 12.3 | 2 of 2 | 40 | 10.0 | 10.0 |"),
+            "{text}"
+        );
+        assert!(text.contains("| `patch nodes` | 32 | 8.00 |"));
+        assert!(text.contains("Measured 2026-11-27T10:00:00Z at commit def5678."));
     }
 
     #[test]
