@@ -414,32 +414,26 @@ pub fn eventually<T>(
 
 /// `kubectl patch clusterpolicy cluster-policy --type merge -p <patch>`, as NVIDIA's guides patch it.
 pub fn patch_cluster_policy(patch: &Value) {
-    kubectl(&[
+    kubectl(&cluster_policy_patch(&patch.to_string()));
+}
+
+/// The `kubectl` arguments of a merge patch of the ClusterPolicy.
+fn cluster_policy_patch(patch: &str) -> [&str; 7] {
+    [
         "patch",
         "clusterpolicy",
         "cluster-policy",
         "--type",
         "merge",
         "-p",
-        &patch.to_string(),
-    ]);
+        patch,
+    ]
 }
 
 /// A test's cleanup of the ClusterPolicy: `patch` merged into it, then a wait (up to a minute) until the operator
 /// has removed `label` from every node. Failures are printed, not raised: a cleanup runs in `Drop`.
 pub fn undo_policy_patch(patch: &Value, label: &str) {
-    let patched = run(
-        "kubectl",
-        &[
-            "patch",
-            "clusterpolicy",
-            "cluster-policy",
-            "--type",
-            "merge",
-            "-p",
-            &patch.to_string(),
-        ],
-    );
+    let patched = run("kubectl", &cluster_policy_patch(&patch.to_string()));
     if !patched.success {
         eprintln!("patching the ClusterPolicy back failed: {}", patched.stderr);
     }
