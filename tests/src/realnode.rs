@@ -1,10 +1,11 @@
 //! The real node: a kubelet on containerd, added by `cargo xtask e2e --real-node` (`cluster add-real-node`), whose
-//! pods are real containers from the images `cargo xtask images` built. The suite gets:
+//! pods are real containers from the images `cargo xtask images --push` built and pushed to the cluster's local
+//! registry, from which containerd pulls them as a user's node pulls from a registry. The suite gets:
 //! - `E2E_REAL_NODE`: the node's name;
 //! - `E2E_REAL_NODE_KUBELET_ROOT`: its kubelet's `--root-dir`;
-//! - `E2E_IMAGES_JSON`: what `cargo xtask images` built (reference, archive, digest of each image).
-//!
-//! Images are never pulled (no registry is reachable): pods use `imagePullPolicy: Never`.
+//! - `E2E_REAL_NODE_CONTAINERD_SOCKET`: its containerd's socket, for `ctr`;
+//! - `E2E_IMAGES_JSON`: what `cargo xtask images` built and pushed (reference, index digest, platforms of each);
+//! - `E2E_IMAGE_REGISTRY`: the local registry (`127.0.0.1:<port>`), the chart's `global.imageRegistry`.
 
 use std::time::Duration;
 
@@ -26,16 +27,27 @@ pub fn kubelet_root() -> String {
     })
 }
 
-/// One image of `cargo xtask images`.
+/// The local registry the images were pushed to, `127.0.0.1:<port>`.
+pub fn registry() -> String {
+    std::env::var("E2E_IMAGE_REGISTRY").unwrap_or_else(|_| {
+        panic!("E2E_IMAGE_REGISTRY is not set: run the suite with `cargo xtask e2e --real-node`")
+    })
+}
+
+/// One image of `cargo xtask images --push`.
 #[derive(Debug, Clone)]
 pub struct BuiltImage {
+    /// Where it was pushed: `<registry>/gpu-operator-rs/<name>:<version>`.
     pub reference: String,
+    /// The pushed image index's digest.
     pub digest: String,
+    /// The platforms the index names, `linux/<architecture>`.
+    pub platforms: Vec<String>,
 }
 
 impl BuiltImage {
-    /// `<repository>@<digest>`: what the kubelet reports as a container's `imageID` (the real node tags every
-    /// imported image so, as a pull would).
+    /// `<repository>@<digest>`: what the kubelet reports as a container's `imageID` once containerd has pulled
+    /// the image by its tag (the digest is the index's, which the tag resolves to).
     pub fn digest_reference(&self) -> String {
         let (repository, _tag) = self
             .reference
@@ -63,12 +75,108 @@ pub fn image(name: &str) -> BuiltImage {
                 .then(|| BuiltImage {
                     reference: reference.to_owned(),
                     digest: entry["digest"].as_str().unwrap_or_default().to_owned(),
+                    platforms: entry["platforms"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|platform| platform["architecture"].as_str())
+                        .map(|architecture| format!("linux/{architecture}"))
+                        .collect(),
                 })
         })
         .unwrap_or_else(|| panic!("{path} lists no image {name}"))
 }
 
-/// A pod of one container from a local image on the real node, with `env`; it stops at once when deleted.
+/// One image in containerd's list (`ctr -n k8s.io images ls`) on the real node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeImage {
+    pub reference: String,
+    /// The media type of what the reference resolved to (an image index for ours).
+    pub media_type: String,
+    pub digest: String,
+    /// The platforms the image names, as ctr prints them (`linux/amd64,linux/arm64`).
+    pub platforms: String,
+    /// The line as ctr printed it.
+    pub line: String,
+}
+
+/// The images containerd holds for the kubelet (namespace `k8s.io`), as `ctr images ls` lists them.
+pub fn node_images() -> Vec<NodeImage> {
+    let socket = std::env::var("E2E_REAL_NODE_CONTAINERD_SOCKET").unwrap_or_else(|_| {
+        panic!("E2E_REAL_NODE_CONTAINERD_SOCKET is not set: run the suite with `cargo xtask e2e --real-node`")
+    });
+    let listing = run(
+        "ctr",
+        &["--address", &socket, "-n", "k8s.io", "images", "ls"],
+    );
+    assert!(listing.success, "ctr images ls failed: {}", listing.stderr);
+    parse_image_list(&listing.stdout)
+}
+
+/// `ctr images ls` lines: REF TYPE DIGEST SIZE PLATFORMS LABELS, where SIZE is two words (`10.2 MiB`).
+fn parse_image_list(listing: &str) -> Vec<NodeImage> {
+    listing
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // After REF (itself a digest for the image's ID entry) and TYPE.
+            let digest = 2 + fields
+                .iter()
+                .skip(2)
+                .position(|field| field.starts_with("sha256:"))?;
+            Some(NodeImage {
+                reference: fields.first()?.to_string(),
+                media_type: fields.get(1)?.to_string(),
+                digest: fields[digest].to_string(),
+                platforms: fields
+                    .iter()
+                    .skip(digest + 1)
+                    .find(|field| field.contains('/'))
+                    .map_or_else(String::new, |field| field.to_string()),
+                line: line.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Checks that containerd pulled `image` by its pushed reference and holds it with the pushed index's digest and
+/// both platforms; prints containerd's line for it.
+pub fn assert_pulled(image: &BuiltImage) {
+    let images = node_images();
+    let pulled = images
+        .iter()
+        .find(|listed| listed.reference == image.reference)
+        .unwrap_or_else(|| {
+            panic!(
+                "containerd holds no {}: {:#?}",
+                image.reference,
+                images.iter().map(|listed| &listed.line).collect::<Vec<_>>()
+            )
+        });
+    println!("containerd: {}", pulled.line);
+    assert_eq!(
+        pulled.media_type, "application/vnd.oci.image.index.v1+json",
+        "{pulled:?}"
+    );
+    assert_eq!(pulled.digest, image.digest, "{pulled:?}");
+    for platform in ["linux/amd64", "linux/arm64"] {
+        assert!(
+            image.platforms.iter().any(|pushed| pushed == platform),
+            "the pushed index of {} has no {platform}: {:?}",
+            image.reference,
+            image.platforms
+        );
+        assert!(
+            pulled.platforms.split(',').any(|listed| listed == platform),
+            "containerd's index of {} names no {platform}: {pulled:?}",
+            image.reference
+        );
+    }
+}
+
+/// A pod of one container on the real node, with `env`, its image pulled from the registry if the node lacks
+/// it; it stops at once when deleted.
 pub fn pod(name: &str, image: &str, env: &[(&str, &str)]) -> String {
     let env: Vec<Value> = env
         .iter()
@@ -80,7 +188,7 @@ pub fn pod(name: &str, image: &str, env: &[(&str, &str)]) -> String {
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node()},
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "env": env}]
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "env": env}]
         }
     })
     .to_string()
@@ -172,4 +280,31 @@ pub fn app_logs(namespace: &str, app: &str) -> String {
         &["logs", "-n", namespace, "-l", &selector, "--tail=40"],
     )
     .stdout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ctr_image_lists() {
+        let listing = "\
+REF                                                  TYPE                                    DIGEST                  SIZE     PLATFORMS                   LABELS
+127.0.0.1:40001/gpu-operator-rs/pause:0.1.0          application/vnd.oci.image.index.v1+json sha256:aa               297.5 KiB linux/amd64,linux/arm64 io.cri-containerd.image=managed
+sha256:bb                                            application/vnd.oci.image.index.v1+json sha256:aa               297.5 KiB linux/amd64,linux/arm64 io.cri-containerd.image=managed
+";
+        let images = parse_image_list(listing);
+        assert_eq!(images.len(), 2);
+        assert_eq!(
+            images[0].reference,
+            "127.0.0.1:40001/gpu-operator-rs/pause:0.1.0"
+        );
+        assert_eq!(
+            images[0].media_type,
+            "application/vnd.oci.image.index.v1+json"
+        );
+        assert_eq!(images[0].digest, "sha256:aa");
+        assert_eq!(images[0].platforms, "linux/amd64,linux/arm64");
+        assert_eq!(images[1].digest, "sha256:aa");
+    }
 }

@@ -1,4 +1,5 @@
-//! Pods on the real node run as containers (containerd, runc, the CNI bridge), from images built here.
+//! Pods on the real node run as containers (containerd, runc, the CNI bridge), from images built here and pulled by
+//! containerd from the cluster's local registry, where `cargo xtask images --push` put them.
 
 use std::time::Duration;
 
@@ -63,6 +64,11 @@ fn a_static_container_runs_prints_its_environment_and_reaches_the_api_server() {
         "the container could not reach the API server through the kubernetes Service:\n{logs}"
     );
 
+    step(
+        "containerd pulled it from the local registry: the pushed reference, index digest and platforms",
+    );
+    realnode::assert_pulled(&testapp);
+
     step("deleting the pod stops the container");
     realnode::delete_pod("default", "testapp");
 }
@@ -106,13 +112,41 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         );
     }
 
-    step("helm install with the images built here (never pulled), the operands on simulated GPUs");
-    let chart = e2e::chart_dir();
+    step(
+        "the chart packaged and pushed to the local registry as an OCI artifact (helm package, helm push), as a \
+         release publishes it",
+    );
+    let package_dir = e2e::scenario_dir("chart-package");
+    let package_dir = package_dir.to_str().expect("a UTF-8 path");
+    let packaged = e2e::ok(
+        "helm",
+        &["package", &e2e::chart_dir(), "--destination", package_dir],
+    );
+    let archive = packaged
+        .trim()
+        .rsplit(": ")
+        .next()
+        .expect("helm package names the archive")
+        .to_string();
+    let charts = format!("oci://{}/charts", realnode::registry());
+    // The local registry speaks plain HTTP, as the images' push does.
+    let pushed = e2e::ok("helm", &["push", &archive, &charts, "--plain-http"]);
+    println!("{}", pushed.trim());
+    let version = chart_version();
+
+    step(
+        "helm install of the chart from the registry, with global.imageRegistry on the registry where the images \
+         built here were pushed; the operands on simulated GPUs",
+    );
+    let chart = format!("{charts}/gpu-operator");
     let values = e2e::repo_root().join(SIMULATED_GPUS_VALUES);
     let values = values.to_str().expect("a UTF-8 path");
     // The real node's kubelet keeps its root (and so its pod-resources socket) under the cache, as a k0s or
     // MicroK8s kubelet keeps it elsewhere: the exporter and the MIG manager must find it there.
     let kubelet_root = format!("hostPaths.kubeletRootDir={}", realnode::kubelet_root());
+    // The one value that points every image of the chart, the operator's default operand images included, at the
+    // registry.
+    let registry = format!("global.imageRegistry={}", realnode::registry());
     // No --wait: helm v4 would wait for the ClusterPolicy to be ready, which this test checks itself.
     let args = [
         "install",
@@ -121,10 +155,15 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         e2e::NAMESPACE,
         "--create-namespace",
         &chart,
+        "--version",
+        &version,
+        "--plain-http",
         "-f",
         values,
         "--set",
         &kubelet_root,
+        "--set",
+        &registry,
         // The API server accepts the operator's NetworkPolicy and nothing stops working with it (this node's
         // bridge network does not enforce policies; Calico or Cilium would).
         "--set",
@@ -140,6 +179,12 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         panic!("one operator container expected: {containers:?}");
     };
     assert_eq!(container.image_id, operator.digest_reference());
+    assert!(
+        operator
+            .reference
+            .starts_with(&format!("{}/", realnode::registry())),
+        "{operator:?}"
+    );
 
     step("it reached the API server through the kubernetes Service, led and reconciled");
     let logs_args = ["logs", "-n", e2e::NAMESPACE, pod.as_str()];
@@ -209,6 +254,19 @@ fn the_chart_runs_the_operator_and_its_operands_as_pods_on_a_simulated_gpu() {
         )
     });
     println!("ClusterPolicy status: {state}");
+
+    step(
+        "containerd pulled every image from the local registry by the reference the chart renders: the pushed \
+         index digests, each index with linux/amd64 and linux/arm64",
+    );
+    for name in [
+        "gpu-operator",
+        "gpu-node-agent",
+        "gpu-device-plugin",
+        "pause",
+    ] {
+        realnode::assert_pulled(&realnode::image(name));
+    }
 
     step(
         "the device plugin registered through the host socket: the node offers the simulated GPUs",
@@ -926,4 +984,15 @@ fn print_and_check(containers: &[RunningContainer]) {
         );
         assert_eq!(container.restarts, 0, "{container:?}");
     }
+}
+
+/// The chart's version, from its Chart.yaml: what `helm push` tagged it with.
+fn chart_version() -> String {
+    let path = std::path::Path::new(&e2e::chart_dir()).join("Chart.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    text.lines()
+        .find_map(|line| line.strip_prefix("version:"))
+        .map(|version| version.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("{} has no version", path.display()))
 }

@@ -52,7 +52,7 @@ pub fn target_dir(root: &Path) -> std::path::PathBuf {
     std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), std::path::PathBuf::from)
 }
 
-/// The environment of every release build (images and benchmarks share one, so they share one build): the target
+/// The environment of every release build (the images' and the benchmarks' alike): the target
 /// and cargo-home paths rewritten to fixed names, so that the same commit gives the same binaries wherever it is
 /// built. The checkout's own path needs no rewriting: cargo hands rustc the workspace's sources by relative path. It
 /// is left out on purpose, since these flags are part of every artifact's fingerprint: with it, each fresh clone

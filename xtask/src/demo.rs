@@ -36,7 +36,10 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let (_, node) = add_real_node_with_images(root)?;
+    let real_node = add_real_node_with_images(root)?;
+    let node = real_node.node;
+    // The images as the local registry serves them, as a user's registry would.
+    let registry = format!("global.imageRegistry={}", real_node.registry);
     let values = root.join(SIMULATED_GPUS_VALUES).display().to_string();
     let kubelet_root = format!("hostPaths.kubeletRootDir={}", node.kubelet_root.display());
     let chart = root.join("charts/gpu-operator").display().to_string();
@@ -55,6 +58,8 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
             &values,
             "--set",
             &kubelet_root,
+            "--set",
+            &registry,
         ],
     )?;
     let node = node.node;

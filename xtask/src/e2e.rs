@@ -2,8 +2,9 @@
 //! Kubernetes binaries on first use), adds simulated GPU nodes, builds the binaries under test, runs the
 //! `e2e` crate's tests with the cluster's environment, and stops the cluster again.
 //!
-//! `--real-node` runs the `real_node` suite instead, whose pods are real containers: it builds the images
-//! (`cargo xtask images`) and adds the real node (`cluster add-real-node`) to the fresh cluster. The other suites
+//! `--real-node` runs the `real_node` suite instead, whose pods are real containers: it starts the cluster's local
+//! registry, builds the images and pushes them there (`cargo xtask images --push`), and adds the real node
+//! (`cluster add-real-node`), whose containerd pulls them from it, to the fresh cluster. The other suites
 //! never run with it, since they start kubelets of their own and only one kubelet can run on a machine.
 
 use std::path::{Path, PathBuf};
@@ -149,10 +150,31 @@ fn suites(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(suites)
 }
 
-/// Builds the images (`cargo xtask images`) and adds the real node with them, on simulated A100s; returns where
-/// `images.json` is and the node.
-pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<(PathBuf, cluster::RealNode)> {
-    let built = images::run(root, &images::Args::default())?;
+/// The path under the local registry that the images are pushed to: the chart's default repository's
+/// (`ghcr.io/gpu-operator-rs`), so that `global.imageRegistry` alone points the chart at them.
+const REGISTRY_PREFIX: &str = "gpu-operator-rs";
+
+/// The real node, and where its images are.
+#[derive(Debug)]
+pub struct RealNodeWithImages {
+    pub node: cluster::RealNode,
+    /// What `cargo xtask images` built and pushed.
+    pub images_json: PathBuf,
+    /// The local registry's address (`127.0.0.1:<port>`): the chart's `global.imageRegistry`.
+    pub registry: String,
+}
+
+/// Starts the local registry, builds the images and pushes them to it (`cargo xtask images --push`), and adds
+/// the real node, on simulated A100s, pulling from it.
+pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<RealNodeWithImages> {
+    let registry = cluster::start_registry()?;
+    let built = images::run(
+        root,
+        &images::Args {
+            push: Some(format!("{registry}/{REGISTRY_PREFIX}").parse()?),
+            ..images::Args::default()
+        },
+    )?;
     let images_json = built
         .first()
         .and_then(|image| image.archive.parent())
@@ -162,8 +184,13 @@ pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<(PathBuf, cluste
         name: REAL_NODE.into(),
         gpus: Some(REAL_NODE_GPUS.parse().expect("valid --gpus literal")),
         images: images_json.parent().map(Path::to_path_buf),
+        insecure_registry: vec![registry.clone()],
     })?;
-    Ok((images_json, node))
+    Ok(RealNodeWithImages {
+        node,
+        images_json,
+        registry,
+    })
 }
 
 /// Builds the images, adds the real node, and runs the real-node suite.
@@ -172,7 +199,11 @@ fn run_real_node_tests(
     info: &cluster::ClusterInfo,
     filter: Option<&str>,
 ) -> anyhow::Result<()> {
-    let (images_json, node) = add_real_node_with_images(root)?;
+    let RealNodeWithImages {
+        node,
+        images_json,
+        registry,
+    } = add_real_node_with_images(root)?;
     // The suite reports the pods' processes to the simulator with the node agent's `simulator` tool.
     let bin_dir = build_binaries(root, &[("node-agent", "gpu-node-agent")])?;
     let mut env = cluster::env_vars(info);
@@ -180,12 +211,17 @@ fn run_real_node_tests(
         "E2E_NODE_AGENT_BIN".into(),
         bin_dir.join("gpu-node-agent").display().to_string(),
     ));
+    env.push((
+        "E2E_REAL_NODE_CONTAINERD_SOCKET".into(),
+        node.socket.display().to_string(),
+    ));
     env.push(("E2E_REAL_NODE".into(), node.node));
     env.push((
         "E2E_REAL_NODE_KUBELET_ROOT".into(),
         node.kubelet_root.display().to_string(),
     ));
     env.push(("E2E_IMAGES_JSON".into(), images_json.display().to_string()));
+    env.push(("E2E_IMAGE_REGISTRY".into(), registry));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     let mut args = vec![
         "test",

@@ -61,7 +61,8 @@ enum Task {
     },
     /// Benchmark the operator on the local cluster with N simulated GPU nodes, and the device plugin's Allocate latency.
     Bench(bench::Args),
-    /// Build the OCI image archives of the operator, node agent, device plugin and pause image (no registry).
+    /// Build the OCI images of the operator, node agent, device plugin, pause and test images for linux/amd64 and
+    /// linux/arm64 (archives under the cache), and with --push push them to a registry as multi-platform indexes.
     Images(images::Args),
     /// Every check and test: formatting, dependencies (cargo-deny), generated files, clippy, unit tests, the Helm
     /// chart, images, end-to-end tests.

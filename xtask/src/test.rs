@@ -34,11 +34,20 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         "the Helm chart: lint, values schema, DRA objects per Kubernetes version, labels (helm is built with the cluster's tools; no cluster)",
     );
     chart::check(root, &cluster::tools_env()?)?;
-    step("container images (release builds; each binary started in its image)");
-    images::run(root, &images::Args::default())?;
-    step("end-to-end tests against the local cluster");
-    e2e::run(root, false, false, None)?;
-    step("end-to-end tests on the real node (containerd, images built here)");
+    step("end-to-end tests against the local cluster (the images' release build beside them)");
+    let log = cluster::paths::Layout::from_env()?
+        .root
+        .join("logs/images-release-build.log");
+    let release_build = images::build_release_in_background(root, &log)?;
+    if let Err(error) = e2e::run(root, false, false, None) {
+        release_build.cancel();
+        return Err(error);
+    }
+    release_build.finish()?;
+    step(
+        "end-to-end tests on the real node (the images assembled, each binary started in its image, pushed to the \
+         cluster's registry and pulled by containerd)",
+    );
     e2e::run(root, false, true, None)
 }
 

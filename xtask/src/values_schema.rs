@@ -372,6 +372,18 @@ fn operator_section(spec: &Value) -> anyhow::Result<Value> {
 /// Sections only this chart reads.
 fn chart_sections(spec: &Value) -> anyhow::Result<Map<String, Value>> {
     let sections = json!({
+        // Open to other keys: as a subchart, this chart receives its parent's globals too.
+        "global": {
+            "type": "object",
+            "description": "Settings for every image of this project (HAMi's and Bitnami's `global` convention).",
+            "properties": {
+                "imageRegistry": string(
+                    "Takes the place of the registry of this project's images, keeping their path: \
+                     `<imageRegistry>/gpu-operator-rs/<image>`; empty: their repositories as set."
+                ),
+                "imagePullSecrets": schema_at(spec, &["devicePlugin", "imagePullSecrets"])?,
+            },
+        },
         "nodeFacts": closed_object(
             "The node agent's node-facts role: NFD's GPU, OS and kernel labels on nodes no NFD labels.",
             json!({

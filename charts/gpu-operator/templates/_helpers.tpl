@@ -35,14 +35,48 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{/*
 The repository of this project's own images: operator.repository, unless it names NVIDIA's registry (as NVIDIA's
 values file does), whose operator image does not run this chart's operator; then this project's home repository,
-the one the operator has compiled in.
+the one the operator has compiled in. global.imageRegistry, when set, takes the place of its registry.
 */}}
 {{- define "gpu-operator.ownRepository" -}}
 {{- $repository := .Values.operator.repository | default "ghcr.io/gpu-operator-rs" -}}
 {{- if hasPrefix "nvcr.io/" $repository -}}
-ghcr.io/gpu-operator-rs
+{{- $repository = "ghcr.io/gpu-operator-rs" -}}
+{{- end -}}
+{{- include "gpu-operator.onImageRegistry" (dict "repository" $repository "root" .) -}}
+{{- end -}}
+
+{{/*
+A repository of this project's images on global.imageRegistry (HAMi's and Bitnami's one knob for a private or
+mirrored registry): its registry, the first path element when that names a host (has a dot or a port, or is
+localhost), is replaced and the path kept, so `ghcr.io/gpu-operator-rs` becomes
+`<global.imageRegistry>/gpu-operator-rs`, where `cargo xtask images --push <registry>/gpu-operator-rs` puts the
+images. Without global.imageRegistry the repository is returned as it is.
+*/}}
+{{- define "gpu-operator.onImageRegistry" -}}
+{{- $registry := trimSuffix "/" ((.root.Values.global | default dict).imageRegistry | default "") -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" .repository -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq "localhost" $first)) -}}
+{{- $parts = rest $parts -}}
+{{- end -}}
+{{- printf "%s/%s" $registry (join "/" $parts) -}}
 {{- else -}}
-{{- $repository -}}
+{{- .repository -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The image pull secrets of the operator's own pods (its Deployment, the uninstall hook, node-facts):
+operator.imagePullSecrets and global.imagePullSecrets, as a pod spec's `imagePullSecrets` (empty when none).
+*/}}
+{{- define "gpu-operator.imagePullSecrets" -}}
+{{- $secrets := concat (.Values.operator.imagePullSecrets | default list) ((.Values.global | default dict).imagePullSecrets | default list) | uniq -}}
+{{- with $secrets -}}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -76,7 +110,8 @@ only fields that say something.
 The ClusterPolicy spec of one operand section: the keys of the section that the ClusterPolicy defines (the
 common ones and `.keys`), without empty values, and with the chart's appVersion where a repository is set but no
 version (NVIDIA's chart does the same for the validator and node status exporter). Other keys of the section
-(NVIDIA's `hostNetwork`, chart-only keys such as `create` and `data`) are left out.
+(NVIDIA's `hostNetwork`, chart-only keys such as `create` and `data`) are left out. A section that runs one of this
+project's images has its repository on global.imageRegistry; every section gets global.imagePullSecrets.
 */}}
 {{- define "gpu-operator.operandSection" -}}
 {{- $common := list "enabled" "repository" "image" "version" "imagePullPolicy" "imagePullSecrets" "resources" "args" "env" -}}
@@ -88,6 +123,14 @@ version (NVIDIA's chart does the same for the validator and node status exporter
 {{- end -}}
 {{- if and $section.repository (eq (toString ($section.version | default "")) "") -}}
 {{- $_ := set $section "version" .root.Chart.AppVersion -}}
+{{- end -}}
+{{- /* NVIDIA's values name NVIDIA's gpu-operator image (nvcr.io) for the validator and node status exporter: not
+       ours; the operator runs its own default image, already on the registry, in its place. */ -}}
+{{- if and $section.repository (has $section.image (list "gpu-operator" "gpu-node-agent" "gpu-device-plugin")) (not (hasPrefix "nvcr.io/" $section.repository)) -}}
+{{- $_ := set $section "repository" (include "gpu-operator.onImageRegistry" (dict "repository" $section.repository "root" .root)) -}}
+{{- end -}}
+{{- with (.root.Values.global | default dict).imagePullSecrets -}}
+{{- $_ := set $section "imagePullSecrets" (concat ($section.imagePullSecrets | default list) . | uniq) -}}
 {{- end -}}
 {{- include "gpu-operator.compact" $section -}}
 {{- end -}}

@@ -18,6 +18,7 @@ pub(crate) mod paths;
 mod process;
 pub mod progress;
 mod realnode;
+mod registry;
 mod toolchain;
 mod tools;
 mod versions;
@@ -203,6 +204,12 @@ pub fn add_nodes(request: &AddNodes) -> anyhow::Result<Vec<String>> {
 pub fn add_real_node(request: &AddRealNode) -> anyhow::Result<RealNode> {
     let layout = paths::Layout::from_env()?;
     realnode::add(&layout, request)
+}
+
+/// Starts the cluster's local image registry (plain HTTP on loopback, contents in memory) as a workload of the
+/// running cluster, so that `cluster down` stops it; returns its address, `127.0.0.1:<port>`.
+pub fn start_registry() -> anyhow::Result<String> {
+    registry::start(&paths::Layout::from_env()?)
 }
 
 /// Runs `binary args` as a workload of the running cluster (replacing a running one of the same name); its log

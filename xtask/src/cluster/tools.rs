@@ -166,9 +166,7 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
             Output::Directory => command.arg(format!("{}/", partial.display())),
             Output::Single(name) => command.arg(partial.join(name)),
         };
-        if let Some(ldflags) = tool.ldflags() {
-            command.arg("-ldflags").arg(ldflags);
-        }
+        command.arg("-ldflags").arg(tool.ldflags());
         if tool.static_binary {
             command.env("CGO_ENABLED", "0");
         }

@@ -14,6 +14,8 @@ pub const ETCD: &str = "v3.6.12";
 pub const KWOK: &str = "v0.8.0";
 /// `helm.sh/helm/v4`.
 pub const HELM: &str = "v4.3.1";
+/// `github.com/google/go-containerregistry`, whose `cmd/registry` is the test cluster's local registry.
+pub const GO_CONTAINERREGISTRY: &str = "v0.22.1";
 /// NVIDIA's gpu-operator, which `cargo xtask bench` measures ours against: release v25.3.2, commit 616690d88d86 of
 /// 2025-07-24. Its module path lacks the major version (`/v25`), so its release tags are not module versions; Go
 /// names the commit by a pseudo-version on the last v1 tag among its ancestors (v1.8.2). v25.3.2 is the newest
@@ -137,15 +139,20 @@ impl GoTool {
         format!("{}-{}", self.name, self.version)
     }
 
-    /// The `-ldflags` argument for `go build`, if any.
-    pub fn ldflags(&self) -> Option<String> {
-        (!self.version_ldflags.is_empty()).then(|| {
-            self.version_ldflags
-                .iter()
-                .map(|setting| format!("-X {setting}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
+    /// The `-ldflags` argument for `go build`: no symbol table or DWARF (`-s -w`, as Kubernetes' own release
+    /// builds): nobody debugs these test tools, and writing the debug information of nine large binaries is a
+    /// good part of their link time on a cold CI machine.
+    pub fn ldflags(&self) -> String {
+        ["-s", "-w"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(
+                self.version_ldflags
+                    .iter()
+                    .map(|setting| format!("-X {setting}")),
+            )
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -273,6 +280,25 @@ pub fn helm() -> GoTool {
     }
 }
 
+/// go-containerregistry's registry: an OCI distribution server that keeps what is pushed in memory, on loopback,
+/// without TLS. The real-node tests push the images to it and the real node pulls them from it. Built on its own
+/// (not part of the toolset), since only the real-node run needs it.
+pub fn registry() -> GoTool {
+    GoTool {
+        name: "registry",
+        module: "github.com/google/go-containerregistry",
+        version: GO_CONTAINERREGISTRY,
+        packages: &["github.com/google/go-containerregistry/cmd/registry"],
+        binaries: &["registry"],
+        output: Output::Directory,
+        version_ldflags: Vec::new(),
+        kubernetes_staging: false,
+        module_files: &[],
+        pinned_sums: &[],
+        static_binary: false,
+    }
+}
+
 /// NVIDIA's operator, with what it reads at run time: its manifests (`assets`, `manifests`) and its Helm chart
 /// (`gpu-operator`, with the CRDs). Static, as NVIDIA builds it, so that it runs in a root of its own where its
 /// hard-coded paths (`/opt/gpu-operator`, `/host-etc`) exist.
@@ -352,14 +378,14 @@ mod tests {
 
     #[test]
     fn kubernetes_ldflags_set_both_version_packages() {
-        let flags = kubernetes().ldflags().unwrap();
+        let flags = kubernetes().ldflags();
         assert_eq!(
             flags,
-            "-X k8s.io/component-base/version.gitVersion=v1.37.1 -X k8s.io/component-base/version.gitMajor=1 \
+            "-s -w -X k8s.io/component-base/version.gitVersion=v1.37.1 -X k8s.io/component-base/version.gitMajor=1 \
              -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/client-go/pkg/version.gitVersion=v1.37.1 \
              -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37"
         );
-        assert_eq!(etcd().ldflags(), None);
+        assert_eq!(etcd().ldflags(), "-s -w");
     }
 
     #[test]

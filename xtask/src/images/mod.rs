@@ -1,15 +1,20 @@
-//! `cargo xtask images`: the OCI image archives of the operator, the node agent and the device plugin (release
-//! builds, tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and
-//! the real-node tests' workload ("testapp"), all written without a registry or a container engine into `<cache>/images/`.
+//! `cargo xtask images`: the OCI images of the operator, the node agent and the device plugin (release builds,
+//! tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and the
+//! real-node tests' workload ("testapp"), each for linux/amd64 and linux/arm64 under one OCI image index, written
+//! without a container engine as archives into `<cache>/images/` and, with `--push`, to a registry.
 //!
-//! Every image is two layers: the shared glibc userland from Debian's packages (see `userland`) and one binary.
-//! The binaries are built with the target and cargo paths remapped, the layers with fixed owners and times
-//! (the commit's), so the same commit gives the same digests wherever it is built.
+//! Every image is two layers: the shared glibc userland from Debian's packages of its architecture (see
+//! `userland`) and one binary. The arm64 binaries are cross-compiled with Debian's cross toolchain
+//! (`gcc-aarch64-linux-gnu` as cargo's linker), and checked under qemu-user in their image's file system. The
+//! binaries are built with the target and cargo paths remapped, the layers with fixed owners and times (the
+//! commit's), so the same commit gives the same digests wherever it is built.
 
 mod oci;
+mod push;
 mod userland;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -18,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::paths::Layout;
 use crate::command;
-use oci::{Entry, Image, ImageConfig, LayerContents};
+use oci::{Entry, Image, ImageConfig, ImageIndex, LayerContents};
+pub use push::Destination;
 
 /// Where the chart pulls this project's images from (`operator.repository` and friends in values.yaml).
 pub const REPOSITORY: &str = "ghcr.io/gpu-operator-rs";
@@ -62,6 +68,44 @@ const COMPONENTS: &[Component] = &[
     },
 ];
 
+/// A platform the images are built for.
+#[derive(Debug, Clone, Copy)]
+struct Platform {
+    /// The architecture as OCI, Go and Debian name it.
+    architecture: &'static str,
+    /// The Rust target, named even for the build machine's own: with `--target`, build scripts and proc macros
+    /// are built without the release flags, so one cargo run builds them once for both platforms.
+    rust_target: &'static str,
+    /// The C compiler of the platform: the static pause and testapp programs, and cargo's linker.
+    cc: &'static str,
+    /// How a binary of this platform is run on the build machine for the check; `None`: natively, in a chroot.
+    emulator: Option<&'static str>,
+}
+
+/// amd64, the build machine's, and arm64 (GH200, GB200 and GB300 nodes), cross-built.
+const PLATFORMS: [Platform; 2] = [
+    Platform {
+        architecture: "amd64",
+        rust_target: "x86_64-unknown-linux-gnu",
+        cc: "cc",
+        emulator: None,
+    },
+    Platform {
+        architecture: "arm64",
+        rust_target: "aarch64-unknown-linux-gnu",
+        cc: "aarch64-linux-gnu-gcc",
+        emulator: Some("/usr/bin/qemu-aarch64"),
+    },
+];
+
+/// Debian's packages for cross-building and checking the arm64 images, each with a file that shows it installed:
+/// the cross compiler (cargo's linker), the arm64 C library to link against, and qemu-user to run the binaries.
+const CROSS_PACKAGES: [(&str, &str); 3] = [
+    ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
+    ("libc6-dev-arm64-cross", "/usr/aarch64-linux-gnu/lib/crt1.o"),
+    ("qemu-user", "/usr/bin/qemu-aarch64"),
+];
+
 /// The pause image's name; the local node's containerd config points its sandbox image here.
 pub const PAUSE_IMAGE: &str = "pause";
 /// The real-node tests' workload: prints its environment, then waits (`images/testapp/testapp.c`).
@@ -71,19 +115,44 @@ pub const TESTAPP_IMAGE: &str = "testapp";
 pub struct Args {
     /// Where to write the archives (default: `<cache>/images`).
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
+    /// Push every image, as an index of its linux/amd64 and linux/arm64 images, to REGISTRY/PREFIX (e.g.
+    /// `registry.example.com/gpu-operator-rs`): `<REGISTRY/PREFIX>/<image>:<version>`. Credentials, where the
+    /// registry wants them, come from REGISTRY_USERNAME and REGISTRY_PASSWORD.
+    #[arg(long, value_name = "REGISTRY/PREFIX")]
+    pub push: Option<Destination>,
+    /// Talk plain HTTP to the registry (a local one without TLS); automatic for localhost and 127.0.0.1.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
-/// What was built, written next to the archives as `images.json` for the tools that import them.
+/// What was built, written next to the archives as `images.json` for the tools that use them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Built {
+    /// Where the image was pushed, `<registry>/<prefix>/<image>:<version>`; without `--push`, the chart's default
+    /// repository.
     pub reference: String,
     pub archive: PathBuf,
+    /// The image index's digest: what the registry answers for the tag, and what a node reports after a pull.
+    pub digest: String,
+    pub platforms: Vec<BuiltPlatform>,
+}
+
+/// One platform's image in an index.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BuiltPlatform {
+    pub architecture: String,
+    /// The platform's manifest digest.
     pub digest: String,
     pub compressed_bytes: u64,
 }
 
 pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
+    anyhow::ensure!(
+        std::env::consts::ARCH == "x86_64",
+        "the images are built on an amd64 machine (arm64 is cross-compiled from there); this one is {}",
+        std::env::consts::ARCH
+    );
     let out = match &args.out {
         Some(out) => out.clone(),
         None => Layout::from_env()?.root.join("images"),
@@ -96,30 +165,13 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
         .parse()
         .context("git log printed no commit time")?;
 
-    say("building the release binaries");
-    command::release_build(root, &release_targets())?;
+    prepare_platforms()?;
+    say("building the release binaries for every platform");
+    let (env, build_args) = release_build(root);
+    let build_args: Vec<&str> = build_args.iter().map(String::as_str).collect();
+    command::run(root, &env, &command::cargo(), &build_args)?;
 
-    say("assembling the glibc userland from Debian packages");
-    let cache = Layout::from_env()?.root.join("debs");
-    let packages = userland::download(&cache)?;
-    let mut base = LayerContents::default();
-    for package in &packages {
-        userland::unpack(package, &mut base)?;
-    }
-    let certificates = userland::certificates_in(&base);
-    if certificates.is_empty() {
-        bail!("the ca-certificates package held no certificates under /usr/share/ca-certificates");
-    }
-    userland::add_ca_bundle(&mut base, &certificates);
-    userland::add_users(&mut base);
-    let base_layer = base.build(created)?;
-    let package_list = packages
-        .iter()
-        .map(|package| format!("{}={}", package.name, package.version))
-        .collect::<Vec<_>>()
-        .join(" ");
-
-    let labels = |title: &str, description: &str| -> BTreeMap<String, String> {
+    let labels = |title: &str, description: &str, packages: &str| -> BTreeMap<String, String> {
         let revision = if dirty {
             format!("{revision}-dirty")
         } else {
@@ -140,68 +192,149 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
             ),
             (
                 "io.gpu-operator-rs.debian-packages".into(),
-                package_list.clone(),
+                packages.to_string(),
             ),
         ])
     };
 
-    let release = command::target_dir(root).join("release");
-    let mut built = Vec::new();
-    for component in COMPONENTS {
-        let binary = std::fs::read(release.join(component.binary))
-            .with_context(|| format!("the release build left no {}", component.binary))?;
-        let path = format!("/usr/local/bin/{}", component.binary);
-        let contents = single_file_contents(&path, binary);
-        smoke_test(&[&base, &contents], &path)?;
-        let layer = contents.build(created)?;
-        let user = if component.nonroot {
-            format!("{0}:{0}", userland::NONROOT_UID)
-        } else {
-            String::new()
-        };
-        let image = Image {
-            config: ImageConfig {
-                reference: format!("{REPOSITORY}/{}:{version}", component.image),
-                entrypoint: vec![path],
-                user,
-                env: vec![
-                    "PATH=/usr/local/bin:/usr/bin:/bin".into(),
-                    "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt".into(),
-                ],
-                labels: labels(component.image, component.description),
-                created,
-            },
-            layers: vec![&base_layer, &layer],
-        };
-        built.push(write(&out, component.image, &version, &image)?);
+    // Per image, its manifests in the order of PLATFORMS.
+    let mut manifests: BTreeMap<&str, Vec<oci::Manifest>> = BTreeMap::new();
+    let mut annotations: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
+    for platform in &PLATFORMS {
+        say(format!(
+            "assembling the {} glibc userland from Debian packages",
+            platform.architecture
+        ));
+        let cache = Layout::from_env()?.root.join("debs");
+        let packages = userland::download(&cache, platform.architecture)?;
+        let mut base = LayerContents::default();
+        for package in &packages {
+            userland::unpack(package, &mut base)?;
+        }
+        let certificates = userland::certificates_in(&base);
+        if certificates.is_empty() {
+            bail!(
+                "the ca-certificates package held no certificates under /usr/share/ca-certificates"
+            );
+        }
+        userland::add_ca_bundle(&mut base, &certificates);
+        userland::add_users(&mut base);
+        let base_layer = base.build(created)?;
+        // Without the architecture qualifiers, so that both platforms' images carry the same labels.
+        let package_list = packages
+            .iter()
+            .map(|package| {
+                let name = package.name.split(':').next().unwrap_or(&package.name);
+                format!("{name}={}", package.version)
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+
+        let release = release_dir(root, platform);
+        for component in COMPONENTS {
+            let binary = std::fs::read(release.join(component.binary)).with_context(|| {
+                format!(
+                    "the {} release build left no {}",
+                    platform.architecture, component.binary
+                )
+            })?;
+            let path = format!("/usr/local/bin/{}", component.binary);
+            let contents = single_file_contents(&path, binary);
+            check_version(platform, &[&base, &contents], &path)?;
+            let layer = contents.build(created)?;
+            let user = if component.nonroot {
+                format!("{0}:{0}", userland::NONROOT_UID)
+            } else {
+                String::new()
+            };
+            let labels = labels(component.image, component.description, &package_list);
+            let image = Image {
+                config: ImageConfig {
+                    architecture: platform.architecture,
+                    entrypoint: vec![path],
+                    user,
+                    env: vec![
+                        "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+                        "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt".into(),
+                    ],
+                    labels: labels.clone(),
+                    created,
+                },
+                layers: vec![&base_layer, &layer],
+            };
+            manifests
+                .entry(component.image)
+                .or_default()
+                .push(image.manifest()?);
+            annotations.insert(component.image, labels);
+        }
+
+        for (name, description) in [
+            (
+                PAUSE_IMAGE,
+                "The pod sandbox process of the local real node.",
+            ),
+            (
+                TESTAPP_IMAGE,
+                "The real-node tests' workload: prints its environment, then waits.",
+            ),
+        ] {
+            say(format!(
+                "building the {} {name} image",
+                platform.architecture
+            ));
+            let program = build_static_c(root, &out, name, platform)?;
+            let path = format!("/{name}");
+            let layer = single_file_contents(&path, program).build(created)?;
+            // Static programs: no Debian package in them.
+            let labels = labels(name, description, "");
+            let image = Image {
+                config: ImageConfig {
+                    architecture: platform.architecture,
+                    entrypoint: vec![path],
+                    user: "65535:65535".into(),
+                    env: Vec::new(),
+                    labels: labels.clone(),
+                    created,
+                },
+                layers: vec![&layer],
+            };
+            manifests.entry(name).or_default().push(image.manifest()?);
+            annotations.insert(name, labels);
+        }
     }
 
-    for (name, description) in [
-        (
-            PAUSE_IMAGE,
-            "The pod sandbox process of the local real node.",
-        ),
-        (
-            TESTAPP_IMAGE,
-            "The real-node tests' workload: prints its environment, then waits.",
-        ),
-    ] {
-        say(format!("building the {name} image"));
-        let program = build_static_c(root, &out, name)?;
-        let path = format!("/{name}");
-        let layer = single_file_contents(&path, program).build(created)?;
-        let image = Image {
-            config: ImageConfig {
-                reference: format!("{REPOSITORY}/{name}:{version}"),
-                entrypoint: vec![path],
-                user: "65535:65535".into(),
-                env: Vec::new(),
-                labels: labels(name, description),
-                created,
-            },
-            layers: vec![&layer],
-        };
-        built.push(write(&out, name, &version, &image)?);
+    let mut indexes = Vec::new();
+    for (name, manifests) in manifests {
+        let index = ImageIndex::new(manifests, &annotations[name], created)?;
+        indexes.push((name, index));
+    }
+    let mut built = Vec::new();
+    for (name, index) in &indexes {
+        let reference = format!("{REPOSITORY}/{name}:{version}");
+        let archive = out.join(format!("{name}-{version}.oci.tar"));
+        std::fs::write(&archive, index.archive(&reference)?)
+            .with_context(|| format!("cannot write {}", archive.display()))?;
+        built.push(Built {
+            reference,
+            archive,
+            digest: index.digest.clone(),
+            platforms: index
+                .manifests
+                .iter()
+                .map(|manifest| BuiltPlatform {
+                    architecture: manifest.architecture.to_string(),
+                    digest: manifest.digest.clone(),
+                    compressed_bytes: manifest.compressed_size(),
+                })
+                .collect(),
+        });
+    }
+    if let Some(destination) = &args.push {
+        let pushed = push::push(destination, args.insecure, &version, &indexes)?;
+        for (image, reference) in built.iter_mut().zip(pushed) {
+            image.reference = reference;
+        }
     }
 
     std::fs::write(
@@ -210,6 +343,125 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
     )?;
     println!("\n{}", report(&built));
     Ok(built)
+}
+
+/// What every platform's build needs from the machine: Debian's cross toolchain and qemu-user, each
+/// architecture's packages known to apt, and the Rust standard library of each target.
+fn prepare_platforms() -> anyhow::Result<()> {
+    crate::apt::ensure(&CROSS_PACKAGES)?;
+    for platform in &PLATFORMS {
+        crate::apt::ensure_architecture(platform.architecture)?;
+        ensure_rust_target(platform.rust_target)?;
+    }
+    Ok(())
+}
+
+/// The release build of the images' binaries for every platform, as the environment and arguments of one cargo
+/// run (which builds the build scripts and proc macros once, and keeps both cores busy across both targets); each
+/// platform's C compiler is its linker, set for this build only, so that no cargo configuration changes anyone's
+/// other builds.
+fn release_build(root: &Path) -> (Vec<(String, String)>, Vec<String>) {
+    let mut env = command::release_env(root);
+    let mut args: Vec<String> = ["build", "--release", "--locked"].map(String::from).into();
+    for platform in &PLATFORMS {
+        let variable = platform.rust_target.to_uppercase().replace('-', "_");
+        env.push((
+            format!("CARGO_TARGET_{variable}_LINKER"),
+            platform.cc.to_string(),
+        ));
+        // For build scripts that compile C for the target (ring's assembly, under kube's TLS).
+        env.push((
+            format!("CC_{}", platform.rust_target.replace('-', "_")),
+            platform.cc.to_string(),
+        ));
+        args.extend(["--target".to_string(), platform.rust_target.to_string()]);
+    }
+    args.extend(release_targets());
+    (env, args)
+}
+
+/// The images' release build, started at the lowest CPU priority with its output in `log`: `cargo xtask test`
+/// starts it before the end-to-end tests against the local cluster, which leave the cores idle much of the time
+/// (waiting for the API server, kubelets and controllers), so that a cold build costs the run little time; [`run`]
+/// later finds it done. The debug builds of those tests go on beside it, since cargo locks each profile's
+/// directory on its own.
+pub fn build_release_in_background(root: &Path, log: &Path) -> anyhow::Result<BackgroundBuild> {
+    prepare_platforms()?;
+    let (env, args) = release_build(root);
+    let output =
+        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    say(format!(
+        "building the release binaries for every platform in the background, at the lowest CPU priority (log: {})",
+        log.display()
+    ));
+    let child = Command::new("nice")
+        .args(["-n", "19", &command::cargo()])
+        .args(&args)
+        .current_dir(root)
+        .envs(env)
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        // Its own process group, so that a cancel stops cargo's compilers too.
+        .process_group(0)
+        .spawn()
+        .context("cannot start the background release build")?;
+    Ok(BackgroundBuild {
+        child,
+        log: log.to_path_buf(),
+        started: std::time::Instant::now(),
+    })
+}
+
+/// A release build running in the background (see [`build_release_in_background`]).
+#[derive(Debug)]
+pub struct BackgroundBuild {
+    child: std::process::Child,
+    log: PathBuf,
+    started: std::time::Instant,
+}
+
+impl BackgroundBuild {
+    /// Waits for the build; fails, naming its log, when it failed.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        let status = self.child.wait()?;
+        anyhow::ensure!(
+            status.success(),
+            "the background release build failed ({status}); see {}",
+            self.log.display()
+        );
+        say(format!(
+            "the background release build is done, {:.0} s after it started",
+            self.started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// Stops the build, when what it was for failed anyway.
+    pub fn cancel(mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Installs the Rust standard library of `target` with rustup when the toolchain lacks it.
+fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
+    let sysroot = command::output(&[], "rustc", &["--print", "sysroot"])?;
+    if Path::new(sysroot.trim())
+        .join("lib/rustlib")
+        .join(target)
+        .exists()
+    {
+        return Ok(());
+    }
+    command::run(Path::new("."), &[], "rustup", &["target", "add", target])
+}
+
+/// Where cargo leaves the release binaries of `platform`.
+fn release_dir(root: &Path, platform: &Platform) -> PathBuf {
+    command::target_dir(root)
+        .join(platform.rust_target)
+        .join("release")
 }
 
 /// The packages and binaries the images ship, as `cargo build` arguments.
@@ -233,21 +485,17 @@ fn single_file_contents(path: &str, contents: Vec<u8>) -> LayerContents {
     layer
 }
 
-fn write(out: &Path, name: &str, version: &str, image: &Image) -> anyhow::Result<Built> {
-    let (archive, written) = image.archive()?;
-    let path = out.join(format!("{name}-{version}.oci.tar"));
-    std::fs::write(&path, archive).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(Built {
-        reference: image.config.reference.clone(),
-        archive: path,
-        digest: written.manifest_digest,
-        compressed_bytes: written.compressed_size,
-    })
-}
-
-/// Runs `binary --help` inside the image's file system (chroot), so a missing library fails here, not in a pod.
-fn smoke_test(layers: &[&LayerContents], binary: &str) -> anyhow::Result<()> {
-    if !nix::unistd::geteuid().is_root() {
+/// Runs `binary --version` in the image's file system and prints what it printed, so that a missing library or
+/// a binary of the wrong architecture fails the build, not a pod: natively in a chroot (which needs root; skipped
+/// otherwise), and the cross-built ones under qemu-user with the image's file system as their root for the
+/// dynamic loader and libraries (`-L`).
+fn check_version(
+    platform: &Platform,
+    layers: &[&LayerContents],
+    binary: &str,
+) -> anyhow::Result<()> {
+    let root = nix::unistd::geteuid().is_root();
+    if platform.emulator.is_none() && !root {
         say(format!("not root: skipping the chroot check of {binary}"));
         return Ok(());
     }
@@ -255,18 +503,45 @@ fn smoke_test(layers: &[&LayerContents], binary: &str) -> anyhow::Result<()> {
     for layer in layers {
         layer.extract(&rootfs)?;
     }
-    let output = Command::new("chroot")
-        .arg(&rootfs)
-        .args([binary, "--help"])
-        .output()
-        .context("cannot run chroot")?;
+    let (shown, output) = match platform.emulator {
+        None => (
+            format!(
+                "chroot <{} image> {binary} --version",
+                platform.architecture
+            ),
+            Command::new("chroot")
+                .arg(&rootfs)
+                .args([binary, "--version"])
+                .output()
+                .context("cannot run chroot"),
+        ),
+        Some(emulator) => (
+            format!(
+                "{emulator} -L <{} image> <{0} image>{binary} --version",
+                platform.architecture
+            ),
+            Command::new(emulator)
+                .arg("-L")
+                .arg(&rootfs)
+                .arg(rootfs.join(binary.trim_start_matches('/')))
+                .arg("--version")
+                .output()
+                .with_context(|| format!("cannot run {emulator}")),
+        ),
+    };
     std::fs::remove_dir_all(&rootfs).ok();
+    let output = output?;
     if !output.status.success() {
         bail!(
-            "{binary} does not start in its image: {}",
+            "{binary} does not start in its {} image ({shown}): {}",
+            platform.architecture,
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    say(format!(
+        "{shown}: {}",
+        String::from_utf8_lossy(&output.stdout).trim()
+    ));
     Ok(())
 }
 
@@ -277,14 +552,19 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The program `images/<name>/<name>.c`, static, built with the machine's C compiler.
-fn build_static_c(root: &Path, out: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
-    let binary = out.join(format!("{name}.bin"));
+/// The program `images/<name>/<name>.c`, static, built with the platform's C compiler.
+fn build_static_c(
+    root: &Path,
+    out: &Path,
+    name: &str,
+    platform: &Platform,
+) -> anyhow::Result<Vec<u8>> {
+    let binary = out.join(format!("{name}-{}.bin", platform.architecture));
     let source = root.join(format!("images/{name}/{name}.c"));
     command::run(
         root,
         &[],
-        "cc",
+        platform.cc,
         &[
             "-static",
             "-Os",
@@ -325,14 +605,20 @@ fn git(root: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 fn report(built: &[Built]) -> String {
-    let mut table = String::from("| image | digest | compressed |\n|---|---|---|\n");
+    let mut table = String::from(
+        "| image | index digest | platform | manifest digest | compressed |\n|---|---|---|---|---|\n",
+    );
     for image in built {
-        table.push_str(&format!(
-            "| {} | {} | {:.1} MB |\n",
-            image.reference,
-            image.digest,
-            image.compressed_bytes as f64 / 1_000_000.0
-        ));
+        for platform in &image.platforms {
+            table.push_str(&format!(
+                "| {} | {} | linux/{} | {} | {:.1} MB |\n",
+                image.reference,
+                image.digest,
+                platform.architecture,
+                platform.digest,
+                platform.compressed_bytes as f64 / 1_000_000.0
+            ));
+        }
     }
     table
 }

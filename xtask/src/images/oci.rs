@@ -1,5 +1,6 @@
-//! OCI image archives written without any container tool: deterministic layers, a config, a manifest and an
-//! `index.json`, tarred as an OCI image layout that `ctr images import` (and podman, skopeo, crane) read.
+//! OCI images written without any container tool: deterministic layers, a config and a manifest per platform,
+//! and an image index over the platforms, pushed to a registry (see `push`) or tarred as an OCI image layout
+//! that `ctr images import` (and podman, skopeo, crane) read.
 //!
 //! Everything that could vary between two builds of the same inputs is fixed: file order (sorted), owners (0),
 //! modification times (the commit time), gzip headers (no name, mtime 0) and JSON key order. The same inputs
@@ -157,8 +158,8 @@ pub struct Layer {
 /// What the image runs and how it is described.
 #[derive(Debug, Clone)]
 pub struct ImageConfig {
-    /// The full reference the image is imported under, e.g. `ghcr.io/gpu-operator-rs/gpu-operator:0.1.0`.
-    pub reference: String,
+    /// The platform's architecture, as OCI (and Go, and Debian) name it: `amd64`, `arm64`.
+    pub architecture: &'static str,
     pub entrypoint: Vec<String>,
     /// `uid:gid`, empty for root.
     pub user: String,
@@ -169,23 +170,52 @@ pub struct ImageConfig {
     pub created: u64,
 }
 
-/// An image ready to be written: its config and layers, bottom first.
+/// One platform's image, ready to be written: its config and layers, bottom first.
 #[derive(Debug)]
 pub struct Image<'a> {
     pub config: ImageConfig,
     pub layers: Vec<&'a Layer>,
 }
 
-/// The written archive's identity, for the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
-    /// `sha256:<hex>` of the manifest: the digest registries and `ctr images ls` show.
-    pub manifest_digest: String,
-    /// Bytes a pull would transfer: the compressed layers plus config and manifest.
-    pub compressed_size: u64,
+/// One platform's manifest with the blobs it names.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub architecture: &'static str,
+    pub bytes: Vec<u8>,
+    /// `sha256:<hex>` of [`Self::bytes`].
+    pub digest: String,
+    pub config: Vec<u8>,
+    pub config_digest: String,
+    pub layers: Vec<Layer>,
 }
 
-const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+impl Manifest {
+    /// Bytes a pull of this platform transfers: the compressed layers plus config and manifest.
+    pub fn compressed_size(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|layer| layer.compressed.len() as u64)
+            .sum::<u64>()
+            + self.config.len() as u64
+            + self.bytes.len() as u64
+    }
+}
+
+/// A multi-platform image: an OCI image index naming one manifest per platform, as registries serve it and
+/// container runtimes resolve it (each node pulls the manifest of its own platform).
+#[derive(Debug, Clone)]
+pub struct ImageIndex {
+    pub bytes: Vec<u8>,
+    /// `sha256:<hex>` of [`Self::bytes`]: the digest a registry answers for the tag, and the one containerd and
+    /// the kubelet report for a pulled image.
+    pub digest: String,
+    pub manifests: Vec<Manifest>,
+    /// The images' creation time, also the modification time of the archive's entries.
+    created: u64,
+}
+
+pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 const LAYER_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
@@ -195,20 +225,23 @@ struct Descriptor<'a> {
     media_type: &'a str,
     digest: String,
     size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    platform: Option<Platform<'a>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     annotations: BTreeMap<String, String>,
 }
 
+#[derive(Serialize)]
+struct Platform<'a> {
+    architecture: &'a str,
+    os: &'a str,
+}
+
 impl Image<'_> {
-    /// The OCI image-layout archive (a tar) and its identity.
-    pub fn archive(&self) -> anyhow::Result<(Vec<u8>, Written)> {
+    /// The manifest of this platform's image, with its config and layers.
+    pub fn manifest(&self) -> anyhow::Result<Manifest> {
         let config = self.config_json()?;
-        let config_descriptor = Descriptor {
-            media_type: CONFIG_MEDIA_TYPE,
-            digest: sha256(&config),
-            size: config.len() as u64,
-            annotations: BTreeMap::new(),
-        };
+        let config_digest = sha256(&config);
         let layer_descriptors: Vec<Descriptor> = self
             .layers
             .iter()
@@ -216,74 +249,38 @@ impl Image<'_> {
                 media_type: LAYER_MEDIA_TYPE,
                 digest: layer.digest.clone(),
                 size: layer.compressed.len() as u64,
+                platform: None,
                 annotations: BTreeMap::new(),
             })
             .collect();
-        let manifest = serde_json::to_vec(&serde_json::json!({
+        let bytes = serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2,
             "mediaType": MANIFEST_MEDIA_TYPE,
-            "config": config_descriptor,
+            "config": Descriptor {
+                media_type: CONFIG_MEDIA_TYPE,
+                digest: config_digest.clone(),
+                size: config.len() as u64,
+                platform: None,
+                annotations: BTreeMap::new(),
+            },
             "layers": layer_descriptors,
             "annotations": self.config.labels,
         }))?;
-        let manifest_digest = sha256(&manifest);
-        let tag = self
-            .config
-            .reference
-            .rsplit_once(':')
-            .map_or("latest", |(_, tag)| tag)
-            .to_string();
-        let index = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [Descriptor {
-                media_type: MANIFEST_MEDIA_TYPE,
-                digest: manifest_digest.clone(),
-                size: manifest.len() as u64,
-                annotations: BTreeMap::from([
-                    ("io.containerd.image.name".to_string(), self.config.reference.clone()),
-                    ("org.opencontainers.image.ref.name".to_string(), tag),
-                ]),
-            }],
-        }))?;
-
-        let mut layout = LayerContents::default();
-        let blob = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
-        let file = |contents: Vec<u8>| Entry::File {
-            mode: 0o644,
-            contents,
-        };
-        layout.insert(
-            "oci-layout",
-            file(br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
-        );
-        layout.insert("index.json", file(index));
-        layout.insert(&blob(&manifest_digest), file(manifest.clone()));
-        layout.insert(&blob(&config_descriptor.digest), file(config.clone()));
-        for layer in &self.layers {
-            layout.insert(&blob(&layer.digest), file(layer.compressed.clone()));
-        }
-        let compressed_size = self
-            .layers
-            .iter()
-            .map(|l| l.compressed.len() as u64)
-            .sum::<u64>()
-            + config.len() as u64
-            + manifest.len() as u64;
-        Ok((
-            layout.tar(self.config.created)?,
-            Written {
-                manifest_digest,
-                compressed_size,
-            },
-        ))
+        Ok(Manifest {
+            architecture: self.config.architecture,
+            digest: sha256(&bytes),
+            bytes,
+            config,
+            config_digest,
+            layers: self.layers.iter().map(|layer| (*layer).clone()).collect(),
+        })
     }
 
     fn config_json(&self) -> anyhow::Result<Vec<u8>> {
         let created = chrono_seconds(self.config.created);
         Ok(serde_json::to_vec(&serde_json::json!({
             "created": created,
-            "architecture": "amd64",
+            "architecture": self.config.architecture,
             "os": "linux",
             "config": {
                 "User": self.config.user,
@@ -296,6 +293,95 @@ impl Image<'_> {
                 "diff_ids": self.layers.iter().map(|layer| layer.diff_id.clone()).collect::<Vec<_>>(),
             },
         }))?)
+    }
+}
+
+impl ImageIndex {
+    /// The index of `manifests` (one per platform, in the given order), annotated like each manifest.
+    pub fn new(
+        manifests: Vec<Manifest>,
+        annotations: &BTreeMap<String, String>,
+        created: u64,
+    ) -> anyhow::Result<Self> {
+        let descriptors: Vec<Descriptor> = manifests
+            .iter()
+            .map(|manifest| Descriptor {
+                media_type: MANIFEST_MEDIA_TYPE,
+                digest: manifest.digest.clone(),
+                size: manifest.bytes.len() as u64,
+                platform: Some(Platform {
+                    architecture: manifest.architecture,
+                    os: "linux",
+                }),
+                annotations: BTreeMap::new(),
+            })
+            .collect();
+        let bytes = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": descriptors,
+            "annotations": annotations,
+        }))?;
+        Ok(Self {
+            digest: sha256(&bytes),
+            bytes,
+            manifests,
+            created,
+        })
+    }
+
+    /// Every blob the manifests name (configs and layers), each once: what a registry must hold before the
+    /// manifests can be pushed.
+    pub fn blobs(&self) -> Vec<(&str, &[u8])> {
+        let mut blobs: BTreeMap<&str, &[u8]> = BTreeMap::new();
+        for manifest in &self.manifests {
+            blobs.insert(&manifest.config_digest, &manifest.config);
+            for layer in &manifest.layers {
+                blobs.insert(&layer.digest, &layer.compressed);
+            }
+        }
+        blobs.into_iter().collect()
+    }
+
+    /// The OCI image-layout archive (a tar) whose `index.json` names this index as `reference`.
+    pub fn archive(&self, reference: &str) -> anyhow::Result<Vec<u8>> {
+        let tag = reference
+            .rsplit_once(':')
+            .map_or("latest", |(_, tag)| tag)
+            .to_string();
+        let layout_index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": [Descriptor {
+                media_type: INDEX_MEDIA_TYPE,
+                digest: self.digest.clone(),
+                size: self.bytes.len() as u64,
+                platform: None,
+                annotations: BTreeMap::from([
+                    ("io.containerd.image.name".to_string(), reference.to_string()),
+                    ("org.opencontainers.image.ref.name".to_string(), tag),
+                ]),
+            }],
+        }))?;
+        let mut layout = LayerContents::default();
+        let blob = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+        let file = |contents: Vec<u8>| Entry::File {
+            mode: 0o644,
+            contents,
+        };
+        layout.insert(
+            "oci-layout",
+            file(br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
+        );
+        layout.insert("index.json", file(layout_index));
+        layout.insert(&blob(&self.digest), file(self.bytes.clone()));
+        for manifest in &self.manifests {
+            layout.insert(&blob(&manifest.digest), file(manifest.bytes.clone()));
+        }
+        for (digest, contents) in self.blobs() {
+            layout.insert(&blob(digest), file(contents.to_vec()));
+        }
+        Ok(layout.tar(self.created)?)
     }
 }
 
@@ -346,10 +432,10 @@ mod tests {
         layer
     }
 
-    fn image(layer: &Layer) -> Image<'_> {
+    fn image<'a>(layer: &'a Layer, architecture: &'static str) -> Image<'a> {
         Image {
             config: ImageConfig {
-                reference: "example.test/tool:1.2.3".into(),
+                architecture,
                 entrypoint: vec!["/usr/local/bin/tool".into()],
                 user: "65532:65532".into(),
                 env: vec!["PATH=/usr/local/bin".into()],
@@ -361,6 +447,13 @@ mod tests {
             },
             layers: vec![layer],
         }
+    }
+
+    fn index(layer: &Layer) -> ImageIndex {
+        let manifests = ["amd64", "arm64"]
+            .map(|architecture| image(layer, architecture).manifest().unwrap())
+            .to_vec();
+        ImageIndex::new(manifests, &BTreeMap::new(), 1_700_000_000).unwrap()
     }
 
     #[test]
@@ -386,10 +479,12 @@ mod tests {
         let second = contents().build(1_700_000_000).unwrap();
         assert_eq!(first.digest, second.digest);
         assert_eq!(first.compressed, second.compressed);
-        let (archive_a, written_a) = image(&first).archive().unwrap();
-        let (archive_b, written_b) = image(&second).archive().unwrap();
-        assert_eq!(written_a, written_b);
-        assert_eq!(archive_a, archive_b);
+        let (a, b) = (index(&first), index(&second));
+        assert_eq!(a.digest, b.digest);
+        assert_eq!(
+            a.archive("example.test/tool:1.2.3").unwrap(),
+            b.archive("example.test/tool:1.2.3").unwrap()
+        );
         // A different file time is a different layer.
         assert_ne!(
             contents().build(1_700_000_001).unwrap().digest,
@@ -398,9 +493,46 @@ mod tests {
     }
 
     #[test]
+    fn the_index_names_one_manifest_per_platform() {
+        let layer = contents().build(0).unwrap();
+        let index = index(&layer);
+        assert_eq!(sha256(&index.bytes), index.digest);
+        let json: serde_json::Value = serde_json::from_slice(&index.bytes).unwrap();
+        assert_eq!(json["mediaType"], INDEX_MEDIA_TYPE);
+        let platforms: Vec<(&str, &str)> = json["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| {
+                (
+                    entry["platform"]["architecture"].as_str().unwrap(),
+                    entry["digest"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            platforms,
+            [
+                ("amd64", index.manifests[0].digest.as_str()),
+                ("arm64", index.manifests[1].digest.as_str())
+            ]
+        );
+        let configs: Vec<serde_json::Value> = index
+            .manifests
+            .iter()
+            .map(|manifest| serde_json::from_slice(&manifest.config).unwrap())
+            .collect();
+        assert_eq!(configs[0]["architecture"], "amd64");
+        assert_eq!(configs[1]["architecture"], "arm64");
+        // The shared layer is one blob; each platform has its own config.
+        assert_eq!(index.blobs().len(), 3);
+    }
+
+    #[test]
     fn the_archive_is_an_oci_layout_that_names_the_image() {
         let layer = contents().build(0).unwrap();
-        let (archive, written) = image(&layer).archive().unwrap();
+        let index = index(&layer);
+        let archive = index.archive("example.test/tool:1.2.3").unwrap();
         let mut files = BTreeMap::new();
         for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
             let mut entry = entry.unwrap();
@@ -409,31 +541,30 @@ mod tests {
             std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
             files.insert(path, bytes);
         }
-        let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
-        let manifest_ref = &index["manifests"][0];
-        assert_eq!(manifest_ref["digest"], written.manifest_digest.as_str());
+        let layout: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
+        let index_ref = &layout["manifests"][0];
+        assert_eq!(index_ref["digest"], index.digest.as_str());
+        assert_eq!(index_ref["mediaType"], INDEX_MEDIA_TYPE);
         assert_eq!(
-            manifest_ref["annotations"]["io.containerd.image.name"],
+            index_ref["annotations"]["io.containerd.image.name"],
             "example.test/tool:1.2.3"
         );
         assert_eq!(
-            manifest_ref["annotations"]["org.opencontainers.image.ref.name"],
+            index_ref["annotations"]["org.opencontainers.image.ref.name"],
             "1.2.3"
         );
         let blob = |digest: &str| {
             &files[&format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"))]
         };
-        let manifest: serde_json::Value =
-            serde_json::from_slice(blob(&written.manifest_digest)).unwrap();
-        assert_eq!(
-            sha256(blob(&written.manifest_digest)),
-            written.manifest_digest
-        );
+        assert_eq!(blob(&index.digest), &index.bytes);
+        let arm64 = &index.manifests[1];
+        let manifest: serde_json::Value = serde_json::from_slice(blob(&arm64.digest)).unwrap();
         let config_digest = manifest["config"]["digest"].as_str().unwrap();
         let config: serde_json::Value = serde_json::from_slice(blob(config_digest)).unwrap();
         assert_eq!(config["rootfs"]["diff_ids"][0], layer.diff_id.as_str());
         assert_eq!(config["config"]["User"], "65532:65532");
         assert_eq!(config["created"], "2023-11-14T22:13:20Z");
+        assert_eq!(config["architecture"], "arm64");
         assert_eq!(manifest["layers"][0]["digest"], layer.digest.as_str());
         assert_eq!(blob(&layer.digest), &layer.compressed);
     }

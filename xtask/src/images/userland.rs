@@ -3,7 +3,9 @@
 //! libnvidia-ml.so.1, which the NVIDIA container runtime injects), the CA bundle, and users for non-root.
 //!
 //! The packages are downloaded with `apt-get download` into the cache and unpacked with `dpkg-deb`; only the
-//! files a program needs at run time are kept (no documentation, no iconv modules, no maintainer scripts).
+//! files a program needs at run time are kept (no documentation, no iconv modules, no maintainer scripts). Each
+//! platform's userland comes from that Debian architecture's packages (`libc6:arm64` for arm64), which apt offers
+//! once the architecture is added to dpkg (`crate::apt::ensure_architecture`).
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,9 @@ use super::oci::{Entry, LayerContents};
 
 /// The packages of the userland, in the order they are unpacked.
 pub const PACKAGES: &[&str] = &["libc6", "libgcc-s1", "ca-certificates"];
+/// Those of [`PACKAGES`] that are architecture `all` (data only): apt knows them by their plain name, not
+/// qualified with an architecture.
+const ARCHITECTURE_ALL: &[&str] = &["ca-certificates"];
 
 /// The non-root user of the images that can run without root (the operator).
 pub const NONROOT_UID: u32 = 65532;
@@ -27,12 +32,19 @@ pub struct Package {
     pub deb: PathBuf,
 }
 
-/// Downloads the packages into `dir` (once: an existing `.deb` of the version apt offers is reused), running
-/// `apt-get update` first when apt does not know a package yet (a fresh machine).
-pub fn download(dir: &Path) -> anyhow::Result<Vec<Package>> {
+/// Downloads the packages of Debian architecture `architecture` into `dir` (once: an existing `.deb` of the
+/// version apt offers is reused), running `apt-get update` first when apt does not know a package yet (a fresh
+/// machine).
+pub fn download(dir: &Path, architecture: &str) -> anyhow::Result<Vec<Package>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut packages = Vec::new();
     for name in PACKAGES {
+        let name = if ARCHITECTURE_ALL.contains(name) {
+            (*name).to_string()
+        } else {
+            format!("{name}:{architecture}")
+        };
+        let name = name.as_str();
         let version = match candidate_version(name)? {
             Some(version) => version,
             None => {
@@ -42,12 +54,12 @@ pub fn download(dir: &Path) -> anyhow::Result<Vec<Package>> {
                 })?
             }
         };
-        let deb = match find_deb(dir, name, &version)? {
+        let deb = match find_deb(dir, name, &version, architecture)? {
             Some(deb) => deb,
             None => {
                 let package = format!("{name}={version}");
                 run(dir, "apt-get", &["download", "-qq", &package])?;
-                find_deb(dir, name, &version)?.with_context(|| {
+                find_deb(dir, name, &version, architecture)?.with_context(|| {
                     format!(
                         "apt-get download {package} wrote no .deb into {}",
                         dir.display()
@@ -56,7 +68,7 @@ pub fn download(dir: &Path) -> anyhow::Result<Vec<Package>> {
             }
         };
         packages.push(Package {
-            name: (*name).to_string(),
+            name: name.to_string(),
             version,
             deb,
         });
@@ -82,10 +94,14 @@ fn parse_candidate(policy: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The `.deb` of this package version in `dir` for the images' architecture (`amd64`, or `all` for data-only
-/// packages such as ca-certificates). Other architectures' files of the same version may share the cache (a
-/// machine with arm64 as a foreign architecture downloads those too) and must never be picked.
-fn find_deb(dir: &Path, name: &str, version: &str) -> anyhow::Result<Option<PathBuf>> {
+/// The `.deb` of this package version in `dir`, for `architecture` or `all` (data-only packages such as
+/// ca-certificates); `name` may carry the `:<architecture>` qualifier, which file names do not.
+fn find_deb(
+    dir: &Path,
+    name: &str,
+    version: &str,
+    architecture: &str,
+) -> anyhow::Result<Option<PathBuf>> {
     let prefix = deb_file_prefix(name, version);
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let path = entry?.path();
@@ -93,18 +109,20 @@ fn find_deb(dir: &Path, name: &str, version: &str) -> anyhow::Result<Option<Path
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let architecture = file
+        if file
             .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(".deb"));
-        if matches!(architecture, Some("amd64" | "all")) {
+            .is_some_and(|rest| rest == format!("{architecture}.deb") || rest == "all.deb")
+        {
             return Ok(Some(path));
         }
     }
     Ok(None)
 }
 
-/// Debian's file name of a package version up to the architecture: `:` (an epoch) is written `%3a`.
+/// Debian's file name of a package version up to the architecture: `:` (an epoch) is written `%3a`, and an
+/// architecture qualifier of the name is not part of it.
 fn deb_file_prefix(name: &str, version: &str) -> String {
+    let name = name.split_once(':').map_or(name, |(name, _)| name);
     format!("{name}_{}_", version.replace(':', "%3a"))
 }
 
@@ -129,14 +147,19 @@ fn keep(path: &str) -> bool {
         "usr/share/locale",
         "usr/share/gcc",
         "usr/share/gdb",
-        "usr/lib/x86_64-linux-gnu/gconv",
         "usr/sbin",
         "usr/bin",
         "etc/ld.so.conf.d",
     ];
-    !DROPPED
-        .iter()
-        .any(|dropped| path == *dropped || path.starts_with(&format!("{dropped}/")))
+    // iconv modules live under each architecture's library directory (`usr/lib/<triplet>/gconv`).
+    let iconv = path
+        .strip_prefix("usr/lib/")
+        .and_then(|rest| rest.split('/').nth(1))
+        .is_some_and(|component| component == "gconv");
+    !iconv
+        && !DROPPED
+            .iter()
+            .any(|dropped| path == *dropped || path.starts_with(&format!("{dropped}/")))
 }
 
 /// Adds the files of one package to `layer`.
@@ -257,26 +280,39 @@ mod tests {
     #[test]
     fn epochs_are_escaped_in_file_names() {
         assert_eq!(deb_file_prefix("libc6", "2.36-9"), "libc6_2.36-9_");
+        assert_eq!(deb_file_prefix("libc6:arm64", "2.36-9"), "libc6_2.36-9_");
         assert_eq!(deb_file_prefix("tool", "1:2.0"), "tool_1%3a2.0_");
     }
 
     #[test]
-    fn only_the_images_architecture_is_picked_from_the_cache() {
-        let dir = tempfile::tempdir().unwrap();
+    fn finds_the_deb_of_the_architecture_or_all() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         for file in [
-            "libc6_2.36-9_arm64.deb",
             "libc6_2.36-9_amd64.deb",
-            "libc6_2.36-90_amd64.deb",
-            "ca-certificates_2025_all.deb",
+            "libc6_2.36-9_arm64.deb",
+            "ca-certificates_2023_all.deb",
         ] {
-            std::fs::write(dir.path().join(file), b"").unwrap();
+            std::fs::write(dir.join(file), "").unwrap();
         }
-        let picked = find_deb(dir.path(), "libc6", "2.36-9").unwrap().unwrap();
-        assert_eq!(picked.file_name().unwrap(), "libc6_2.36-9_amd64.deb");
-        let data_only = find_deb(dir.path(), "ca-certificates", "2025").unwrap();
-        assert!(data_only.is_some());
-        std::fs::remove_file(dir.path().join("libc6_2.36-9_amd64.deb")).unwrap();
-        assert_eq!(find_deb(dir.path(), "libc6", "2.36-9").unwrap(), None);
+        let found = |name, version, architecture| {
+            find_deb(dir, name, version, architecture)
+                .unwrap()
+                .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            found("libc6:arm64", "2.36-9", "arm64").as_deref(),
+            Some("libc6_2.36-9_arm64.deb")
+        );
+        assert_eq!(
+            found("libc6:amd64", "2.36-9", "amd64").as_deref(),
+            Some("libc6_2.36-9_amd64.deb")
+        );
+        assert_eq!(
+            found("ca-certificates", "2023", "arm64").as_deref(),
+            Some("ca-certificates_2023_all.deb")
+        );
+        assert_eq!(found("libc6:riscv64", "2.36-9", "riscv64"), None);
     }
 
     #[test]
@@ -285,6 +321,8 @@ mod tests {
         assert!(keep("usr/share/ca-certificates/mozilla/ISRG_Root_X1.crt"));
         assert!(!keep("usr/share/doc/libc6/copyright"));
         assert!(!keep("usr/lib/x86_64-linux-gnu/gconv/UTF-16.so"));
+        assert!(!keep("usr/lib/aarch64-linux-gnu/gconv/UTF-16.so"));
+        assert!(keep("usr/lib/aarch64-linux-gnu/libc.so.6"));
         assert!(!keep("usr/bin/ldd"));
     }
 

@@ -41,6 +41,10 @@ state = "{state}"
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{cni}"
+
+# Per-registry settings (hosts.toml), such as plain HTTP for the local registry.
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "{registry_hosts}"
 "#,
         root = path("containerd/root"),
         state = path("containerd/state"),
@@ -48,6 +52,19 @@ state = "{state}"
         opt = path("containerd/opt"),
         runc = path("runc"),
         cni = path("cni"),
+        registry_hosts = dirs.registry_hosts().display(),
+    )
+}
+
+/// containerd's hosts.toml for `registry` (`host:port`): pulls and resolves over plain HTTP, for a registry
+/// without TLS such as the cluster's local one.
+pub fn plain_http_hosts(registry: &str) -> String {
+    format!(
+        r#"server = "http://{registry}"
+
+[host."http://{registry}"]
+  capabilities = ["pull", "resolve"]
+"#
     )
 }
 

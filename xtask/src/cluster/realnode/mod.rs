@@ -1,6 +1,8 @@
 //! `cluster add-real-node`: a node whose pods are real containers. containerd (Debian's package) runs with its own
-//! config, root, state and sockets under `<cluster>/realnode/`, the images of `cargo xtask images` imported; the
-//! kubelet built with the control plane joins the cluster through it; kube-proxy (iptables mode, from the same
+//! config, root, state and sockets under `<cluster>/realnode/`, and pulls every image, the pod sandbox's too, from
+//! a registry as a user's node does (`--insecure-registry` names one it reaches over plain HTTP, such as the
+//! cluster's local registry that `cargo xtask images --push` filled); the kubelet built with the control plane
+//! joins the cluster through it; kube-proxy (iptables mode, from the same
 //! Kubernetes module) routes the `kubernetes` Service to the address the API server advertises, so pods reach the
 //! API server the way they do in any cluster. Pods get addresses on a private bridge ([`POD_SUBNET`]).
 //!
@@ -31,8 +33,8 @@ use super::paths::Layout;
 use super::process::{self, Record};
 use super::tools::{create_dir, write};
 use super::{progress, tools, versions};
-use crate::images::PAUSE_IMAGE;
-use configs::{cni_config, containerd_config, kube_proxy_config, kubelet_config};
+use crate::images::{PAUSE_IMAGE, REPOSITORY};
+use configs::{cni_config, containerd_config, kube_proxy_config, kubelet_config, plain_http_hosts};
 
 /// The pods' network: a private /24 that collides with neither the service range nor kwok's pod range.
 pub const POD_SUBNET: &str = "10.200.0.0/24";
@@ -73,9 +75,14 @@ pub struct AddRealNode {
     /// devices and NVML). No label is set: the chart's node-facts role labels the node as it would a real one.
     #[arg(long)]
     pub gpus: Option<GpuSpec>,
-    /// The directory with `images.json` from `cargo xtask images` (default: `<cache>/images`).
+    /// The directory with `images.json` from `cargo xtask images --push` (default: `<cache>/images`): the pushed
+    /// pause image is the node's pod sandbox image.
     #[arg(long)]
     pub images: Option<PathBuf>,
+    /// A registry (`host:port`) that containerd reaches over plain HTTP, such as the cluster's local one
+    /// (registries.conf-style hosts.toml under containerd's `config_path`).
+    #[arg(long)]
+    pub insecure_registry: Vec<String>,
 }
 
 /// What `<cluster>/realnode/node.json` records.
@@ -95,23 +102,8 @@ pub struct NodeState {
 /// The entries of `images.json` this module reads.
 #[derive(Debug, Deserialize)]
 struct BuiltImage {
+    /// Where `cargo xtask images --push` pushed it.
     reference: String,
-    archive: PathBuf,
-    /// The manifest's digest.
-    digest: String,
-}
-
-impl BuiltImage {
-    /// `<repository>@<digest>`: the name under which the kubelet reports the image a container runs
-    /// (`imageID`), as it would for a pulled image.
-    fn digest_reference(&self) -> String {
-        let repository = self
-            .reference
-            .rsplit_once(':')
-            .filter(|(_, tag)| !tag.contains('/'))
-            .map_or(self.reference.as_str(), |(repository, _)| repository);
-        format!("{repository}@{}", self.digest)
-    }
 }
 
 /// The files of the real node, all under `<cluster>/realnode/`.
@@ -137,6 +129,11 @@ impl Dirs {
 
     fn state_file(&self) -> PathBuf {
         self.path("node.json")
+    }
+
+    /// containerd's `config_path`: one `<host:port>/hosts.toml` per registry with settings of its own.
+    fn registry_hosts(&self) -> PathBuf {
+        self.path("containerd/certs.d")
     }
 
     pub fn kubelet_root(&self) -> PathBuf {
@@ -169,6 +166,12 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         })?
         .reference
         .clone();
+    anyhow::ensure!(
+        !pause.starts_with(&format!("{REPOSITORY}/")),
+        "{} names the images of {REPOSITORY}, where none is published: push them to a registry the node reaches \
+         (`cargo xtask images --push <registry>/gpu-operator-rs`) first",
+        images_dir.join("images.json").display()
+    );
     crate::apt::ensure(&PACKAGES)?;
     let kube_proxy = tools::ensure_tool(layout, &versions::kube_proxy())?.join("kube-proxy");
 
@@ -184,6 +187,7 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         "containerd/root",
         "containerd/state",
         "containerd/opt",
+        "containerd/certs.d",
         "runc",
         "cni",
         "cni-ipam",
@@ -207,6 +211,11 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
         &dirs.path("containerd.toml"),
         &containerd_config(&dirs, &pause),
     )?;
+    for registry in &request.insecure_registry {
+        let dir = dirs.registry_hosts().join(registry);
+        create_dir(&dir)?;
+        write(&dir.join("hosts.toml"), &plain_http_hosts(registry))?;
+    }
     write(
         &dirs.path("cni/10-gpu-operator-rs.conflist"),
         &cni_config(&dirs),
@@ -243,32 +252,6 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
     wait("containerd", Duration::from_secs(30), &mut children, || {
         ctr(&node.socket, &["version"]).map(drop)
     })?;
-    progress::step("import the images into containerd", |step| {
-        for image in &images {
-            step.update(&image.reference);
-            let archive = image.archive.display().to_string();
-            ctr(
-                &node.socket,
-                &["-n", CRI_NAMESPACE, "images", "import", &archive],
-            )?;
-            // `import --digests` would name the digest image `import-<date>@...`, not after the repository.
-            let digest_reference = image.digest_reference();
-            ctr(
-                &node.socket,
-                &[
-                    "-n",
-                    CRI_NAMESPACE,
-                    "images",
-                    "tag",
-                    "--force",
-                    &image.reference,
-                    &digest_reference,
-                ],
-            )?;
-        }
-        Ok(())
-    })?;
-
     write(
         &dirs.path("kube-proxy.yaml"),
         &kube_proxy_config(&kubeconfig, &request.name, free_port()?, free_port()?),

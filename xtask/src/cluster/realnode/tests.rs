@@ -55,19 +55,20 @@ fn the_kubelet_uses_the_runtime_and_trusts_the_cluster_ca() {
 }
 
 #[test]
-fn names_an_image_by_its_repository_and_digest() {
-    let image = |reference: &str| BuiltImage {
-        reference: reference.into(),
-        archive: PathBuf::new(),
-        digest: "sha256:ab".into(),
-    };
-    assert_eq!(
-        image("ghcr.io/gpu-operator-rs/pause:0.1.0").digest_reference(),
-        "ghcr.io/gpu-operator-rs/pause@sha256:ab"
+fn the_local_registry_is_reached_over_plain_http() {
+    let config = containerd_config(&dirs(), "127.0.0.1:5000/gpu-operator-rs/pause:1.0.0");
+    assert!(
+        config.contains("config_path = \"/c/cluster/realnode/containerd/certs.d\""),
+        "{config}"
     );
-    assert_eq!(
-        image("localhost:5000/testapp").digest_reference(),
-        "localhost:5000/testapp@sha256:ab"
+    let hosts = plain_http_hosts("127.0.0.1:5000");
+    assert!(
+        hosts.starts_with("server = \"http://127.0.0.1:5000\"\n"),
+        "{hosts}"
+    );
+    assert!(
+        hosts
+            .contains("[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]")
     );
 }
 
