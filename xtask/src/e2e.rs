@@ -164,6 +164,10 @@ pub struct RealNodeWithImages {
     pub registry: String,
 }
 
+/// How the real node's images are built: unoptimised, since the tests check what the images do, not how fast,
+/// and a cold CI run builds both platforms beside the end-to-end tests (`cargo xtask images` builds releases).
+pub const IMAGES_PROFILE: images::Profile = images::Profile::Test;
+
 /// Starts the local registry, builds the images and pushes them to it (`cargo xtask images --push`), and adds
 /// the real node, on simulated A100s, pulling from it.
 pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<RealNodeWithImages> {
@@ -172,6 +176,7 @@ pub fn add_real_node_with_images(root: &Path) -> anyhow::Result<RealNodeWithImag
         root,
         &images::Args {
             push: Some(format!("{registry}/{REGISTRY_PREFIX}").parse()?),
+            profile: IMAGES_PROFILE,
             ..images::Args::default()
         },
     )?;

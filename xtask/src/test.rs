@@ -34,16 +34,16 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         "the Helm chart: lint, values schema, DRA objects per Kubernetes version, labels (helm is built with the cluster's tools; no cluster)",
     );
     chart::check(root, &cluster::tools_env()?)?;
-    step("end-to-end tests against the local cluster (the images' release build beside them)");
+    step("end-to-end tests against the local cluster (the images' build beside them)");
     let log = cluster::paths::Layout::from_env()?
         .root
-        .join("logs/images-release-build.log");
-    let release_build = images::build_release_in_background(root, &log)?;
+        .join("logs/images-build.log");
+    let images_build = images::build_in_background(root, e2e::IMAGES_PROFILE, &log)?;
     if let Err(error) = e2e::run(root, false, false, None) {
-        release_build.cancel();
+        images_build.cancel();
         return Err(error);
     }
-    release_build.finish()?;
+    images_build.finish()?;
     step(
         "end-to-end tests on the real node (the images assembled, each binary started in its image, pushed to the \
          cluster's registry and pulled by containerd)",

@@ -1,5 +1,5 @@
-//! `cargo xtask images`: the OCI images of the operator, the node agent and the device plugin (release builds,
-//! tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and the
+//! `cargo xtask images`: the OCI images of the operator, the node agent and the device plugin (release builds, or
+//! with `--profile test` unoptimised ones for the tests; tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and the
 //! real-node tests' workload ("testapp"), each for linux/amd64 and linux/arm64 under one OCI image index, written
 //! without a container engine as archives into `<cache>/images/` and, with `--push`, to a registry.
 //!
@@ -124,6 +124,30 @@ pub struct Args {
     /// Talk plain HTTP to the registry (a local one without TLS); automatic for localhost and 127.0.0.1.
     #[arg(long)]
     pub insecure: bool,
+    /// How the binaries are built.
+    #[arg(long, value_enum, default_value_t)]
+    pub profile: Profile,
+}
+
+/// How the images' binaries are built.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Cargo's `release` profile: the images a release publishes.
+    #[default]
+    Release,
+    /// Cargo's `test-images` profile, without optimisation: the same code built in a fraction of the time, which
+    /// the end-to-end tests on the real node run, so that a cold CI run builds both platforms beside the tests.
+    Test,
+}
+
+impl Profile {
+    /// The cargo profile, which is also the name of its directory under the target's.
+    fn cargo_profile(self) -> &'static str {
+        match self {
+            Profile::Release => "release",
+            Profile::Test => "test-images",
+        }
+    }
 }
 
 /// What was built, written next to the archives as `images.json` for the tools that use them.
@@ -166,8 +190,11 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
         .context("git log printed no commit time")?;
 
     prepare_platforms()?;
-    say("building the release binaries for every platform");
-    let (env, build_args) = release_build(root);
+    say(format!(
+        "building the binaries for every platform (cargo profile {})",
+        args.profile.cargo_profile()
+    ));
+    let (env, build_args) = platforms_build(root, args.profile);
     let build_args: Vec<&str> = build_args.iter().map(String::as_str).collect();
     command::run(root, &env, &command::cargo(), &build_args)?;
 
@@ -230,11 +257,11 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<Vec<Built>> {
             .collect::<Vec<_>>()
             .join(" ");
 
-        let release = release_dir(root, platform);
+        let binaries = binaries_dir(root, platform, args.profile);
         for component in COMPONENTS {
-            let binary = std::fs::read(release.join(component.binary)).with_context(|| {
+            let binary = std::fs::read(binaries.join(component.binary)).with_context(|| {
                 format!(
-                    "the {} release build left no {}",
+                    "the {} build left no {}",
                     platform.architecture, component.binary
                 )
             })?;
@@ -356,13 +383,14 @@ fn prepare_platforms() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The release build of the images' binaries for every platform, as the environment and arguments of one cargo
-/// run (which builds the build scripts and proc macros once, and keeps both cores busy across both targets); each
+/// The build of the images' binaries for every platform, as the environment and arguments of one cargo run (which builds the build scripts and proc macros once, and keeps both cores busy across both targets); each
 /// platform's C compiler is its linker, set for this build only, so that no cargo configuration changes anyone's
 /// other builds.
-fn release_build(root: &Path) -> (Vec<(String, String)>, Vec<String>) {
+fn platforms_build(root: &Path, profile: Profile) -> (Vec<(String, String)>, Vec<String>) {
     let mut env = command::release_env(root);
-    let mut args: Vec<String> = ["build", "--release", "--locked"].map(String::from).into();
+    let mut args: Vec<String> = ["build", "--profile", profile.cargo_profile(), "--locked"]
+        .map(String::from)
+        .into();
     for platform in &PLATFORMS {
         let variable = platform.rust_target.to_uppercase().replace('-', "_");
         env.push((
@@ -380,18 +408,24 @@ fn release_build(root: &Path) -> (Vec<(String, String)>, Vec<String>) {
     (env, args)
 }
 
-/// The images' release build, started at the lowest CPU priority with its output in `log`: `cargo xtask test`
+/// The images' build, started at the lowest CPU priority with its output in `log`: `cargo xtask test`
 /// starts it before the end-to-end tests against the local cluster, which leave the cores idle much of the time
 /// (waiting for the API server, kubelets and controllers), so that a cold build costs the run little time; [`run`]
 /// later finds it done. The debug builds of those tests go on beside it, since cargo locks each profile's
 /// directory on its own.
-pub fn build_release_in_background(root: &Path, log: &Path) -> anyhow::Result<BackgroundBuild> {
+pub fn build_in_background(
+    root: &Path,
+    profile: Profile,
+    log: &Path,
+) -> anyhow::Result<BackgroundBuild> {
     prepare_platforms()?;
-    let (env, args) = release_build(root);
+    let (env, args) = platforms_build(root, profile);
     let output =
         std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     say(format!(
-        "building the release binaries for every platform in the background, at the lowest CPU priority (log: {})",
+        "building the images' binaries for every platform (cargo profile {}) in the background, at the lowest CPU \
+         priority (log: {})",
+        profile.cargo_profile(),
         log.display()
     ));
     let child = Command::new("nice")
@@ -412,7 +446,7 @@ pub fn build_release_in_background(root: &Path, log: &Path) -> anyhow::Result<Ba
     })
 }
 
-/// A release build running in the background (see [`build_release_in_background`]).
+/// A build running in the background (see [`build_in_background`]).
 #[derive(Debug)]
 pub struct BackgroundBuild {
     child: std::process::Child,
@@ -426,11 +460,11 @@ impl BackgroundBuild {
         let status = self.child.wait()?;
         anyhow::ensure!(
             status.success(),
-            "the background release build failed ({status}); see {}",
+            "the images' background build failed ({status}); see {}",
             self.log.display()
         );
         say(format!(
-            "the background release build is done, {:.0} s after it started",
+            "the images' background build is done, {:.0} s after it started",
             self.started.elapsed().as_secs_f64()
         ));
         Ok(())
@@ -457,11 +491,11 @@ fn ensure_rust_target(target: &str) -> anyhow::Result<()> {
     command::run(Path::new("."), &[], "rustup", &["target", "add", target])
 }
 
-/// Where cargo leaves the release binaries of `platform`.
-fn release_dir(root: &Path, platform: &Platform) -> PathBuf {
+/// Where cargo leaves the binaries of `platform` built with `profile`.
+fn binaries_dir(root: &Path, platform: &Platform, profile: Profile) -> PathBuf {
     command::target_dir(root)
         .join(platform.rust_target)
-        .join("release")
+        .join(profile.cargo_profile())
 }
 
 /// The packages and binaries the images ship, as `cargo build` arguments.
