@@ -409,7 +409,8 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     ]);
     let applied = kubectl_apply(TIME_SLICING, &[]);
     assert!(applied.success, "{}", applied.stderr);
-    helm_install(&nvidia_chart());
+    let nvidia = nvidia_chart();
+    helm_install(&nvidia);
     nvidia_operator("start");
     wait_for_nvidia_ready(Duration::from_secs(240));
     let policy_uid = uid("clusterpolicy", POLICY);
@@ -439,13 +440,21 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
 
     step("the switch, as docs/migrate-from-nvidia.md writes it");
     let started = Instant::now();
-    kubectl(&[
-        "annotate",
-        "clusterpolicy",
-        POLICY,
-        "helm.sh/resource-policy=keep",
-        "--overwrite",
-    ]);
+    // Helm keeps what the release's own manifest marks `keep`; NVIDIA's chart marks its ClusterPolicy so with
+    // operator.cleanupCRD (whose pre-delete hook `--no-hooks` skips below).
+    let mut keep = vec![
+        "upgrade",
+        "gpu-operator",
+        &nvidia,
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--no-hooks",
+        "--set",
+        "operator.cleanupCRD=true",
+    ];
+    keep.extend(["--wait", "--timeout", "180s"]);
+    e2e::ok("helm", &keep);
     kubectl(&[
         "scale",
         "deployment",
@@ -568,13 +577,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
 
     step("the rollback, as docs/migrate-from-nvidia.md writes it");
     let started = Instant::now();
-    kubectl(&[
-        "annotate",
-        "clusterpolicy",
-        POLICY,
-        "helm.sh/resource-policy=keep",
-        "--overwrite",
-    ]);
+    // This chart's manifest marks the ClusterPolicy `keep` (its uninstall hook, skipped below, deletes it).
     kubectl(&[
         "scale",
         "deployment",
