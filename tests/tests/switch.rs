@@ -76,7 +76,8 @@ fn nvidia_operator(action: &str) {
     );
 }
 
-fn helm_install(chart: &str) {
+/// `helm install gpu-operator <chart> -n gpu-operator <VALUES> --wait`, with `extra` flags.
+fn helm_install(chart: &str, extra: &[&str]) {
     let mut args = vec![
         "install",
         "gpu-operator",
@@ -88,6 +89,7 @@ fn helm_install(chart: &str) {
         "180s",
     ];
     args.extend(VALUES);
+    args.extend(extra);
     e2e::ok("helm", &args);
 }
 
@@ -388,6 +390,15 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         labels: advertised(),
     };
     remove_release("switch");
+    // A cluster that never ran this chart: NVIDIA's chart installs its own CRDs (Helm would refuse to apply them
+    // over this operator's, whose fields another manager owns).
+    kubectl(&[
+        "delete",
+        "crd",
+        "clusterpolicies.nvidia.com",
+        "gpunodes.nvidia.com",
+        "--ignore-not-found",
+    ]);
     let nodes = gpu_node_names();
     assert!(
         nodes.len() >= 2,
@@ -410,7 +421,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     let applied = kubectl_apply(TIME_SLICING, &[]);
     assert!(applied.success, "{}", applied.stderr);
     let nvidia = nvidia_chart();
-    helm_install(&nvidia);
+    helm_install(&nvidia, &[]);
     nvidia_operator("start");
     wait_for_nvidia_ready(Duration::from_secs(240));
     let policy_uid = uid("clusterpolicy", POLICY);
@@ -502,7 +513,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         "default-mig-parted-config",
         "--ignore-not-found",
     ]);
-    helm_install(&chart_dir());
+    helm_install(&chart_dir(), &[]);
     let ours = Operator::start("switch");
     wait_for_policy_state(POLICY, "ready", Duration::from_secs(180));
     let switched_in = started.elapsed();
@@ -625,7 +636,8 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         "--field-selector",
         "metadata.name!=nvidia-driver-daemonset",
     ]);
-    helm_install(&nvidia_chart());
+    // The CRDs stay this operator's (a superset of NVIDIA's schema), whose fields Helm would refuse to take over.
+    helm_install(&nvidia, &["--skip-crds"]);
     nvidia_operator("start");
     wait_for_nvidia_ready(Duration::from_secs(240));
     eprintln!(

@@ -8,13 +8,14 @@
 //! - The driver DaemonSet of the OS pool NVIDIA's driver image was built for keeps NVIDIA's name
 //!   ([`driver_pool`]); the render names that pool's DaemonSet so.
 //! - A DaemonSet that NVIDIA's operator made for this policy ([`made_by_nvidia`]) is applied over, never
-//!   recreated: its selector, which is immutable, is kept ([`keep_selector`]), and NVIDIA's field ownership is
+//!   recreated: its selector, which is immutable, is kept and its labels put on the rendered pods
+//!   ([`keep_selector`]), and NVIDIA's field ownership is
 //!   handed to this operator's apply ([`take_ownership`]), so that the apply leaves exactly the rendered object
 //!   and no field of NVIDIA's template behind. Its uid stays.
 //! - The driver's template changes only under OnDelete ([`require_on_delete`]): the running driver pods stay until
 //!   each is deleted on purpose (the upgrade controller, or an admin in a maintenance window).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -31,13 +32,10 @@ pub const NVIDIA_DRIVER_DAEMONSET: &str = "nvidia-driver-daemonset";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum HandoverError {
     #[error(
-        "NVIDIA's DaemonSet {name} selects its pods by {selector:?}, which the rendered pods do not all carry; \
-         applying over it would leave its pods without a DaemonSet"
+        "NVIDIA's DaemonSet {name} selects its pods with expressions, which NVIDIA's operator does not write; it is \
+         left alone, delete it to have it replaced"
     )]
-    SelectorNotCarried {
-        name: String,
-        selector: BTreeMap<String, String>,
-    },
+    SelectorWithExpressions { name: String },
     #[error(
         "NVIDIA's DaemonSet {name} would be updated with strategy {strategy}; only OnDelete keeps its running \
          driver pods"
@@ -115,21 +113,28 @@ pub fn driver_pool(
     }
 }
 
-/// Puts the existing DaemonSet's selector into the rendered body: a selector cannot change, and NVIDIA's selects
-/// by `app` alone, a label the rendered pods carry too. Fails when the rendered pods would not all match it.
+/// Puts the existing DaemonSet's selector into the rendered body, since a selector cannot change, and its labels
+/// onto the rendered pods, so that it selects them: NVIDIA's select by `app` (which the rendered pods carry with the
+/// same value) and, for feature discovery and the validator, `app.kubernetes.io/part-of` (`nvidia-gpu` for feature
+/// discovery, where the rendered pods say `gpu-operator`; no selector of this operator's reads that label).
 pub fn keep_selector(body: &mut Value, existing: &DaemonSet) -> Result<(), HandoverError> {
     let selector = &existing.spec.selector;
-    let wanted = selector.match_labels.clone().unwrap_or_default();
-    let pod_labels = &body["spec"]["template"]["metadata"]["labels"];
-    let carried = selector.match_expressions.is_none()
-        && wanted
-            .iter()
-            .all(|(key, value)| pod_labels.get(key).and_then(Value::as_str) == Some(value));
-    if !carried {
-        return Err(HandoverError::SelectorNotCarried {
+    if selector
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(HandoverError::SelectorWithExpressions {
             name: existing.metadata.name.clone().unwrap_or_default(),
-            selector: wanted,
         });
+    }
+    let wanted = selector.match_labels.clone().unwrap_or_default();
+    let pod_labels = &mut body["spec"]["template"]["metadata"]["labels"];
+    if !pod_labels.is_object() {
+        *pod_labels = serde_json::json!({});
+    }
+    for (key, value) in &wanted {
+        pod_labels[key] = Value::String(value.clone());
     }
     body["spec"]["selector"] = serde_json::json!({ "matchLabels": wanted });
     Ok(())
@@ -321,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn the_existing_selector_replaces_the_rendered_one_when_the_pods_carry_it() {
+    fn the_existing_selector_replaces_the_rendered_one_and_the_pods_carry_it() {
         let existing = nvidia_driver("driver:1-ubuntu22.04");
         let mut body = json!({"spec": {
             "selector": {"matchLabels": {"app": NVIDIA_DRIVER_DAEMONSET, "nvidia.com/gpu-operator.daemonset": NVIDIA_DRIVER_DAEMONSET}},
@@ -332,16 +337,29 @@ mod tests {
             body["spec"]["selector"],
             json!({"matchLabels": {"app": NVIDIA_DRIVER_DAEMONSET}})
         );
-
-        let mut elsewhere =
-            json!({"spec": {"template": {"metadata": {"labels": {"app": "other"}}}}});
         assert_eq!(
-            keep_selector(&mut elsewhere, &existing),
-            Err(HandoverError::SelectorNotCarried {
-                name: NVIDIA_DRIVER_DAEMONSET.into(),
-                selector: [("app".into(), NVIDIA_DRIVER_DAEMONSET.into())].into(),
-            })
+            body["spec"]["template"]["metadata"]["labels"],
+            json!({"app": NVIDIA_DRIVER_DAEMONSET, "nvidia.com/gpu-operator.daemonset": NVIDIA_DRIVER_DAEMONSET})
         );
+    }
+
+    #[test]
+    fn feature_discoverys_part_of_label_is_kept_on_its_pods() {
+        let mut existing = nvidia_driver("unused");
+        existing.spec.selector.match_labels = Some(
+            [
+                ("app".into(), "gpu-feature-discovery".into()),
+                ("app.kubernetes.io/part-of".into(), "nvidia-gpu".into()),
+            ]
+            .into(),
+        );
+        let mut body = json!({"spec": {"template": {"metadata": {"labels": {
+            "app": "gpu-feature-discovery", "app.kubernetes.io/part-of": "gpu-operator",
+        }}}}});
+        keep_selector(&mut body, &existing).unwrap();
+        let pod_labels = &body["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(pod_labels["app.kubernetes.io/part-of"], "nvidia-gpu");
+        assert_eq!(body["spec"]["selector"]["matchLabels"], *pod_labels);
     }
 
     #[test]
