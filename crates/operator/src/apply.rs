@@ -160,8 +160,16 @@ impl Applier {
                 summary.unchanged += 1;
                 continue;
             }
-            if kind == "DaemonSet" && self.cached_version(kind, &name).is_none() {
-                self.take_over_nvidias(owner, object, &mut body).await?;
+            if kind == "DaemonSet" {
+                let cached = self
+                    .daemonsets
+                    .get(&ObjectRef::new(&name).within(&self.namespace));
+                match cached {
+                    // One taken over from NVIDIA's operator keeps NVIDIA's selector for good, since a selector
+                    // cannot change; for this operator's own it is the rendered one, and nothing changes.
+                    Some(existing) => handover::keep_selector(&mut body, &existing)?,
+                    None => self.take_over_nvidias(owner, object, &mut body).await?,
+                }
             }
             let api = self.api_for(object);
             match api

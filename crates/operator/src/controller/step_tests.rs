@@ -316,6 +316,33 @@ async fn nvidias_operand_of_the_same_policy_is_taken_over_in_place() {
 }
 
 #[tokio::test]
+async fn a_taken_over_operand_keeps_nvidias_selector_when_applied_again() {
+    // In the cache: the device plugin as the take-over left it, this operator's labels and NVIDIA's selector.
+    let mut taken_over = stored_plugin(2);
+    taken_over.spec.selector.match_labels = Some([("app".to_owned(), PLUGIN.to_owned())].into());
+    let mut expected = vec![apply_plugin(Answer::Echo)];
+    expected.extend(prune_finds_nothing());
+    let mut fixture = Fixture::new(expected);
+    fixture.cached(&[RenderedObject::from(taken_over)]);
+
+    let mut changed = plugin_daemonset();
+    let pod = changed.spec.template.spec.as_mut().unwrap();
+    pod.containers[0].image = Some("registry.test/device-plugin:2".into());
+    fixture
+        .apply(&[RenderedObject::from(changed)])
+        .await
+        .unwrap();
+
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].query);
+    assert_eq!(
+        sent[0].body["spec"]["selector"],
+        json!({"matchLabels": {"app": PLUGIN}}),
+        "a selector cannot change"
+    );
+}
+
+#[tokio::test]
 async fn a_daemonset_of_another_policy_is_not_taken_over() {
     let mut other = nvidias_plugin();
     other["metadata"]["ownerReferences"][0]["uid"] = json!("another-policy");
