@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use e2e::{
     GUIDE_VALUES, NAMESPACE, Operator, chart_dir, eventually, gpu_node_names, kubectl,
     kubectl_apply, kubectl_json, remove_release, run, step, try_install_chart,
-    wait_for_policy_state,
 };
 use serde_json::Value;
 
@@ -272,6 +271,40 @@ fn wait_for_nvidia_ready(timeout: Duration) {
     });
 }
 
+/// This operator's status once it has taken over: every component ready but the driver, whose pods of NVIDIA's
+/// template stay until each is deleted (OnDelete), which its status says (`outdated` nodes available, none updated),
+/// as NVIDIA's operator says of its own outdated driver pods.
+fn wait_for_ours_taken_over(outdated: usize, timeout: Duration) {
+    let waiting = format!("{DRIVER}: {outdated} of {outdated} nodes available, 0 updated");
+    let get = || kubectl_json(&["get", "clusterpolicy", POLICY]);
+    eventually(timeout, || {
+        let policy = get();
+        let status = &policy["status"];
+        if status["observedGeneration"] != policy["metadata"]["generation"] {
+            return Ok(None);
+        }
+        let components = status["components"].as_array().cloned().unwrap_or_default();
+        let others_ready = components
+            .iter()
+            .filter(|c| c["name"] != "driver" && c["enabled"] == true)
+            .all(|c| c["state"] == "ready");
+        let driver_waits = components.iter().any(|c| {
+            c["name"] == "driver"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains(&waiting))
+        });
+        Ok((others_ready && driver_waits).then_some(()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "this operator never took over (every component ready, the driver waiting on {outdated} old pods): \
+             {error:#}\n{:#}",
+            get()["status"]
+        )
+    });
+}
+
 /// Restores what the suites after this one expect, also when the test fails: NVIDIA's operator and release
 /// gone with the ClusterPolicy and every operand, the nodes' labels as before, and the guide's install of this
 /// chart back.
@@ -515,7 +548,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     ]);
     helm_install(&chart_dir(), &[]);
     let ours = Operator::start("switch");
-    wait_for_policy_state(POLICY, "ready", Duration::from_secs(180));
+    wait_for_ours_taken_over(pool_nodes.len(), Duration::from_secs(180));
     let switched_in = started.elapsed();
     eprintln!("switched to this operator in {switched_in:?}");
 
