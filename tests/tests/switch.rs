@@ -159,6 +159,52 @@ fn differences(
     lines
 }
 
+/// NVIDIA's container toolkit DaemonSet, whose init container `driver-validation` NVIDIA runs privileged and this
+/// operator confined: the take-over has to hand NVIDIA's `privileged` to this operator's apply, which removes it.
+const TOOLKIT: &str = "nvidia-container-toolkit-daemonset";
+
+/// The managed fields of DaemonSet `name` (manager, operation, subresource, apiVersion) with what each entry owns
+/// of the `driver-validation` init container's securityContext, for the log.
+fn print_managed_fields(name: &str, when: &str) {
+    let ds = kubectl_json(&[
+        "get",
+        "daemonset",
+        name,
+        "-n",
+        NAMESPACE,
+        "--show-managed-fields",
+    ]);
+    eprintln!("managedFields of {name} {when}:");
+    for entry in ds["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let security = &entry["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:initContainers"]["k:{\"name\":\"driver-validation\"}"]
+            ["f:securityContext"];
+        eprintln!(
+            "  manager={} operation={} subresource={} apiVersion={} fieldsType={} time={} driver-validation securityContext={}",
+            entry["manager"],
+            entry["operation"],
+            entry["subresource"],
+            entry["apiVersion"],
+            entry["fieldsType"],
+            entry["time"],
+            security
+        );
+    }
+    eprintln!(
+        "  driver-validation securityContext now: {}",
+        ds["spec"]["template"]["spec"]["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == "driver-validation")
+            .map(|c| c["securityContext"].clone())
+            .unwrap_or_default()
+    );
+}
+
 fn uid(kind: &str, name: &str) -> String {
     let mut args = vec!["get", kind, name, "-o", "jsonpath={.metadata.uid}"];
     if kind != "clusterpolicy" {
@@ -302,6 +348,7 @@ fn wait_for_ours_taken_over(outdated: usize, timeout: Duration) {
         Ok((others_ready && driver_waits).then_some(()))
     })
     .unwrap_or_else(|error| {
+        print_managed_fields(TOOLKIT, "when the take-over failed");
         panic!(
             "this operator never took over (every component ready, the driver waiting on {outdated} old pods): \
              {error:#}\n{:#}",
@@ -551,10 +598,12 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         "default-mig-parted-config",
         "--ignore-not-found",
     ]);
+    print_managed_fields(TOOLKIT, "before the take-over");
     helm_install(&chart_dir(), &[]);
     let ours = Operator::start("switch");
     wait_for_ours_taken_over(pool_nodes.len(), Duration::from_secs(180));
     let switched_in = started.elapsed();
+    print_managed_fields(TOOLKIT, "after the take-over");
     eprintln!("switched to this operator in {switched_in:?}");
 
     step("afterwards: our operands, the same ClusterPolicy, driver DaemonSet and driver pods");

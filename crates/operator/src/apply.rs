@@ -311,14 +311,46 @@ impl Applier {
                 name: name.clone(),
                 source: kube::Error::SerdeError(error),
             })?;
-        api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        let written = api
+            .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
             .map_err(|source| ApplyError::TakeOver {
                 namespace: self.namespace.clone(),
                 name: name.clone(),
                 source,
             })?;
-        info!(%name, "taking over NVIDIA's DaemonSet in place");
+        let managers: Vec<String> = written
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|entry| {
+                format!(
+                    "{}/{}{}",
+                    entry.manager.as_deref().unwrap_or_default(),
+                    entry.operation.as_deref().unwrap_or_default(),
+                    entry
+                        .subresource
+                        .as_deref()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        let before: Vec<String> = existing
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|entry| {
+                format!(
+                    "{}/{}",
+                    entry.manager.as_deref().unwrap_or_default(),
+                    entry.operation.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        info!(%name, ?before, ?managers, "taking over NVIDIA's DaemonSet in place");
         Ok(())
     }
 
