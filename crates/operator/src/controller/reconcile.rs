@@ -150,7 +150,7 @@ pub(super) async fn apply_operands(
 }
 
 /// After a switch from NVIDIA's operator, the OS pool whose driver DaemonSet takes over NVIDIA's in place (see
-/// `handover`); none where no driver, or a precompiled one per kernel, is rendered. A failure is reported as a
+/// `handover`); none where no driver, a precompiled one per kernel, or NVIDIADriver objects' drivers are rendered. A failure is reported as a
 /// failed apply is: no driver DaemonSet may be created beside NVIDIA's while it is unknown which pool takes it.
 async fn nvidia_driver_pool(
     policy: &ClusterPolicy,
@@ -160,8 +160,10 @@ async fn nvidia_driver_pool(
     context: &Context,
     now: &Time,
 ) -> Result<Option<OsPool>, ReconcileError> {
+    // With NVIDIADriver objects the drivers are theirs, named after each object: none takes NVIDIA's name.
     if !validated.is_enabled(Component::Driver)
         || validated.spec.driver.use_precompiled == Some(true)
+        || validated.spec.driver.use_nvidia_driver_crd == Some(true)
     {
         return Ok(None);
     }
