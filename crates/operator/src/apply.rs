@@ -166,9 +166,18 @@ impl Applier {
                     .get(&ObjectRef::new(&name).within(&self.namespace));
                 match cached {
                     // One taken over from NVIDIA's operator keeps NVIDIA's selector for good, since a selector
-                    // cannot change; for this operator's own it is the rendered one, and nothing changes.
-                    Some(existing) => handover::keep_selector(&mut body, &existing)?,
-                    None => self.take_over_nvidias(owner, object, &mut body).await?,
+                    // cannot change; for this operator's own it is the rendered one, and nothing changes. NVIDIA's
+                    // chart labels NVIDIA's DaemonSets as this operator's, so they are cached too: one this
+                    // operator's apply has not written yet is taken over first.
+                    Some(existing)
+                        if !handover::cached_made_by_nvidia(
+                            &existing.metadata,
+                            &owner.uid().unwrap_or_default(),
+                        ) =>
+                    {
+                        handover::keep_selector(&mut body, &existing)?;
+                    }
+                    _ => self.take_over_nvidias(owner, object, &mut body).await?,
                 }
             }
             let api = self.api_for(object);
@@ -409,7 +418,7 @@ impl Applier {
             return Ok(0);
         }
         let removal = self
-            .delete_owned(owner, &pruned.1, &DeleteParams::background())
+            .delete_owned(owner, &pruned.1, &DeleteParams::background(), false)
             .await?;
         if let Ok(mut last) = self.last_pruned.lock() {
             *last = Some(pruned);
@@ -425,17 +434,20 @@ impl Applier {
             *last = None;
         }
         let removal = self
-            .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground())
+            .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground(), true)
             .await?;
         Ok(removal.present)
     }
 
-    /// Deletes the policy's objects not in `wanted`.
+    /// Deletes the policy's objects not in `wanted`; those NVIDIA's operator made (labelled as this operator's by
+    /// NVIDIA's chart, see `handover`) only with `nvidias_too`: after a switch, NVIDIA's DaemonSets of parts this
+    /// operator does not run are left to the user.
     async fn delete_owned(
         &self,
         owner: &ClusterPolicy,
         wanted: &BTreeSet<(&str, String)>,
         params: &DeleteParams,
+        nvidias_too: bool,
     ) -> Result<Removal, ApplyError> {
         let owner_uid = owner.uid().unwrap_or_default();
         let mut removal = Removal::default();
@@ -453,7 +465,10 @@ impl Applier {
             for object in existing {
                 let name = object.name_any();
                 let owned = object.owner_references().iter().any(|r| r.uid == owner_uid);
-                if !owned || wanted.contains(&(kind, name.clone())) {
+                if !owned
+                    || wanted.contains(&(kind, name.clone()))
+                    || (!nvidias_too && handover::made_by_nvidia(&object.metadata, &owner_uid))
+                {
                     continue;
                 }
                 removal.present += 1;

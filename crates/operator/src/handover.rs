@@ -23,8 +23,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use serde_json::Value;
 
+use crate::crd_install::FIELD_MANAGER;
 use crate::model::OsPool;
-use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// The name of the one driver DaemonSet of NVIDIA's operator (ClusterPolicy, not precompiled).
 pub const NVIDIA_DRIVER_DAEMONSET: &str = "nvidia-driver-daemonset";
@@ -57,18 +57,35 @@ fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|owner| owner.controller == Some(true))
 }
 
-/// Whether NVIDIA's operator made this object for the ClusterPolicy `policy_uid`: controlled by that policy and
-/// without this operator's managed-by label. Anything else (an object of another policy, or of nobody) is not
-/// taken over.
+/// Whether this operator's server-side apply has written the object: it has a managed-fields entry of this
+/// operator's field manager with operation Apply. NVIDIA's operator writes with plain updates, under the same
+/// manager name (`gpu-operator`, its binary's), and NVIDIA's chart labels every DaemonSet its operator makes
+/// `app.kubernetes.io/managed-by: gpu-operator` (the ClusterPolicy's `daemonsets.labels`), as this operator labels
+/// its own; so neither the manager's name nor the label tells the two apart, the Apply does.
+pub fn applied_by_this_operator(meta: &ObjectMeta) -> bool {
+    meta.managed_fields.iter().flatten().any(|entry| {
+        entry.manager.as_deref() == Some(FIELD_MANAGER)
+            && entry.operation.as_deref() == Some("Apply")
+            && entry.subresource.as_deref().unwrap_or_default().is_empty()
+    })
+}
+
+/// Whether NVIDIA's operator made this object for the ClusterPolicy `policy_uid` and this operator has not taken it
+/// over yet: controlled by that policy and never written by this operator's apply
+/// ([`applied_by_this_operator`]). Anything else (an object of another policy, or of nobody) is not taken over.
 pub fn made_by_nvidia(meta: &ObjectMeta, policy_uid: &str) -> bool {
-    let ours = meta
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(MANAGED_BY_LABEL))
-        .is_some_and(|value| value == MANAGER);
-    !ours
+    !applied_by_this_operator(meta)
         && controller(meta)
             .is_some_and(|owner| owner.kind == "ClusterPolicy" && owner.uid == policy_uid)
+}
+
+/// [`made_by_nvidia`] for a cached DaemonSet, whose cache keeps who wrote it (the managed-fields entries without
+/// their fields): one whose writers are not known at all is taken as this operator's.
+pub fn cached_made_by_nvidia(meta: &ObjectMeta, policy_uid: &str) -> bool {
+    meta.managed_fields
+        .as_ref()
+        .is_some_and(|entries| !entries.is_empty())
+        && made_by_nvidia(meta, policy_uid)
 }
 
 /// The OS pool whose driver DaemonSet takes over NVIDIA's: the pool NVIDIA's driver image was built for (its tag
@@ -285,19 +302,51 @@ mod tests {
         }
     }
 
+    fn managed(manager: &str, operation: &str) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            api_version: Some("apps/v1".into()),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
     #[test]
     fn only_nvidias_objects_of_this_policy_are_taken_over() {
-        let nvidia = meta(&[("app", "x")], vec![owned_by(POLICY_UID, true)]);
-        assert!(made_by_nvidia(&nvidia, POLICY_UID));
-        assert!(!made_by_nvidia(&nvidia, "another-policy"));
-        let ours = meta(
-            &[(MANAGED_BY_LABEL, MANAGER)],
+        // NVIDIA's chart labels NVIDIA's DaemonSets as this operator labels its own, and NVIDIA's operator writes
+        // them under the same manager name, with plain updates.
+        let mut nvidia = meta(
+            &[
+                ("app", "x"),
+                (crate::render::MANAGED_BY_LABEL, crate::render::MANAGER),
+            ],
             vec![owned_by(POLICY_UID, true)],
         );
+        nvidia.managed_fields = Some(vec![
+            managed("gpu-operator", "Update"),
+            ManagedFieldsEntry {
+                subresource: Some("status".into()),
+                ..managed("kube-controller-manager", "Update")
+            },
+        ]);
+        assert!(made_by_nvidia(&nvidia, POLICY_UID));
+        assert!(cached_made_by_nvidia(&nvidia, POLICY_UID));
+        assert!(!made_by_nvidia(&nvidia, "another-policy"));
+        let mut ours = nvidia.clone();
+        ours.managed_fields
+            .get_or_insert_default()
+            .push(managed("gpu-operator", "Apply"));
         assert!(!made_by_nvidia(&ours, POLICY_UID));
+        assert!(!cached_made_by_nvidia(&ours, POLICY_UID));
+        let mut applied_by_another = nvidia.clone();
+        applied_by_another.managed_fields = Some(vec![managed("helm", "Apply")]);
+        assert!(made_by_nvidia(&applied_by_another, POLICY_UID));
         let not_controlled = meta(&[], vec![owned_by(POLICY_UID, false)]);
         assert!(!made_by_nvidia(&not_controlled, POLICY_UID));
         assert!(!made_by_nvidia(&meta(&[], Vec::new()), POLICY_UID));
+        // A cached object whose writers are not known is taken as this operator's.
+        let unknown = meta(&[], vec![owned_by(POLICY_UID, true)]);
+        assert!(!cached_made_by_nvidia(&unknown, POLICY_UID));
     }
 
     #[test]
