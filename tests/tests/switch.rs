@@ -623,10 +623,28 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             assert_eq!(now, was, "{name} was taken over in place, not recreated");
         }
     }
-    let driver = kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE]);
-    assert_eq!(
-        driver["metadata"]["labels"]["app.kubernetes.io/managed-by"],
-        "gpu-operator"
+    let driver = kubectl_json(&[
+        "get",
+        "daemonset",
+        DRIVER,
+        "-n",
+        NAMESPACE,
+        "--show-managed-fields",
+    ]);
+    // NVIDIA's chart labels NVIDIA's DaemonSets managed-by gpu-operator too: this operator's apply is what tells.
+    assert!(
+        driver["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|entry| entry["manager"] == "gpu-operator" && entry["operation"] == "Apply"),
+        "this operator's apply wrote the driver DaemonSet: {}",
+        driver["metadata"]["managedFields"]
+    );
+    assert!(
+        !driver["metadata"]["labels"]["app.kubernetes.io/component"].is_null(),
+        "{}",
+        driver["metadata"]["labels"]
     );
     assert_eq!(driver["spec"]["updateStrategy"]["type"], "OnDelete");
     assert_eq!(
@@ -746,8 +764,10 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         );
     }
     let driver = kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE]);
+    // NVIDIA's operator replaces the labels with its own (NVIDIA's chart's managed-by gpu-operator among them):
+    // this operator's component label is gone.
     assert!(
-        driver["metadata"]["labels"]["app.kubernetes.io/managed-by"].is_null(),
+        driver["metadata"]["labels"]["app.kubernetes.io/component"].is_null(),
         "NVIDIA's operator wrote its own DaemonSet back: {}",
         driver["metadata"]["labels"]
     );
