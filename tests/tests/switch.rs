@@ -475,13 +475,14 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         labels: advertised(),
     };
     remove_release("switch");
-    // A cluster that never ran this chart: NVIDIA's chart installs its own CRDs (Helm would refuse to apply them
-    // over this operator's, whose fields another manager owns).
+    // A cluster that never ran this chart: NVIDIA's chart installs its own CRDs, NVIDIADriver's among them (Helm
+    // would refuse to apply them over this operator's, whose fields another manager owns).
     kubectl(&[
         "delete",
         "crd",
         "clusterpolicies.nvidia.com",
         "gpunodes.nvidia.com",
+        "nvidiadrivers.nvidia.com",
         "--ignore-not-found",
     ]);
     let nodes = gpu_node_names();
