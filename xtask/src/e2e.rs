@@ -108,8 +108,15 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         info.bin_dir.join("kubelet").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
-    // The fault tests stop and restart the control plane's processes through `xtask cluster restart`: a copy in
-    // the cluster's state directory, since a build of xtask during the run unlinks the running binary's path.
+    // The switch suite installs NVIDIA's chart and runs NVIDIA's operator (built once into the cache, as for
+    // `cargo xtask bench`), which it starts and stops through `xtask nvidia-operator`.
+    env.push((
+        "E2E_NVIDIA_GPU_OPERATOR_DIR".into(),
+        cluster::nvidia_gpu_operator()?.display().to_string(),
+    ));
+    // The fault tests stop and restart the control plane's processes through `xtask cluster restart`, and the
+    // switch suite NVIDIA's operator through `xtask nvidia-operator`: a copy in the cluster's state directory,
+    // since a build of xtask during the run unlinks the running binary's path.
     let xtask = info.state_dir.join("xtask");
     std::fs::copy(
         std::env::current_exe().context("the path of xtask itself")?,

@@ -11,6 +11,7 @@ mod deny;
 mod e2e;
 mod images;
 mod install;
+mod nvidia_operator;
 mod test;
 mod values_schema;
 
@@ -64,6 +65,11 @@ enum Task {
     /// Build the OCI images of the operator, node agent, device plugin, pause and test images for linux/amd64 and
     /// linux/arm64 (archives under the cache), and with --push push them to a registry as multi-platform indexes.
     Images(images::Args),
+    /// NVIDIA's gpu-operator (the release the benchmark measures), built from its Go module, on the local cluster.
+    NvidiaOperator {
+        #[command(subcommand)]
+        command: nvidia_operator::Command,
+    },
     /// Every check and test: formatting, dependencies (cargo-deny), generated files, clippy, unit tests, the Helm
     /// chart, images, end-to-end tests.
     Test,
@@ -82,6 +88,7 @@ fn main() -> anyhow::Result<()> {
             real_node,
             filter,
         } => e2e::run(&root, keep_cluster, real_node, filter.as_deref()),
+        Task::NvidiaOperator { command } => nvidia_operator::run(command),
         Task::Test => test::run(&root),
         Task::Bench(args) => bench::run(&root, &args),
         Task::Images(args) => images::run(&root, &args).map(|_| ()),

@@ -1,6 +1,7 @@
 //! apply: server-side apply of the rendered objects under one field manager, owned by the ClusterPolicy, and
 //! pruning of what is no longer rendered (a disabled component's objects disappear). An object whose rendered
 //! form has not changed since this process last applied it, and that still exists, is not written again.
+//! DaemonSets that NVIDIA's operator made for the same ClusterPolicy are taken over in place (see `handover`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -18,6 +19,8 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info};
 
 use crate::crd_install::FIELD_MANAGER;
+use crate::handover::{self, HandoverError, NVIDIA_DRIVER_DAEMONSET};
+use crate::model::{ClusterFacts, Component, OsPool};
 use crate::render::RenderedObject;
 
 /// Label every rendered object carries; pruning only ever considers objects with it.
@@ -46,6 +49,20 @@ pub enum ApplyError {
     },
     #[error("the ClusterPolicy has no uid yet")]
     NoOwner,
+    #[error("reading DaemonSet {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("taking over NVIDIA's DaemonSet {namespace}/{name}: {source}")]
+    TakeOver {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Handover(#[from] HandoverError),
 }
 
 /// Rendered objects by kind and name.
@@ -80,6 +97,9 @@ pub struct Applier {
     /// DaemonSet status change during a rollout) skip the three LIST requests a prune costs: what this operator
     /// owns changes only through it, and the first prune after a start always lists.
     last_pruned: Mutex<Option<(String, ObjectSet)>>,
+    /// The uid of a policy for which NVIDIA's driver DaemonSet was looked up and not found: nothing makes one
+    /// later (NVIDIA's operator is gone by then), so it is not asked for again.
+    no_nvidia_driver: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -104,6 +124,7 @@ impl Applier {
             services,
             last_applied: Mutex::default(),
             last_pruned: Mutex::default(),
+            no_nvidia_driver: Mutex::default(),
         }
     }
 
@@ -138,6 +159,26 @@ impl Applier {
             {
                 summary.unchanged += 1;
                 continue;
+            }
+            if kind == "DaemonSet" {
+                let cached = self
+                    .daemonsets
+                    .get(&ObjectRef::new(&name).within(&self.namespace));
+                match cached {
+                    // One taken over from NVIDIA's operator keeps NVIDIA's selector for good, since a selector
+                    // cannot change; for this operator's own it is the rendered one, and nothing changes. NVIDIA's
+                    // chart labels NVIDIA's DaemonSets as this operator's, so they are cached too: one this
+                    // operator's apply has not written yet is taken over first.
+                    Some(existing)
+                        if !handover::cached_made_by_nvidia(
+                            &existing.metadata,
+                            &owner.uid().unwrap_or_default(),
+                        ) =>
+                    {
+                        handover::keep_selector(&mut body, &existing)?;
+                    }
+                    _ => self.take_over_nvidias(owner, object, &mut body).await?,
+                }
             }
             let api = self.api_for(object);
             match api
@@ -177,6 +218,149 @@ impl Applier {
         }
         summary.pruned = self.prune(owner, objects, kept).await?;
         Ok(summary)
+    }
+
+    /// The OS pool whose driver DaemonSet takes over NVIDIA's `nvidia-driver-daemonset` (see
+    /// [`handover::driver_pool`]), when NVIDIA's operator made one for `owner`; also once it has been taken over
+    /// and carries this operator's labels, so that the name sticks. Asks the API server only until it has once
+    /// found none for this policy.
+    pub async fn nvidia_driver_pool(
+        &self,
+        owner: &ClusterPolicy,
+        facts: &ClusterFacts,
+    ) -> Result<Option<OsPool>, ApplyError> {
+        let pools = facts.os_pools();
+        if pools.is_empty() {
+            // No pool, no driver DaemonSet rendered: nothing takes NVIDIA's over yet.
+            return Ok(None);
+        }
+        let owner_uid = owner.uid().unwrap_or_default();
+        let cached = self
+            .daemonsets
+            .get(&ObjectRef::new(NVIDIA_DRIVER_DAEMONSET).within(&self.namespace));
+        let driver = match cached {
+            Some(ours) => Some(DaemonSet::clone(&ours)),
+            None => {
+                let looked_up_before = self
+                    .no_nvidia_driver
+                    .lock()
+                    .is_ok_and(|none| none.as_deref() == Some(owner_uid.as_str()));
+                if looked_up_before {
+                    return Ok(None);
+                }
+                let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
+                let found = api
+                    .get_opt(NVIDIA_DRIVER_DAEMONSET)
+                    .await
+                    .map_err(|source| ApplyError::Read {
+                        namespace: self.namespace.clone(),
+                        name: NVIDIA_DRIVER_DAEMONSET.into(),
+                        source,
+                    })?;
+                let nvidias = found.filter(|ds| handover::made_by_nvidia(&ds.metadata, &owner_uid));
+                if nvidias.is_none()
+                    && let Ok(mut none) = self.no_nvidia_driver.lock()
+                {
+                    *none = Some(owner_uid.clone());
+                }
+                nvidias
+            }
+        };
+        match driver {
+            Some(driver) => Ok(Some(handover::driver_pool(&driver, &pools)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Prepares the apply of a DaemonSet this operator has not applied yet: when NVIDIA's operator made one of
+    /// that name for `owner`, its selector goes into `body` and its fields are handed to this operator's apply,
+    /// so that the apply changes it in place into the rendered one.
+    async fn take_over_nvidias(
+        &self,
+        owner: &ClusterPolicy,
+        object: &RenderedObject,
+        body: &mut serde_json::Value,
+    ) -> Result<(), ApplyError> {
+        let name = object.name();
+        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let existing = api
+            .get_opt(&name)
+            .await
+            .map_err(|source| ApplyError::Read {
+                namespace: self.namespace.clone(),
+                name: name.clone(),
+                source,
+            })?;
+        let Some(existing) = existing
+            .filter(|ds| handover::made_by_nvidia(&ds.metadata, &owner.uid().unwrap_or_default()))
+        else {
+            return Ok(());
+        };
+        if object.component() == Component::Driver {
+            handover::require_on_delete(body, &name)?;
+        }
+        handover::keep_selector(body, &existing)?;
+        let managed = handover::take_ownership(
+            existing
+                .metadata
+                .managed_fields
+                .as_deref()
+                .unwrap_or_default(),
+            FIELD_MANAGER,
+        );
+        // The resourceVersion test makes the hand-over fail, rather than hand over fields it has not seen, when
+        // the object changed since it was read; the next reconcile reads it again.
+        let patch = serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": existing.metadata.resource_version},
+            {"op": "replace", "path": "/metadata/managedFields", "value": managed},
+        ]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch).map_err(|error| ApplyError::TakeOver {
+                namespace: self.namespace.clone(),
+                name: name.clone(),
+                source: kube::Error::SerdeError(error),
+            })?;
+        let written = api
+            .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .map_err(|source| ApplyError::TakeOver {
+                namespace: self.namespace.clone(),
+                name: name.clone(),
+                source,
+            })?;
+        let managers: Vec<String> = written
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|entry| {
+                format!(
+                    "{}/{}{}",
+                    entry.manager.as_deref().unwrap_or_default(),
+                    entry.operation.as_deref().unwrap_or_default(),
+                    entry
+                        .subresource
+                        .as_deref()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        let before: Vec<String> = existing
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .map(|entry| {
+                format!(
+                    "{}/{}",
+                    entry.manager.as_deref().unwrap_or_default(),
+                    entry.operation.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        info!(%name, ?before, ?managers, "taking over NVIDIA's DaemonSet in place");
+        Ok(())
     }
 
     /// The version of the cached object (see [`version_of`]); `None` when it is not cached, and kinds without a
@@ -234,7 +418,7 @@ impl Applier {
             return Ok(0);
         }
         let removal = self
-            .delete_owned(owner, &pruned.1, &DeleteParams::background())
+            .delete_owned(owner, &pruned.1, &DeleteParams::background(), false)
             .await?;
         if let Ok(mut last) = self.last_pruned.lock() {
             *last = Some(pruned);
@@ -250,17 +434,20 @@ impl Applier {
             *last = None;
         }
         let removal = self
-            .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground())
+            .delete_owned(owner, &BTreeSet::new(), &DeleteParams::foreground(), true)
             .await?;
         Ok(removal.present)
     }
 
-    /// Deletes the policy's objects not in `wanted`.
+    /// Deletes the policy's objects not in `wanted`; those NVIDIA's operator made (labelled as this operator's by
+    /// NVIDIA's chart, see `handover`) only with `nvidias_too`: after a switch, NVIDIA's DaemonSets of parts this
+    /// operator does not run are left to the user.
     async fn delete_owned(
         &self,
         owner: &ClusterPolicy,
         wanted: &BTreeSet<(&str, String)>,
         params: &DeleteParams,
+        nvidias_too: bool,
     ) -> Result<Removal, ApplyError> {
         let owner_uid = owner.uid().unwrap_or_default();
         let mut removal = Removal::default();
@@ -278,7 +465,10 @@ impl Applier {
             for object in existing {
                 let name = object.name_any();
                 let owned = object.owner_references().iter().any(|r| r.uid == owner_uid);
-                if !owned || wanted.contains(&(kind, name.clone())) {
+                if !owned
+                    || wanted.contains(&(kind, name.clone()))
+                    || (!nvidias_too && handover::made_by_nvidia(&object.metadata, &owner_uid))
+                {
                     continue;
                 }
                 removal.present += 1;

@@ -5,11 +5,10 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
 use crate::cluster::{self, ClusterInfo, Workload};
 use crate::command;
 use crate::install::{self, NAMESPACE};
+use crate::nvidia_operator;
 
 /// The chart values both runs use: drivers pre-installed on the nodes (NVIDIA's guide for clusters whose images
 /// carry the driver) and no node-feature-discovery (the kwok nodes carry its labels already), nor our chart's
@@ -58,7 +57,7 @@ impl Operator {
     fn workload(self) -> &'static str {
         match self {
             Self::Ours => "gpu-operator",
-            Self::Nvidia => "nvidia-gpu-operator",
+            Self::Nvidia => nvidia_operator::WORKLOAD,
         }
     }
 }
@@ -153,25 +152,7 @@ impl Contender {
     ) -> anyhow::Result<Workload> {
         match self.operator {
             Operator::Ours => install::start_operator(info, &self.build, identity, metrics_addr),
-            Operator::Nvidia => {
-                let root = nvidia_root(info, &self.build)?;
-                cluster::start_workload(
-                    info,
-                    self.operator.workload(),
-                    Path::new("/usr/sbin/chroot"),
-                    &[
-                        root.display().to_string(),
-                        "/bin/gpu-operator".into(),
-                        "--leader-elect".into(),
-                        format!("--metrics-bind-address={metrics_addr}"),
-                        "--health-probe-bind-address=0".into(),
-                    ],
-                    &[
-                        ("KUBECONFIG".into(), "/kubeconfig".into()),
-                        ("OPERATOR_NAMESPACE".into(), NAMESPACE.into()),
-                    ],
-                )
-            }
+            Operator::Nvidia => nvidia_operator::start(info, &self.build, metrics_addr),
         }
     }
 
@@ -228,35 +209,4 @@ impl Contender {
         delete_crds.extend(CRDS);
         command::run(root, &env, "kubectl", &delete_crds)
     }
-}
-
-/// The root NVIDIA's operator runs in (`chroot`): its hard-coded paths exist there without touching the host's
-/// `/`. `/opt/gpu-operator` holds its manifests as its image does, `/host-etc/os-release` is the host's, and the
-/// ServiceAccount's namespace file tells its leader election where the Lease goes, as in a pod.
-fn nvidia_root(info: &ClusterInfo, build: &Path) -> anyhow::Result<PathBuf> {
-    let root = info.state_dir.join("nvidia-gpu-operator-root");
-    if root.exists() {
-        std::fs::remove_dir_all(&root)
-            .with_context(|| format!("cannot remove {}", root.display()))?;
-    }
-    let opt = root.join("opt/gpu-operator");
-    cluster::copy_tree(&build.join("assets"), &opt)?;
-    cluster::copy_tree(&build.join("manifests"), &opt.join("manifests"))?;
-    let account = root.join("var/run/secrets/kubernetes.io/serviceaccount");
-    for dir in [root.join("bin"), root.join("host-etc"), account.clone()] {
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    std::fs::copy(
-        build.join("nvidia-gpu-operator"),
-        root.join("bin/gpu-operator"),
-    )
-    .context("cannot copy NVIDIA's gpu-operator into its root")?;
-    std::fs::copy("/etc/os-release", root.join("host-etc/os-release"))
-        .context("cannot copy /etc/os-release")?;
-    std::fs::write(account.join("namespace"), NAMESPACE)?;
-    let kubeconfig = cluster::service_account_kubeconfig(info, NAMESPACE, "gpu-operator")?;
-    std::fs::copy(&kubeconfig, root.join("kubeconfig"))
-        .context("cannot copy the ServiceAccount's kubeconfig")?;
-    Ok(root)
 }

@@ -177,6 +177,21 @@ pub fn ensure_up() -> anyhow::Result<ClusterInfo> {
     Ok(info)
 }
 
+/// Where the running cluster is, without checking its health or starting one: for commands that act on the
+/// cluster a test started (and may be faulting on purpose).
+pub fn running() -> anyhow::Result<ClusterInfo> {
+    let layout = paths::Layout::from_env()?;
+    let state_dir = layout.state_dir();
+    let state = controlplane::State::load(&state_dir)?
+        .context("the cluster is not up; run `cargo xtask cluster up` first")?;
+    Ok(ClusterInfo {
+        kubeconfig: state_dir.join("kubeconfig"),
+        bin_dir: layout.bin_dir(&versions::all_tools()),
+        apiserver_url: state.apiserver_url,
+        state_dir,
+    })
+}
+
 /// Stops exactly the processes `cluster up` recorded (SIGTERM, then SIGKILL after 10 s) and removes the state
 /// directory. Succeeds when no cluster is up.
 pub fn down() -> anyhow::Result<()> {

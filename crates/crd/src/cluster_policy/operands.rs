@@ -466,8 +466,9 @@ pub struct MigPartedConfigRef {
     /// Name of the ConfigMap holding config.yaml in mig-parted v1 format. Empty or unset: this operator's
     /// built-in geometries, the ConfigMap default-mig-parted-config the chart installs (NVIDIA's operator
     /// generates its default from the hardware; ours covers every MIG-capable GPU of NVIDIA's default config).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    /// Null is taken as unset, as NVIDIA's schema takes it (its chart writes `name: null` by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Geometry for MIG-capable nodes without an nvidia.com/mig.config label: all-disabled, or empty to leave
     /// such nodes unlabelled.
     // Kept: NVIDIA's CRD declares the same enum, so its API server refuses any other value too.
@@ -482,11 +483,10 @@ pub const DEFAULT_MIG_CONFIG_MAP: &str = "default-mig-parted-config";
 impl MigPartedConfigRef {
     /// The ConfigMap the MIG manager reads: the named one, else [`DEFAULT_MIG_CONFIG_MAP`].
     pub fn config_map_name(&self) -> &str {
-        if self.name.is_empty() {
-            DEFAULT_MIG_CONFIG_MAP
-        } else {
-            &self.name
-        }
+        self.name
+            .as_deref()
+            .filter(|name| !name.is_empty())
+            .unwrap_or(DEFAULT_MIG_CONFIG_MAP)
     }
 }
 

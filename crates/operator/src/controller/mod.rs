@@ -193,7 +193,7 @@ pub async fn run(
         &metrics,
         &health,
     )
-    .modify(forget_bookkeeping)
+    .modify(keep_field_managers)
     .reflect(daemonset_writer)
     .applied_objects()
     .predicate_filter(rollout_progress, Default::default());
@@ -326,6 +326,14 @@ fn kept_gpu_node_status(gpu_node: &GPUNode) -> Option<u64> {
         .ok()?
         .hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// What the DaemonSet cache keeps of the managed fields: who wrote each DaemonSet and how (whether this
+/// operator's apply has, see `handover`), not the fields.
+fn keep_field_managers(daemonset: &mut DaemonSet) {
+    for entry in daemonset.metadata.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
 }
 
 /// Drops what the watch caches hold but no reconcile reads: the managed fields (server-side apply's bookkeeping,

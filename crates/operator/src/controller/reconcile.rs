@@ -21,9 +21,9 @@ use tracing::{info, warn};
 use super::nvidia_drivers::DriverObjects;
 use super::writes::{announce_transition, label_nodes, patch_labels, publish, write_status};
 use super::{Context, ReconcileError};
-use crate::apply::ApplySummary;
+use crate::apply::{ApplyError, ApplySummary};
 use crate::model::{
-    ClusterFacts, Component, ContainerRuntime, ValidateError, ValidatedPolicy, validate,
+    ClusterFacts, Component, ContainerRuntime, OsPool, ValidateError, ValidatedPolicy, validate,
 };
 use crate::plan::configs;
 use crate::plan::labels::plan_cleanup;
@@ -62,7 +62,9 @@ pub(super) async fn reconcile_policy(
         Ok(validated) => validated,
         Err(error) => return report_invalid(policy, &previous, &error, context, &now).await,
     };
-    let cluster = observe(&validated, context);
+    let mut cluster = observe(&validated, context);
+    cluster.facts.nvidia_driver_pool =
+        nvidia_driver_pool(policy, &previous, &validated, &cluster.facts, context, &now).await?;
     let objects = render(&validated, &cluster.facts);
     let kept = cluster.drivers.kept(&context.daemonsets.state());
     // The DaemonSets first: they select nodes by the labels below, so their pods follow each label as it lands,
@@ -134,20 +136,7 @@ pub(super) async fn apply_operands(
 ) -> Result<ApplySummary, ReconcileError> {
     let summary = match context.applier.apply(policy, objects, kept).await {
         Ok(summary) => summary,
-        Err(error) => {
-            let message = error.to_string();
-            publish(
-                policy,
-                context,
-                EventType::Warning,
-                status::reason::RECONCILE_FAILED,
-                &message,
-            )
-            .await;
-            let failed = status::failed(previous, &message, policy.meta().generation, now);
-            write_status(policy, previous, failed, context).await?;
-            return Err(error.into());
-        }
+        Err(error) => return Err(report_apply_failure(policy, previous, error, context, now).await),
     };
     if summary.applied + summary.pruned > 0 {
         info!(
@@ -158,6 +147,54 @@ pub(super) async fn apply_operands(
         );
     }
     Ok(summary)
+}
+
+/// After a switch from NVIDIA's operator, the OS pool whose driver DaemonSet takes over NVIDIA's in place (see
+/// `handover`); none where no driver, a precompiled one per kernel, or NVIDIADriver objects' drivers are rendered. A failure is reported as a
+/// failed apply is: no driver DaemonSet may be created beside NVIDIA's while it is unknown which pool takes it.
+async fn nvidia_driver_pool(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    validated: &ValidatedPolicy,
+    facts: &ClusterFacts,
+    context: &Context,
+    now: &Time,
+) -> Result<Option<OsPool>, ReconcileError> {
+    // With NVIDIADriver objects the drivers are theirs, named after each object: none takes NVIDIA's name.
+    if !validated.is_enabled(Component::Driver)
+        || validated.spec.driver.use_precompiled == Some(true)
+        || validated.spec.driver.use_nvidia_driver_crd == Some(true)
+    {
+        return Ok(None);
+    }
+    match context.applier.nvidia_driver_pool(policy, facts).await {
+        Ok(pool) => Ok(pool),
+        Err(error) => Err(report_apply_failure(policy, previous, error, context, now).await),
+    }
+}
+
+/// Says an apply failure where users look (status and a Warning Event); returns the error to retry with.
+async fn report_apply_failure(
+    policy: &ClusterPolicy,
+    previous: &ClusterPolicyStatus,
+    error: ApplyError,
+    context: &Context,
+    now: &Time,
+) -> ReconcileError {
+    let message = error.to_string();
+    publish(
+        policy,
+        context,
+        EventType::Warning,
+        status::reason::RECONCILE_FAILED,
+        &message,
+    )
+    .await;
+    let failed = status::failed(previous, &message, policy.meta().generation, now);
+    match write_status(policy, previous, failed, context).await {
+        Ok(()) => error.into(),
+        Err(write) => write,
+    }
 }
 
 /// What this reconcile made of the policy, for its status.

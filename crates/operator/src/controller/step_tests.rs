@@ -201,9 +201,15 @@ fn apply_plugin(answer: Answer) -> Expected {
     expect(Method::PATCH, PLUGIN_PATH, answer)
 }
 
+/// The read of a DaemonSet the operator has not applied yet, which NVIDIA's operator may have made (see
+/// `handover`): none here.
+fn plugin_not_there_yet() -> Expected {
+    expect(Method::GET, PLUGIN_PATH, Answer::Error(404, "NotFound"))
+}
+
 /// The device plugin's DaemonSet applied (201), then the pruning pass.
 fn plugin_applied() -> Vec<Expected> {
-    let mut expected = vec![apply_plugin(Answer::Echo)];
+    let mut expected = vec![plugin_not_there_yet(), apply_plugin(Answer::Echo)];
     expected.extend(prune_finds_nothing());
     expected
 }
@@ -220,7 +226,10 @@ fn stored_plugin(generation: i64) -> DaemonSet {
 async fn applied_once() -> (Fixture, RenderedObject) {
     let plugin = RenderedObject::from(plugin_daemonset());
     let stored = serde_json::to_value(stored_plugin(1)).unwrap();
-    let mut expected = vec![apply_plugin(Answer::Json(200, stored))];
+    let mut expected = vec![
+        plugin_not_there_yet(),
+        apply_plugin(Answer::Json(200, stored)),
+    ];
     expected.extend(prune_finds_nothing());
     let mut fixture = Fixture::new(expected);
     fixture.apply(slice::from_ref(&plugin)).await.unwrap();
@@ -237,6 +246,124 @@ fn assert_server_side_apply(line: &str) {
     );
 }
 
+/// The device plugin's DaemonSet as NVIDIA's operator made it for the same policy: its own selector and a plain
+/// update's field ownership.
+fn nvidias_plugin() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {
+            "name": PLUGIN, "namespace": NAMESPACE, "uid": "nvidias-uid", "resourceVersion": "42",
+            "labels": {"app": PLUGIN},
+            "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy",
+                                 "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": [{"manager": "gpu-operator", "operation": "Update", "apiVersion": "apps/v1",
+                               "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:volumes": {}}}}}}],
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": PLUGIN}},
+            "template": {"metadata": {"labels": {"app": PLUGIN}},
+                         "spec": {"containers": [{"name": "nvidia-device-plugin", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.2"}]}},
+        },
+    })
+}
+
+#[tokio::test]
+async fn nvidias_operand_of_the_same_policy_is_taken_over_in_place() {
+    let mut expected = vec![
+        expect(
+            Method::GET,
+            PLUGIN_PATH,
+            Answer::Json(200, nvidias_plugin()),
+        ),
+        expect(
+            Method::PATCH,
+            PLUGIN_PATH,
+            Answer::Json(200, nvidias_plugin()),
+        ),
+        apply_plugin(Answer::Echo),
+    ];
+    expected.extend(prune_finds_nothing());
+    let fixture = Fixture::new(expected);
+
+    let plugin = RenderedObject::from(plugin_daemonset());
+    let summary = fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+
+    assert_eq!((summary.applied, summary.pruned), (1, 0));
+    let sent = fixture.api.finish();
+    // First NVIDIA's fields become the operator's, unless the object changed since it was read...
+    let handover = &sent[1].body;
+    assert_eq!(
+        handover[0],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "42"})
+    );
+    assert_eq!(handover[1]["path"], "/metadata/managedFields");
+    assert_eq!(
+        handover[1]["value"],
+        json!([{"manager": "gpu-operator", "operation": "Apply", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:volumes": {}}}}}}])
+    );
+    // ...then the apply keeps NVIDIA's immutable selector, which the rendered pods carry.
+    assert_server_side_apply(&sent[2].query);
+    assert_eq!(
+        sent[2].body["spec"]["selector"],
+        json!({"matchLabels": {"app": PLUGIN}})
+    );
+    assert_eq!(
+        sent[2].body["spec"]["template"]["metadata"]["labels"]["app"],
+        PLUGIN
+    );
+}
+
+#[tokio::test]
+async fn a_taken_over_operand_keeps_nvidias_selector_when_applied_again() {
+    // In the cache: the device plugin as the take-over left it, this operator's labels and NVIDIA's selector.
+    let mut taken_over = stored_plugin(2);
+    taken_over.spec.selector.match_labels = Some([("app".to_owned(), PLUGIN.to_owned())].into());
+    let mut expected = vec![apply_plugin(Answer::Echo)];
+    expected.extend(prune_finds_nothing());
+    let mut fixture = Fixture::new(expected);
+    fixture.cached(&[RenderedObject::from(taken_over)]);
+
+    let mut changed = plugin_daemonset();
+    let pod = changed.spec.template.spec.as_mut().unwrap();
+    pod.containers[0].image = Some("registry.test/device-plugin:2".into());
+    fixture
+        .apply(&[RenderedObject::from(changed)])
+        .await
+        .unwrap();
+
+    let sent = fixture.api.finish();
+    assert_server_side_apply(&sent[0].query);
+    assert_eq!(
+        sent[0].body["spec"]["selector"],
+        json!({"matchLabels": {"app": PLUGIN}}),
+        "a selector cannot change"
+    );
+}
+
+#[tokio::test]
+async fn a_daemonset_of_another_policy_is_not_taken_over() {
+    let mut other = nvidias_plugin();
+    other["metadata"]["ownerReferences"][0]["uid"] = json!("another-policy");
+    let mut expected = vec![
+        expect(Method::GET, PLUGIN_PATH, Answer::Json(200, other)),
+        apply_plugin(Answer::Echo),
+    ];
+    expected.extend(prune_finds_nothing());
+    let fixture = Fixture::new(expected);
+
+    let plugin = RenderedObject::from(plugin_daemonset());
+    fixture.apply(slice::from_ref(&plugin)).await.unwrap();
+
+    let sent = fixture.api.finish();
+    assert_eq!(
+        sent[1].body["spec"]["selector"]["matchLabels"]["nvidia.com/gpu-operator.daemonset"],
+        PLUGIN,
+        "the operator's own selector: nothing handed over"
+    );
+}
+
 #[tokio::test]
 async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
     let fixture = Fixture::new(plugin_applied());
@@ -249,8 +376,8 @@ async fn a_new_operand_is_created_by_server_side_apply_owned_by_the_policy() {
         (1, 0, 0)
     );
     let sent = fixture.api.finish();
-    assert_server_side_apply(&sent[0].query);
-    let owner = &sent[0].body["metadata"]["ownerReferences"][0];
+    assert_server_side_apply(&sent[1].query);
+    let owner = &sent[1].body["metadata"]["ownerReferences"][0];
     assert_eq!(
         (&owner["uid"], &owner["controller"]),
         (&json!("uid-1"), &json!(true))
@@ -342,6 +469,7 @@ async fn an_operand_someone_else_changed_is_applied_again() {
 async fn refused_apply(code: u16, reason: &'static str) {
     let plugin = RenderedObject::from(plugin_daemonset());
     let fixture = Fixture::new(vec![
+        plugin_not_there_yet(),
         apply_plugin(Answer::Error(code, reason)),
         expect(Method::POST, EVENTS_PATH, Answer::Echo),
         status_written(),
@@ -352,13 +480,13 @@ async fn refused_apply(code: u16, reason: &'static str) {
     assert!(matches!(error, ReconcileError::Apply(_)), "{error}");
     let sent = fixture.api.finish();
     let message = format!("applying DaemonSet gpu-operator/{PLUGIN}: ");
-    assert_eq!(sent[1].body["type"], "Warning");
+    assert_eq!(sent[2].body["type"], "Warning");
     assert!(
-        sent[1].body["note"].as_str().unwrap().starts_with(&message),
+        sent[2].body["note"].as_str().unwrap().starts_with(&message),
         "{}",
-        sent[1].body
+        sent[2].body
     );
-    let status = &sent[2].body["status"];
+    let status = &sent[3].body["status"];
     assert_eq!(status["state"], "notReady");
     let condition = |kind: &str| {
         status["conditions"]

@@ -18,6 +18,9 @@ pub struct ClusterFacts {
     pub gpu_nodes: Vec<GpuNodeFacts>,
     /// The NVIDIADriver objects accepted by the node assignment (`plan::driver_assignment`), by name.
     pub nvidia_drivers: Vec<AssignedDriver>,
+    /// The OS pool whose driver DaemonSet keeps the name of NVIDIA's (`nvidia-driver-daemonset`), which it takes
+    /// over in place after a switch from NVIDIA's operator (see `handover`); `None` when there is none to take over.
+    pub nvidia_driver_pool: Option<OsPool>,
 }
 
 /// An accepted NVIDIADriver and the GPU nodes it drives.
@@ -164,6 +167,7 @@ impl ClusterFacts {
             namespace: namespace.into(),
             gpu_nodes,
             nvidia_drivers: Vec::new(),
+            nvidia_driver_pool: None,
         }
     }
 

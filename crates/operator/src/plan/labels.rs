@@ -2,7 +2,8 @@
 //!
 //! Rules, as users of NVIDIA's operator expect them:
 //! - GPU nodes get `nvidia.com/gpu.present=true` and `nvidia.com/gpu.deploy.<component>=true` for every enabled
-//!   component. A deploy label that already holds another non-empty value is an admin's (`false` pauses a
+//!   component, and for NVIDIA's own operands (driver, toolkit, device plugin, feature discovery, DCGM, exporter,
+//!   node status exporter, validator) whether enabled or not, as NVIDIA's operator labels them. A deploy label that already holds another non-empty value is an admin's (`false` pauses a
 //!   component on that node) or the MIG manager's (`paused-for-mig-change`) and is left alone.
 //! - `nvidia.com/gpu.deploy.operands=false` removes every operand: the operator's `true` deploy labels go.
 //! - The MIG manager is deployed only where feature discovery found MIG-capable GPUs (`nvidia.com/mig.capable`),
@@ -57,7 +58,7 @@ pub fn plan_node(
     let mig_capable = current.get(MIG_CAPABLE).is_some_and(|v| v == DEPLOY);
     for component in Component::ALL {
         let wanted = !operands_off
-            && policy.is_enabled(component)
+            && (labelled_by_nvidia_whatever_runs(component) || policy.is_enabled(component))
             && (component != Component::MigManager || mig_capable);
         let label = component.deploy_label();
         match current.get(&label).map(String::as_str) {
@@ -95,6 +96,24 @@ pub fn plan_driver_owner(current: &BTreeMap<String, String>, owner: Option<&str>
     changes(
         current,
         BTreeMap::from([(labels::DRIVER_OWNER.to_owned(), owner.map(str::to_owned))]),
+    )
+}
+
+/// Whether NVIDIA's operator sets the component's deploy label on every GPU node, whether or not its ClusterPolicy
+/// enables the component (its `gpuStateLabels` for container workloads): the labels say where an operand may run,
+/// the policy whether it does. Setting them alike keeps a node's labels unchanged across a switch between the two
+/// operators, and tools that read them see what they see under NVIDIA's.
+fn labelled_by_nvidia_whatever_runs(component: Component) -> bool {
+    matches!(
+        component,
+        Component::Driver
+            | Component::GpuFeatureDiscovery
+            | Component::ContainerToolkit
+            | Component::DevicePlugin
+            | Component::Dcgm
+            | Component::DcgmExporter
+            | Component::NodeStatusExporter
+            | Component::OperatorValidator
     )
 }
 
@@ -207,8 +226,13 @@ mod tests {
         assert_eq!(set(&changes, RUNTIME_LABEL), Some(Some("containerd")));
         assert_eq!(
             set(&changes, "nvidia.com/gpu.deploy.node-status-exporter"),
+            Some(Some("true")),
+            "off by default, and labelled as NVIDIA's operator labels it"
+        );
+        assert_eq!(
+            set(&changes, "nvidia.com/gpu.deploy.watchdog"),
             None,
-            "off by default"
+            "ours, off by default: not labelled"
         );
         assert_eq!(
             set(&changes, "nvidia.com/gpu.deploy.mig-manager"),
@@ -262,16 +286,19 @@ mod tests {
             None,
             "admin's false stays"
         );
-        let current = node(&[GPU, ("nvidia.com/gpu.deploy.dcgm-exporter", "true")]);
+        // A disabled operand of NVIDIA's keeps its label, as under NVIDIA's operator; one of ours loses it.
+        let current = node(&[
+            GPU,
+            ("nvidia.com/gpu.deploy.dcgm-exporter", "true"),
+            ("nvidia.com/gpu.deploy.watchdog", "true"),
+        ]);
         let changes = plan_node(
             &policy(|s| s.dcgm_exporter.enabled = Some(false)),
             &current,
             ContainerRuntime::Containerd,
         );
-        assert_eq!(
-            set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"),
-            Some(None)
-        );
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.dcgm-exporter"), None);
+        assert_eq!(set(&changes, "nvidia.com/gpu.deploy.watchdog"), Some(None));
     }
 
     #[test]

@@ -174,7 +174,16 @@ fn pool_daemonset(
         None => pool.to_string(),
     };
     let mut ds = OperandDaemonSet::new(policy, facts, Component::Driver);
-    ds.name = object_name(&format!("{}-{suffix}", source.stem));
+    // The pool that takes over NVIDIA's one driver DaemonSet keeps its name, so that it is applied over in place
+    // and its running pods stay (see `handover`). Only the ClusterPolicy's driver takes it over.
+    ds.name = if source.nvidia_driver.is_none()
+        && kernel.is_none()
+        && facts.nvidia_driver_pool.as_ref() == Some(pool)
+    {
+        crate::handover::NVIDIA_DRIVER_DAEMONSET.into()
+    } else {
+        object_name(&format!("{}-{suffix}", source.stem))
+    };
     ds.image = pool_image(&source.image, &suffix);
     // An NVIDIADriver's pods go where the operator wrote the object's name in the owner label: its nodeSelector
     // alone cannot say it for a default object, which takes the nodes no other object picks.

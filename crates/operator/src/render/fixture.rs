@@ -113,6 +113,7 @@ pub(super) fn facts(nodes: impl IntoIterator<Item = Node>) -> ClusterFacts {
         namespace: NAMESPACE.into(),
         gpu_nodes: nodes.into_iter().map(|n| n.0).collect(),
         nvidia_drivers: Vec::new(),
+        nvidia_driver_pool: None,
     }
 }
 

@@ -214,3 +214,45 @@ fn rendering_is_deterministic() {
         serde_json::to_string(&second).unwrap()
     );
 }
+
+#[test]
+fn the_pool_that_takes_over_nvidias_driver_keeps_its_name_and_on_delete() {
+    let mut cluster = facts([
+        super::fixture::node("a"),
+        super::fixture::node("b").os("rhel", "9.4"),
+    ]);
+    cluster.nvidia_driver_pool = cluster
+        .os_pools()
+        .into_iter()
+        .find(|pool| pool.id == "ubuntu");
+    let objects = render(&policy(json!({})), &cluster);
+    let drivers = objects_of(&objects, Component::Driver);
+    let names: Vec<_> = drivers
+        .iter()
+        .map(|ds| ds["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        ["nvidia-driver-daemonset-rhel9.4", "nvidia-driver-daemonset"]
+    );
+    let taken_over = &drivers[1];
+    assert_eq!(
+        taken_over["spec"]["template"]["metadata"]["labels"]["app"], "nvidia-driver-daemonset",
+        "the pods carry the label NVIDIA's selector selects by"
+    );
+    assert_eq!(
+        taken_over["spec"]["template"]["spec"]["nodeSelector"]["feature.node.kubernetes.io/system-os_release.ID"],
+        "ubuntu"
+    );
+    assert_eq!(taken_over["spec"]["updateStrategy"]["type"], "OnDelete");
+    // Precompiled drivers (one DaemonSet per kernel) take nothing over: NVIDIA names those by kernel.
+    let precompiled = render(
+        &policy(json!({"driver": {"usePrecompiled": true}})),
+        &cluster,
+    );
+    assert!(
+        objects_of(&precompiled, Component::Driver)
+            .iter()
+            .all(|ds| ds["metadata"]["name"] != "nvidia-driver-daemonset")
+    );
+}
