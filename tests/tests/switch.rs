@@ -61,8 +61,9 @@ fn nvidia_chart() -> String {
 }
 
 /// `xtask nvidia-operator start|stop`: NVIDIA's operator as a local process with its chart's ServiceAccount, as
-/// the benchmark runs it (kwok nodes run no containers, so the chart's Deployment pod runs nothing).
-fn nvidia_operator(action: &str) {
+/// the benchmark runs it (kwok nodes run no containers, so the chart's Deployment pod runs nothing). Returns what
+/// xtask printed (on start, where the operator's log is).
+fn nvidia_operator(action: &str) -> String {
     let xtask = std::env::var("E2E_XTASK_BIN").expect("E2E_XTASK_BIN is set by `cargo xtask e2e`");
     let output = Command::new(xtask)
         .args(["nvidia-operator", action])
@@ -73,9 +74,48 @@ fn nvidia_operator(action: &str) {
         "xtask nvidia-operator {action}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// `helm install gpu-operator <chart> -n gpu-operator <VALUES> --wait`, with `extra` flags.
+/// Where two JSON values differ: `path: before -> after`, one line per leaf.
+fn json_differences(path: &str, before: &Value, after: &Value) -> Vec<String> {
+    match (before, after) {
+        (Value::Object(a), Value::Object(b)) => a
+            .keys()
+            .chain(b.keys().filter(|key| !a.contains_key(*key)))
+            .flat_map(|key| {
+                json_differences(
+                    &format!("{path}.{key}"),
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                )
+            })
+            .collect(),
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .flat_map(|(i, (a, b))| json_differences(&format!("{path}[{i}]"), a, b))
+            .collect(),
+        _ if before == after => Vec::new(),
+        _ => vec![format!("{path}: {before} -> {after}")],
+    }
+}
+
+/// The end of NVIDIA's operator's log, from what `xtask nvidia-operator start` printed (`..., log <path>)`).
+fn nvidia_operator_log_tail(started: &str) -> String {
+    let Some(path) = started
+        .rsplit_once("log ")
+        .map(|(_, path)| path.trim().trim_end_matches(')'))
+    else {
+        return format!("no log path in {started:?}");
+    };
+    let log = std::fs::read_to_string(path).unwrap_or_else(|error| format!("{path}: {error}"));
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
+}
+
+/// `helm install gpu-operator <chart> -n gpu-operator <VALUES> --timeout 180s`, with `extra` flags.
 fn helm_install(chart: &str, extra: &[&str]) {
     let mut args = vec![
         "install",
@@ -83,7 +123,6 @@ fn helm_install(chart: &str, extra: &[&str]) {
         chart,
         "-n",
         NAMESPACE,
-        "--wait",
         "--timeout",
         "180s",
     ];
@@ -159,50 +198,47 @@ fn differences(
     lines
 }
 
-/// NVIDIA's container toolkit DaemonSet, whose init container `driver-validation` NVIDIA runs privileged and this
-/// operator confined: the take-over has to hand NVIDIA's `privileged` to this operator's apply, which removes it.
-const TOOLKIT: &str = "nvidia-container-toolkit-daemonset";
+/// NFD's labels of a node's OS, which pick the driver image.
+const OS_LABELS: [&str; 2] = [
+    "feature.node.kubernetes.io/system-os_release.ID",
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID",
+];
 
-/// The managed fields of DaemonSet `name` (manager, operation, subresource, apiVersion) with what each entry owns
-/// of the `driver-validation` init container's securityContext, for the log.
-fn print_managed_fields(name: &str, when: &str) {
-    let ds = kubectl_json(&[
-        "get",
-        "daemonset",
-        name,
-        "-n",
-        NAMESPACE,
-        "--show-managed-fields",
-    ]);
-    eprintln!("managedFields of {name} {when}:");
-    for entry in ds["metadata"]["managedFields"]
+/// Gives every GPU node the OS of the first (for this test; [`Restore`] puts the labels back). A ClusterPolicy's
+/// driver under NVIDIA's operator is one image for the whole cluster, tagged with the OS of whichever GPU node its
+/// cache lists first, which changes from one reconcile to the next on a cluster of several OSes (each change a new
+/// template, and its OnDelete pods never ready); a cluster that ran it has one OS. NVIDIA's NVIDIADriver objects
+/// are its answer for several, and `nvidia_driver.rs` tests those.
+fn one_os_for_nvidias_driver(nodes: &[String]) {
+    let os_of = |node: &str| -> Vec<String> {
+        let labels = &kubectl_json(&["get", "node", node])["metadata"]["labels"];
+        OS_LABELS
+            .iter()
+            .map(|key| labels[*key].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let first = os_of(&nodes[0]);
+    for node in &nodes[1..] {
+        if os_of(node) != first {
+            let mut args = vec!["label", "node", node.as_str(), "--overwrite"];
+            let labels: Vec<String> = OS_LABELS
+                .iter()
+                .zip(&first)
+                .map(|(key, value)| format!("{key}={value}"))
+                .collect();
+            args.extend(labels.iter().map(String::as_str));
+            kubectl(&args);
+        }
+    }
+}
+
+/// Whether this operator's server-side apply wrote the object (`kubectl get --show-managed-fields`).
+fn applied_by_this_operator(object: &Value) -> bool {
+    object["metadata"]["managedFields"]
         .as_array()
         .into_iter()
         .flatten()
-    {
-        let security = &entry["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:initContainers"]["k:{\"name\":\"driver-validation\"}"]
-            ["f:securityContext"];
-        eprintln!(
-            "  manager={} operation={} subresource={} apiVersion={} fieldsType={} time={} driver-validation securityContext={}",
-            entry["manager"],
-            entry["operation"],
-            entry["subresource"],
-            entry["apiVersion"],
-            entry["fieldsType"],
-            entry["time"],
-            security
-        );
-    }
-    eprintln!(
-        "  driver-validation securityContext now: {}",
-        ds["spec"]["template"]["spec"]["initContainers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["name"] == "driver-validation")
-            .map(|c| c["securityContext"].clone())
-            .unwrap_or_default()
-    );
+        .any(|entry| entry["manager"] == "gpu-operator" && entry["operation"] == "Apply")
 }
 
 fn uid(kind: &str, name: &str) -> String {
@@ -348,11 +384,21 @@ fn wait_for_ours_taken_over(outdated: usize, timeout: Duration) {
         Ok((others_ready && driver_waits).then_some(()))
     })
     .unwrap_or_else(|error| {
-        print_managed_fields(TOOLKIT, "when the take-over failed");
         panic!(
             "this operator never took over (every component ready, the driver waiting on {outdated} old pods): \
-             {error:#}\n{:#}",
-            get()["status"]
+             {error:#}\n{:#}\nDaemonSets: {}\ndriver pods: {}",
+            get()["status"],
+            kubectl(&["get", "daemonsets", "-n", NAMESPACE, "-o", "wide"]),
+            kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                "app=nvidia-driver-daemonset",
+                "-o",
+                "wide"
+            ]),
         )
     });
 }
@@ -490,6 +536,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         nodes.len() >= 2,
         "the switch needs two GPU nodes: {nodes:?}"
     );
+    one_os_for_nvidias_driver(&nodes);
     kubectl(&[
         "label",
         "node",
@@ -507,7 +554,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     let applied = kubectl_apply(TIME_SLICING, &[]);
     assert!(applied.success, "{}", applied.stderr);
     let nvidia = nvidia_chart();
-    helm_install(&nvidia, &[]);
+    helm_install(&nvidia, &["--wait"]);
     nvidia_operator("start");
     wait_for_nvidia_ready(Duration::from_secs(240));
     let policy_uid = uid("clusterpolicy", POLICY);
@@ -517,6 +564,8 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         .cloned()
         .unwrap_or_else(|| panic!("NVIDIA's operator made no {DRIVER}: {nvidia_daemonsets:?}"));
     let image = driver_image();
+    let nvidias_driver_template =
+        kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE])["spec"]["template"].clone();
     let pool_nodes = nodes_of_pool(&image);
     assert!(!pool_nodes.is_empty(), "no GPU node of the pool of {image}");
     let nvidias_driver_pods = eventually(Duration::from_secs(60), || {
@@ -599,12 +648,10 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         "default-mig-parted-config",
         "--ignore-not-found",
     ]);
-    print_managed_fields(TOOLKIT, "before the take-over");
-    helm_install(&chart_dir(), &[]);
+    helm_install(&chart_dir(), &["--wait"]);
     let ours = Operator::start("switch");
     wait_for_ours_taken_over(pool_nodes.len(), Duration::from_secs(180));
     let switched_in = started.elapsed();
-    print_managed_fields(TOOLKIT, "after the take-over");
     eprintln!("switched to this operator in {switched_in:?}");
 
     step("afterwards: our operands, the same ClusterPolicy, driver DaemonSet and driver pods");
@@ -634,18 +681,19 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     ]);
     // NVIDIA's chart labels NVIDIA's DaemonSets managed-by gpu-operator too: this operator's apply is what tells.
     assert!(
-        driver["metadata"]["managedFields"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|entry| entry["manager"] == "gpu-operator" && entry["operation"] == "Apply"),
+        applied_by_this_operator(&driver),
         "this operator's apply wrote the driver DaemonSet: {}",
         driver["metadata"]["managedFields"]
     );
-    assert!(
-        !driver["metadata"]["labels"]["app.kubernetes.io/component"].is_null(),
+    // NVIDIA's driver DaemonSet says `nvidia-driver`.
+    assert_eq!(
+        driver["metadata"]["labels"]["app.kubernetes.io/component"], "driver",
         "{}",
         driver["metadata"]["labels"]
+    );
+    assert_ne!(
+        driver["spec"]["template"], nvidias_driver_template,
+        "this operator's pod template"
     );
     assert_eq!(driver["spec"]["updateStrategy"]["type"], "OnDelete");
     assert_eq!(
@@ -660,8 +708,20 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             "the driver pod on {node} was never replaced"
         );
     }
-    let our_daemonsets: Vec<String> = e2e::operand_daemonsets()
-        .iter()
+    // NVIDIA's chart labels NVIDIA's DaemonSets managed-by gpu-operator too: this operator's are those its apply
+    // wrote.
+    let daemonsets = kubectl_json(&[
+        "get",
+        "daemonsets",
+        "-n",
+        NAMESPACE,
+        "--show-managed-fields",
+    ]);
+    let our_daemonsets: Vec<String> = daemonsets["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|ds| applied_by_this_operator(ds))
         .filter_map(|ds| ds["metadata"]["name"].as_str().map(String::from))
         .collect();
     for operand in [
@@ -678,12 +738,16 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             "{operand} is this operator's: {our_daemonsets:?}"
         );
     }
+    let left: Vec<&String> = nvidia_daemonsets
+        .keys()
+        .filter(|name| !our_daemonsets.contains(name))
+        .collect();
+    let gone: Vec<&&String> = left
+        .iter()
+        .filter(|name| !after.contains_key(**name))
+        .collect();
     eprintln!(
-        "NVIDIA's DaemonSets this operator does not run: {:?}",
-        after
-            .keys()
-            .filter(|name| !our_daemonsets.contains(name))
-            .collect::<Vec<_>>()
+        "NVIDIA's DaemonSets of parts this operator does not run: {left:?}; of them gone: {gone:?}"
     );
     let changed = differences(&before, &advertised());
     assert!(
@@ -743,9 +807,53 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         "metadata.name!=nvidia-driver-daemonset",
     ]);
     // The CRDs stay this operator's (a superset of NVIDIA's schema), whose fields Helm would refuse to take over.
+    // No `--wait`: Helm 4 waits for the ClusterPolicy's status to observe its generation, which only this operator
+    // writes; NVIDIA's `state: ready` is what the guide waits for instead.
     helm_install(&nvidia, &["--skip-crds"]);
-    nvidia_operator("start");
-    wait_for_nvidia_ready(Duration::from_secs(240));
+    let started_nvidia = nvidia_operator("start");
+    let waited = run(
+        "kubectl",
+        &[
+            "wait",
+            "clusterpolicy",
+            POLICY,
+            "--for=jsonpath={.status.state}=ready",
+            "--timeout=240s",
+        ],
+    );
+    assert!(
+        waited.success,
+        "NVIDIA's operator never reported the ClusterPolicy ready after the rollback: {}\nstatus: {:#}\n\
+         DaemonSets: {}\ndriver pods: {}\nrevisions: {}\nthe driver's pod template against NVIDIA's before \
+         the switch: {:#?}\nNVIDIA's operator's log:\n{}",
+        waited.stderr,
+        kubectl_json(&["get", "clusterpolicy", POLICY])["status"],
+        kubectl(&["get", "daemonsets", "-n", NAMESPACE, "-o", "wide"]),
+        kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app=nvidia-driver-daemonset",
+            "-o",
+            "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,UID:.metadata.uid,HASH:.metadata.labels.controller-revision-hash,PHASE:.status.phase"
+        ]),
+        kubectl(&[
+            "get",
+            "controllerrevisions",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app=nvidia-driver-daemonset"
+        ]),
+        json_differences(
+            "",
+            &nvidias_driver_template,
+            &kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE])["spec"]["template"]
+        ),
+        nvidia_operator_log_tail(&started_nvidia)
+    );
     eprintln!(
         "rolled back to NVIDIA's operator in {:?}",
         started.elapsed()
@@ -764,12 +872,18 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             "the driver pod on {node} stayed"
         );
     }
+    // NVIDIA's operator wrote its own DaemonSet back (its template, whose revision the pods still run, which is
+    // also what its ready state says for an OnDelete DaemonSet), with its own labels.
     let driver = kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE]);
-    // NVIDIA's operator replaces the labels with its own (NVIDIA's chart's managed-by gpu-operator among them):
-    // this operator's component label is gone.
+    let template_changes =
+        json_differences("", &nvidias_driver_template, &driver["spec"]["template"]);
     assert!(
-        driver["metadata"]["labels"]["app.kubernetes.io/component"].is_null(),
-        "NVIDIA's operator wrote its own DaemonSet back: {}",
+        template_changes.is_empty(),
+        "NVIDIA's operator wrote its pod template back: {template_changes:#?}"
+    );
+    assert_eq!(
+        driver["metadata"]["labels"]["app.kubernetes.io/component"], "nvidia-driver",
+        "{}",
         driver["metadata"]["labels"]
     );
     let changed = differences(&before, &advertised());

@@ -320,46 +320,22 @@ impl Applier {
                 name: name.clone(),
                 source: kube::Error::SerdeError(error),
             })?;
-        let written = api
-            .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        // Which managers' fields were handed over, for whoever reads the log after a switch.
+        let handed_over: Vec<&str> = existing
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|entry| entry.manager.as_deref())
+            .collect();
+        api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
             .map_err(|source| ApplyError::TakeOver {
                 namespace: self.namespace.clone(),
                 name: name.clone(),
                 source,
             })?;
-        let managers: Vec<String> = written
-            .metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .map(|entry| {
-                format!(
-                    "{}/{}{}",
-                    entry.manager.as_deref().unwrap_or_default(),
-                    entry.operation.as_deref().unwrap_or_default(),
-                    entry
-                        .subresource
-                        .as_deref()
-                        .map(|s| format!("/{s}"))
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
-        let before: Vec<String> = existing
-            .metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .map(|entry| {
-                format!(
-                    "{}/{}",
-                    entry.manager.as_deref().unwrap_or_default(),
-                    entry.operation.as_deref().unwrap_or_default(),
-                )
-            })
-            .collect();
-        info!(%name, ?before, ?managers, "taking over NVIDIA's DaemonSet in place");
+        info!(%name, ?handed_over, "taking over NVIDIA's DaemonSet in place");
         Ok(())
     }
 
