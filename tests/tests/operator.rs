@@ -136,11 +136,22 @@ fn operator_reconciles_the_cluster_policy() {
             labels["nvidia.com/gpu.deploy.device-plugin"], "true",
             "{node}"
         );
-        assert!(
-            labels["nvidia.com/gpu.deploy.driver"].is_null(),
-            "driver disabled: no deploy label on {node}"
-        );
+        // NVIDIA's operator labels every GPU node for each of its operands, enabled or not (its
+        // gpuStateLabels); a disabled one has no DaemonSet to select the node.
+        assert_eq!(labels["nvidia.com/gpu.deploy.driver"], "true", "{node}");
     }
+    let driver_daemonsets: Vec<String> =
+        kubectl_json(&["get", "daemonsets", "-n", NAMESPACE])["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|ds| ds["metadata"]["name"].as_str().map(str::to_owned))
+            .filter(|name| name.starts_with("nvidia-driver-daemonset"))
+            .collect();
+    assert!(
+        driver_daemonsets.is_empty(),
+        "driver disabled: no driver DaemonSet, found {driver_daemonsets:?}"
+    );
     assert_eq!(
         pod_nodes("nvidia-device-plugin-daemonset").len(),
         nodes.len()

@@ -51,6 +51,35 @@ const VALUES: [&str; 8] = [
     "devicePlugin.config.default=any",
 ];
 
+/// `helm uninstall` of the release without its hooks (both charts' pre-delete hooks delete the ClusterPolicy).
+const UNINSTALL_WITHOUT_HOOKS: [&str; 6] = [
+    "uninstall",
+    "gpu-operator",
+    "-n",
+    NAMESPACE,
+    "--no-hooks",
+    "--wait",
+];
+/// Stops the release's operator Deployment.
+const SCALE_OPERATOR_TO_ZERO: [&str; 6] = [
+    "scale",
+    "deployment",
+    "gpu-operator",
+    "-n",
+    NAMESPACE,
+    "--replicas=0",
+];
+/// Removes the ClusterPolicy's finalizers, so that nothing waits for a stopped operator.
+const REMOVE_POLICY_FINALIZERS: [&str; 7] = [
+    "patch",
+    "clusterpolicy",
+    POLICY,
+    "--type",
+    "json",
+    "-p",
+    r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+];
+
 fn nvidia_chart() -> String {
     let dir = std::env::var("E2E_NVIDIA_GPU_OPERATOR_DIR")
         .expect("E2E_NVIDIA_GPU_OPERATOR_DIR is set by `cargo xtask e2e`");
@@ -75,6 +104,35 @@ fn nvidia_operator(action: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The DaemonSets, the driver pods with the template revision each runs, and the driver's revisions, for a
+/// failure's message.
+fn daemonsets_and_driver_pods() -> String {
+    let of_driver = "app=nvidia-driver-daemonset";
+    format!(
+        "DaemonSets:\n{}\ndriver pods:\n{}\ndriver revisions:\n{}",
+        kubectl(&["get", "daemonsets", "-n", NAMESPACE, "-o", "wide"]),
+        kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            of_driver,
+            "-o",
+            "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,UID:.metadata.uid,\
+             REVISION:.metadata.labels.controller-revision-hash,PHASE:.status.phase",
+        ]),
+        kubectl(&[
+            "get",
+            "controllerrevisions",
+            "-n",
+            NAMESPACE,
+            "-l",
+            of_driver
+        ]),
+    )
 }
 
 /// Where two JSON values differ: `path: before -> after`, one line per leaf.
@@ -386,19 +444,9 @@ fn wait_for_ours_taken_over(outdated: usize, timeout: Duration) {
     .unwrap_or_else(|error| {
         panic!(
             "this operator never took over (every component ready, the driver waiting on {outdated} old pods): \
-             {error:#}\n{:#}\nDaemonSets: {}\ndriver pods: {}",
+             {error:#}\n{:#}\n{}",
             get()["status"],
-            kubectl(&["get", "daemonsets", "-n", NAMESPACE, "-o", "wide"]),
-            kubectl(&[
-                "get",
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                "app=nvidia-driver-daemonset",
-                "-o",
-                "wide"
-            ]),
+            daemonsets_and_driver_pods(),
         )
     });
 }
@@ -422,29 +470,8 @@ impl Drop for Restore {
             "kubectl",
             &["delete", "clusterpolicy", "--all", "--wait=false"],
         ));
-        drop(run(
-            "kubectl",
-            &[
-                "patch",
-                "clusterpolicy",
-                POLICY,
-                "--type",
-                "json",
-                "-p",
-                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
-            ],
-        ));
-        drop(run(
-            "helm",
-            &[
-                "uninstall",
-                "gpu-operator",
-                "-n",
-                NAMESPACE,
-                "--no-hooks",
-                "--wait",
-            ],
-        ));
+        drop(run("kubectl", &REMOVE_POLICY_FINALIZERS));
+        drop(run("helm", &UNINSTALL_WITHOUT_HOOKS));
         drop(run(
             "kubectl",
             &[
@@ -601,26 +628,9 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     ];
     keep.extend(["--wait", "--timeout", "180s"]);
     e2e::ok("helm", &keep);
-    kubectl(&[
-        "scale",
-        "deployment",
-        "gpu-operator",
-        "-n",
-        NAMESPACE,
-        "--replicas=0",
-    ]);
+    kubectl(&SCALE_OPERATOR_TO_ZERO);
     nvidia_operator("stop");
-    e2e::ok(
-        "helm",
-        &[
-            "uninstall",
-            "gpu-operator",
-            "-n",
-            NAMESPACE,
-            "--no-hooks",
-            "--wait",
-        ],
-    );
+    e2e::ok("helm", &UNINSTALL_WITHOUT_HOOKS);
     kubectl(&[
         "delete",
         "-n",
@@ -700,14 +710,11 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
         driver["spec"]["selector"],
         serde_json::json!({"matchLabels": {"app": DRIVER}})
     );
-    let taken_over = driver_pods(&driver_uid);
-    for node in &pool_nodes {
-        assert_eq!(
-            taken_over.get(node),
-            nvidias_driver_pods.get(node),
-            "the driver pod on {node} was never replaced"
-        );
-    }
+    assert_eq!(
+        driver_pods(&driver_uid),
+        nvidias_driver_pods,
+        "no driver pod was replaced"
+    );
     // NVIDIA's chart labels NVIDIA's DaemonSets managed-by gpu-operator too: this operator's are those its apply
     // wrote.
     let daemonsets = kubectl_json(&[
@@ -759,35 +766,10 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     step("the rollback, as docs/migrate-from-nvidia.md writes it");
     let started = Instant::now();
     // This chart's manifest marks the ClusterPolicy `keep` (its uninstall hook, skipped below, deletes it).
-    kubectl(&[
-        "scale",
-        "deployment",
-        "gpu-operator",
-        "-n",
-        NAMESPACE,
-        "--replicas=0",
-    ]);
+    kubectl(&SCALE_OPERATOR_TO_ZERO);
     ours.terminate();
-    kubectl(&[
-        "patch",
-        "clusterpolicy",
-        POLICY,
-        "--type",
-        "json",
-        "-p",
-        r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
-    ]);
-    e2e::ok(
-        "helm",
-        &[
-            "uninstall",
-            "gpu-operator",
-            "-n",
-            NAMESPACE,
-            "--no-hooks",
-            "--wait",
-        ],
-    );
+    kubectl(&REMOVE_POLICY_FINALIZERS);
+    e2e::ok("helm", &UNINSTALL_WITHOUT_HOOKS);
     kubectl(&[
         "delete",
         "daemonset",
@@ -824,29 +806,10 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     assert!(
         waited.success,
         "NVIDIA's operator never reported the ClusterPolicy ready after the rollback: {}\nstatus: {:#}\n\
-         DaemonSets: {}\ndriver pods: {}\nrevisions: {}\nthe driver's pod template against NVIDIA's before \
-         the switch: {:#?}\nNVIDIA's operator's log:\n{}",
+         {}\nthe driver's pod template against NVIDIA's before the switch: {:#?}\nNVIDIA's operator's log:\n{}",
         waited.stderr,
         kubectl_json(&["get", "clusterpolicy", POLICY])["status"],
-        kubectl(&["get", "daemonsets", "-n", NAMESPACE, "-o", "wide"]),
-        kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "app=nvidia-driver-daemonset",
-            "-o",
-            "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,UID:.metadata.uid,HASH:.metadata.labels.controller-revision-hash,PHASE:.status.phase"
-        ]),
-        kubectl(&[
-            "get",
-            "controllerrevisions",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "app=nvidia-driver-daemonset"
-        ]),
+        daemonsets_and_driver_pods(),
         json_differences(
             "",
             &nvidias_driver_template,
@@ -864,14 +827,11 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     );
     assert_eq!(uid("clusterpolicy", POLICY), policy_uid);
     assert_eq!(daemonset_uids().get(DRIVER), Some(&driver_uid));
-    let back = driver_pods(&driver_uid);
-    for node in &pool_nodes {
-        assert_eq!(
-            back.get(node),
-            nvidias_driver_pods.get(node),
-            "the driver pod on {node} stayed"
-        );
-    }
+    assert_eq!(
+        driver_pods(&driver_uid),
+        nvidias_driver_pods,
+        "the driver pods stayed"
+    );
     // NVIDIA's operator wrote its own DaemonSet back (its template, whose revision the pods still run, which is
     // also what its ready state says for an OnDelete DaemonSet), with its own labels.
     let driver = kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE]);
