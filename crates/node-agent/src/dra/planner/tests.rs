@@ -515,6 +515,23 @@ fn a_capacity_the_device_lacks_makes_it_ineligible() {
 }
 
 #[test]
+fn the_plan_prints_what_it_made_of_a_tolerated_value() {
+    let nodes = [node("node-a", vec![shared_gpu("gpu-0", A100, A100_MIB)])];
+    let plan = plan(&nodes, &requests(&["gpumem=3000,gpumem-percentage=50"]));
+    let printed = plan.to_string();
+    let first_row = printed.lines().nth(1).unwrap_or_default();
+    assert!(
+        first_row.starts_with("gpumem=3000,gpumem-percentage=50")
+            && first_row.ends_with(
+                "note: gpumem and gpumem-percentage are both set; gpumem is used, as HAMi does"
+            ),
+        "{printed}"
+    );
+    // The share's cores default to none reserved (HAMi's defaultCores: 0).
+    assert_eq!(spots(&plan, 0), [spot("node-a", "gpu-0", 3000, Some(0))]);
+}
+
+#[test]
 fn the_plan_prints_as_two_tables() {
     // The whole-GPU request cannot take the shared A100, which holds a share, so it takes the H100.
     let nodes = [node(
