@@ -11,6 +11,7 @@ pub mod crds;
 pub mod dra;
 pub mod driver_upgrade;
 pub mod gpu_node;
+pub mod hami;
 pub mod labels;
 pub mod mig;
 pub mod node_patch;

@@ -10,8 +10,9 @@
 //!
 //! HAMi's meaning is kept (its `pkg/device/nvidia/device.go`):
 //! - `nvidia.com/gpu` missing beside a share: one GPU (HAMi's `defaultGPUNum`);
-//! - `gpumem` is MiB and wins over `gpumem-percentage`; neither: the whole memory (HAMi's `defaultMemory: 0`);
-//!   a percentage of 0 counts as not given; over 100 is taken as 100, as HAMi clamps it;
+//! - the memory values read as [`crd::hami`] reads them for every reader of a HAMi request: `gpumem` in MiB (or
+//!   bytes with a binary suffix) wins over `gpumem-percentage`; neither: the whole memory (HAMi's
+//!   `defaultMemory: 0`); a percentage over 100 is taken as 100, with a warning for each;
 //! - `gpucores` missing: no share of the SMs is reserved (HAMi's `defaultCores: 0`);
 //! - GPU types match when the product name contains them, in any case (HAMi's `CheckType`); UUIDs match exactly.
 //!
@@ -22,8 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crd::dra::{
     ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY, CLASS_GPU,
-    CLASS_SHARED_GPU, CORES_TOTAL, DRIVER, attribute_expression, capacity_expression,
+    CLASS_SHARED_GPU, DRIVER, attribute_expression, capacity_expression,
 };
+use crd::hami::Memory;
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodResourceClaim, ResourceClaim as ContainerClaim,
 };
@@ -323,13 +325,6 @@ struct Ask {
     cores: Option<u64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Memory {
-    Whole,
-    Bytes(u64),
-    Percent(u64),
-}
-
 /// The pod-wide GPU selection from HAMi's annotations, lowercased types and exact UUIDs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Selection {
@@ -529,19 +524,19 @@ fn ask_of(
             })
             .map(|quantity| quantity.0.trim().to_owned())
     };
-    // The API server writes quantities back in canonical form (3000 arrives as `3k`), and HAMi reads their
-    // integer value.
-    let integer = |resource: &str, expected: &'static str| -> Result<Option<u64>, HamiError> {
-        value(resource)
-            .map(|text| {
-                crd::quantity::parse_bytes(&text).map_err(|_| HamiError::Value {
-                    container: name.clone(),
-                    resource: resource.into(),
-                    value: text.clone(),
-                    expected,
-                })
-            })
-            .transpose()
+    // Each value as `crd::hami` reads it, the error naming the container and the resource.
+    let read = |resource: &str,
+                reader: &dyn Fn(&str) -> Result<Option<u64>, crd::hami::ValueError>|
+     -> Result<Option<u64>, HamiError> {
+        match value(resource) {
+            None => Ok(None),
+            Some(text) => reader(&text).map_err(|error| HamiError::Value {
+                container: name.clone(),
+                resource: resource.into(),
+                value: text.clone(),
+                expected: error.expected,
+            }),
+        }
     };
     if let Some(env) = container.env.iter().flatten().find(|env| {
         env.name == OVERSUBSCRIBE_ENV
@@ -555,31 +550,17 @@ fn ask_of(
             why: format!("{}={}", env.name, env.value.as_deref().unwrap_or_default()),
         });
     }
-    let memory = integer(gpumem, "MiB as a whole number, e.g. 3000")?.filter(|mib| *mib > 0);
-    // A value whose bytes do not fit 64 bits would wrap to a small request and pass every check below.
-    let memory = memory
-        .map(|mib| {
-            mib.checked_mul(1 << 20).ok_or_else(|| HamiError::Value {
-                container: name.clone(),
-                resource: gpumem.clone(),
-                value: mib.to_string(),
-                expected: "MiB as a whole number, at most a GPU's memory",
-            })
-        })
-        .transpose()?;
-    let percent =
-        integer(gpumem_percentage, "a whole percentage, 1 to 100")?.filter(|pct| *pct > 0);
-    let cores = integer(gpucores, "a whole percentage of the SMs, 0 to 100")?;
-    if let Some(cores) = cores.filter(|cores| *cores > CORES_TOTAL) {
-        return Err(HamiError::Value {
-            container: name.clone(),
-            resource: gpucores.clone(),
-            value: cores.to_string(),
-            expected: "a whole percentage of the SMs, 0 to 100",
-        });
-    }
+    let memory = read(gpumem, &crd::hami::memory_bytes)?;
+    let percent = read(gpumem_percentage, &crd::hami::percentage)?;
+    let cores = read(gpucores, &|text| crd::hami::cores(text).map(Some))?;
     let share = value(gpumem).is_some() || value(gpumem_percentage).is_some() || cores.is_some();
-    let count = integer(gpu, "a whole number of GPUs, at least 1")?;
+    let count = read(gpu, &|text| {
+        crd::quantity::parse_bytes(text)
+            .map(Some)
+            .map_err(|_| crd::hami::ValueError {
+                expected: "a whole number of GPUs, at least 1",
+            })
+    })?;
     // HAMi's own name for whole GPUs is the device plugin's too, so only a selection makes such a container the
     // webhook's; a renamed one nothing else advertises, so a container asking for it is always converted.
     let whole_gpus_are_ours = selected || names.gpu_is_renamed();
@@ -598,26 +579,17 @@ fn ask_of(
         Some(count) => u32::try_from(count).unwrap_or(u32::MAX),
         None => 1,
     };
-    if memory.is_some() && percent.is_some() {
-        warnings.insert(format!(
-            "container {name}: {gpumem} and {gpumem_percentage} are both set; {gpumem} is used, as HAMi does"
-        ));
-    }
-    if percent.is_some_and(|pct| pct > 100) {
-        warnings.insert(format!(
-            "container {name}: {gpumem_percentage} over 100 is taken as 100, as HAMi does"
-        ));
-    }
+    let (memory, notes) = crd::hami::memory(memory, percent, [gpumem, gpumem_percentage]);
+    warnings.extend(
+        notes
+            .into_iter()
+            .map(|note| format!("container {name}: {note}")),
+    );
     if value(priority).is_some() {
         warnings.insert(format!(
             "container {name}: {priority} is ignored: DRA has no task priority on a shared GPU"
         ));
     }
-    let memory = match (memory, percent) {
-        (Some(bytes), _) => Memory::Bytes(bytes),
-        (None, Some(pct)) => Memory::Percent(pct.min(100)),
-        (None, None) => Memory::Whole,
-    };
     Ok(Some(Ask {
         count,
         share,

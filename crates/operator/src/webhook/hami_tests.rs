@@ -258,6 +258,17 @@ fn hami_defaults_and_clamps_are_kept_with_warnings() {
     );
     assert!(clamped.warnings[0].contains("taken as 100"));
 
+    // A binary suffix names bytes (HAMi would read 3Gi as 3221225472 MiB); the canonical `3k` is 3000 MiB.
+    for (written, asked) in [("3Gi", "3072Mi"), ("3k", "3000Mi")] {
+        let quantity = converted(&hami_pod(json!({}), json!({"nvidia.com/gpumem": written})));
+        let template = json_of(&quantity.templates[0]);
+        assert_eq!(
+            template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"],
+            json!({"memory": asked}),
+            "{written}"
+        );
+    }
+
     let whole_memory = converted(&hami_pod(json!({}), json!({"nvidia.com/gpucores": 40})));
     let template = json_of(&whole_memory.templates[0]);
     assert_eq!(
@@ -308,11 +319,6 @@ fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
     );
     let milli = error(json!({"nvidia.com/gpumem": "3000m"}), json!({}));
     assert!(milli.contains("MiB as a whole number"), "{milli}");
-    let gibibytes = error(json!({"nvidia.com/gpumem": "3Gi"}), json!({}));
-    assert!(
-        gibibytes.contains("3221225472 MiB is more than"),
-        "{gibibytes}"
-    );
     let zero = error(
         json!({"nvidia.com/gpu": 0, "nvidia.com/gpucores": 10}),
         json!({}),
@@ -414,7 +420,7 @@ fn gpumem_whose_bytes_overflow_is_refused_not_wrapped() {
             container: "ubuntu-container".into(),
             resource: GPUMEM.into(),
             value: "17592186044416".into(),
-            expected: "MiB as a whole number, at most a GPU's memory",
+            expected: crd::hami::EXPECT_MEMORY,
         }
     );
     let just_fits = hami_pod(json!({}), json!({"nvidia.com/gpumem": "17592186044415"}));

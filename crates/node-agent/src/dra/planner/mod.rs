@@ -38,7 +38,8 @@ use crd::quantity::parse_bytes as parse_quantity;
 mod request;
 mod table;
 
-pub use request::{Class, MemoryRequest, Request, RequestError};
+pub use crd::hami::Memory;
+pub use request::{Class, Request, RequestError};
 use table::{format_amount, format_bytes};
 
 /// The devices one node's ResourceSlices publish, in slice and device order.
@@ -54,9 +55,9 @@ impl Request {
     /// What each device must have free, for messages: "3000 MiB and 30 cores".
     fn need(&self) -> String {
         let memory = match self.memory {
-            Some(MemoryRequest::Bytes(bytes)) => format_bytes(bytes),
-            Some(MemoryRequest::Percent(percent)) => format!("{percent} % of its memory"),
-            None => "all of its memory".to_owned(),
+            Memory::Bytes(bytes) => format_bytes(bytes),
+            Memory::Percent(percent) => format!("{percent} % of its memory"),
+            Memory::Whole => "all of its memory".to_owned(),
         };
         match self.cores {
             Some(cores) => format!("{memory} and {cores} cores"),
@@ -129,17 +130,17 @@ impl Request {
     fn requested(&self, capacity: &Capacities) -> BTreeMap<&'static str, u64> {
         let mut requested = BTreeMap::new();
         match self.memory {
-            Some(MemoryRequest::Bytes(bytes)) => {
+            Memory::Bytes(bytes) => {
                 requested.insert(CAPACITY_MEMORY, bytes);
             }
             // The percentage of this device's memory, rounded down to whole MiB as HAMi does.
-            Some(MemoryRequest::Percent(percent)) => {
+            Memory::Percent(percent) => {
                 let total = capacity.get(CAPACITY_MEMORY).map_or(0, |c| c.value);
                 let bytes = u128::from(total) * u128::from(percent) / 100;
                 let bytes = u64::try_from(bytes).unwrap_or(u64::MAX) / MIB * MIB;
                 requested.insert(CAPACITY_MEMORY, bytes);
             }
-            None => {}
+            Memory::Whole => {}
         }
         if let Some(cores) = self.cores {
             requested.insert(CAPACITY_CORES, cores);
@@ -162,6 +163,8 @@ pub struct Plan {
 pub struct Placement {
     /// The request's label.
     pub request: String,
+    /// What was made of values HAMi tolerates (see [`Request::notes`]).
+    pub notes: Vec<String>,
     /// Its devices (as many as its count, on one node), or why it has none.
     pub outcome: Result<Vec<Landed>, Unplaced>,
 }
@@ -293,6 +296,7 @@ pub fn plan(nodes: &[NodeDevices], requests: &[Request]) -> Plan {
         .iter()
         .map(|request| Placement {
             request: request.label.clone(),
+            notes: request.notes.clone(),
             outcome: place(nodes, &devices, &mut consumed, request),
         })
         .collect();

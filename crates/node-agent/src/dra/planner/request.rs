@@ -2,10 +2,7 @@
 
 use std::str::FromStr;
 
-use crd::dra::CORES_TOTAL;
-use crd::quantity::parse_bytes as parse_quantity;
-
-use super::MIB;
+use crd::hami::{self, Memory};
 
 /// One request, in the terms HAMi users write (the webhook turns HAMi pods into the same thing).
 ///
@@ -14,7 +11,7 @@ use super::MIB;
 /// | key (HAMi's name also accepted)    | value                                                               |
 /// |------------------------------------|---------------------------------------------------------------------|
 /// | `count` (`gpu`)                    | devices, on one node; default 1                                     |
-/// | `gpumem`                           | memory per device: a number of MiB (as HAMi), or a quantity (`8Gi`) |
+/// | `gpumem`                           | memory per device: MiB (as HAMi), or bytes with a binary suffix (`8Gi`) |
 /// | `gpumem-percentage`                | memory per device as a percentage of that device's memory, 1–100    |
 /// | `gpucores`                         | percent of the GPU's SMs, 0–100                                     |
 /// | `type` (`use-gputype`)             | productName contains this, any case; a list, any may match          |
@@ -27,15 +24,16 @@ use super::MIB;
 /// Keys may carry HAMi's `nvidia.com/` prefix. A list key takes several values by repeating it
 /// (`type=A100,type=V100`) or, as in HAMi's annotations, by bare words after it (`type=A100,V100`).
 /// `gpumem-percentage` and `gpucores` apply to class `shared` only; `gpumem` on a whole GPU or MIG device asks
-/// for a device with at least that much memory.
+/// for a device with at least that much memory. The values read as the webhook reads a HAMi pod's
+/// ([`crd::hami`]): what HAMi tolerates (both memories, a percentage over 100) is kept with a note.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// How the request is shown: the text it was parsed from.
     pub label: String,
     /// Devices wanted, all on one node.
     pub count: u32,
-    /// Memory per device; none takes the capacity's default (all of a shared GPU's memory).
-    pub memory: Option<MemoryRequest>,
+    /// Memory per device; [`Memory::Whole`] takes the capacity's default (all of a shared GPU's memory).
+    pub memory: Memory,
     /// Percent of the SMs per device; none takes the capacity's default (0 on shared GPUs).
     pub cores: Option<u64>,
     /// productName must contain one of these (any case).
@@ -50,15 +48,8 @@ pub struct Request {
     pub class: Class,
     /// The MIG profile (class [`Class::Mig`]).
     pub profile: Option<String>,
-}
-
-/// Memory asked of each device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryRequest {
-    /// Bytes.
-    Bytes(u64),
-    /// Percent of the device's memory (1–100), rounded down to whole MiB.
-    Percent(u8),
+    /// What was made of values HAMi tolerates but that do not mean what they say (see [`crd::hami::memory`]).
+    pub notes: Vec<String>,
 }
 
 /// Which kind of device a request takes (the DeviceClass it names).
@@ -129,9 +120,6 @@ pub enum RequestError {
         /// The key.
         key: &'static str,
     },
-    /// Both ways of asking for memory.
-    #[error("gpumem and gpumem-percentage are both given; keep one")]
-    TwoMemories,
     /// A key that the request's class does not take.
     #[error("{key} does not apply to class={class}; {fix}")]
     NotForClass {
@@ -145,9 +133,6 @@ pub enum RequestError {
 }
 
 const EXPECT_COUNT: &str = "a whole number of devices, 1 or more";
-const EXPECT_MEMORY: &str = "a positive number of MiB (3000) or a quantity (8Gi, 3000Mi)";
-const EXPECT_PERCENT: &str = "a whole percentage from 1 to 100";
-const EXPECT_CORES: &str = "a whole percentage from 0 to 100";
 const EXPECT_CLASS: &str = "shared, gpu or mig";
 const EXPECT_TEXT: &str = "a non-empty value";
 
@@ -159,7 +144,7 @@ impl FromStr for Request {
         let mut request = Request {
             label: label.to_owned(),
             count: 1,
-            memory: None,
+            memory: Memory::Whole,
             cores: None,
             use_types: Vec::new(),
             nouse_types: Vec::new(),
@@ -167,7 +152,9 @@ impl FromStr for Request {
             nouse_uuids: Vec::new(),
             class: Class::Shared,
             profile: None,
+            notes: Vec::new(),
         };
+        let (mut bytes, mut percent) = (None, None);
         let mut seen: Vec<&'static str> = Vec::new();
         let mut once = |key: &'static str| {
             if seen.contains(&key) {
@@ -205,26 +192,18 @@ impl FromStr for Request {
                 }
                 "gpumem" => {
                     once("gpumem")?;
-                    request.memory = Some(MemoryRequest::Bytes(parse_memory(value)?));
+                    bytes =
+                        hami::memory_bytes(value).map_err(|e| bad("gpumem", value, e.expected))?;
                 }
                 "gpumem-percentage" => {
                     once("gpumem-percentage")?;
-                    let percent = value
-                        .parse()
-                        .ok()
-                        .filter(|p| (1..=100).contains(p))
-                        .ok_or_else(|| bad("gpumem-percentage", value, EXPECT_PERCENT))?;
-                    request.memory = Some(MemoryRequest::Percent(percent));
+                    percent = hami::percentage(value)
+                        .map_err(|e| bad("gpumem-percentage", value, e.expected))?;
                 }
                 "gpucores" => {
                     once("gpucores")?;
-                    request.cores = Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|c| *c <= CORES_TOTAL)
-                            .ok_or_else(|| bad("gpucores", value, EXPECT_CORES))?,
-                    );
+                    request.cores =
+                        Some(hami::cores(value).map_err(|e| bad("gpucores", value, e.expected))?);
                 }
                 "class" => {
                     once("class")?;
@@ -257,9 +236,8 @@ impl FromStr for Request {
         if !any {
             return Err(RequestError::Empty);
         }
-        if seen.contains(&"gpumem") && seen.contains(&"gpumem-percentage") {
-            return Err(RequestError::TwoMemories);
-        }
+        (request.memory, request.notes) =
+            hami::memory(bytes, percent, ["gpumem", "gpumem-percentage"]);
         request.check_class()?;
         Ok(request)
     }
@@ -271,21 +249,6 @@ fn bad(key: &'static str, value: &str, expected: &'static str) -> RequestError {
         value: value.to_owned(),
         expected,
     }
-}
-
-/// `gpumem`: a plain number is MiB, as in HAMi; anything else is a Kubernetes quantity of bytes.
-fn parse_memory(value: &str) -> Result<u64, RequestError> {
-    let bytes = if value.bytes().all(|b| b.is_ascii_digit()) {
-        value
-            .parse::<u64>()
-            .ok()
-            .and_then(|mib| mib.checked_mul(MIB))
-    } else {
-        parse_quantity(value).ok()
-    };
-    bytes
-        .filter(|b| *b > 0)
-        .ok_or_else(|| bad("gpumem", value, EXPECT_MEMORY))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,7 +293,7 @@ impl Request {
     fn check_class(&self) -> Result<(), RequestError> {
         let class = self.class.keyword();
         if self.class != Class::Shared {
-            if matches!(self.memory, Some(MemoryRequest::Percent(_))) {
+            if matches!(self.memory, Memory::Percent(_)) {
                 return Err(RequestError::NotForClass {
                     key: "gpumem-percentage",
                     class,

@@ -37,6 +37,9 @@ impl fmt::Display for Plan {
             "CORES",
         ]);
         for placement in &self.placements {
+            for note in &placement.notes {
+                placements.note(placement.request.clone(), format!("note: {note}"));
+            }
             match &placement.outcome {
                 Ok(landed) => {
                     for device in landed {
