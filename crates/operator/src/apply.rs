@@ -248,16 +248,9 @@ impl Applier {
                 if looked_up_before {
                     return Ok(None);
                 }
-                let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
-                let found = api
-                    .get_opt(NVIDIA_DRIVER_DAEMONSET)
-                    .await
-                    .map_err(|source| ApplyError::Read {
-                        namespace: self.namespace.clone(),
-                        name: NVIDIA_DRIVER_DAEMONSET.into(),
-                        source,
-                    })?;
-                let nvidias = found.filter(|ds| handover::made_by_nvidia(&ds.metadata, &owner_uid));
+                let nvidias = self
+                    .nvidias_daemonset(NVIDIA_DRIVER_DAEMONSET, &owner_uid)
+                    .await?;
                 if nvidias.is_none()
                     && let Ok(mut none) = self.no_nvidia_driver.lock()
                 {
@@ -272,6 +265,22 @@ impl Applier {
         }
     }
 
+    /// The DaemonSet `name`, read from the API server, when NVIDIA's operator made it for the ClusterPolicy
+    /// `policy_uid` and this operator has not taken it over (see [`handover::made_by_nvidia`]).
+    async fn nvidias_daemonset(
+        &self,
+        name: &str,
+        policy_uid: &str,
+    ) -> Result<Option<DaemonSet>, ApplyError> {
+        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let found = api.get_opt(name).await.map_err(|source| ApplyError::Read {
+            namespace: self.namespace.clone(),
+            name: name.into(),
+            source,
+        })?;
+        Ok(found.filter(|ds| handover::made_by_nvidia(&ds.metadata, policy_uid)))
+    }
+
     /// Prepares the apply of a DaemonSet this operator has not applied yet: when NVIDIA's operator made one of
     /// that name for `owner`, its selector goes into `body` and its fields are handed to this operator's apply,
     /// so that the apply changes it in place into the rendered one.
@@ -282,17 +291,9 @@ impl Applier {
         body: &mut serde_json::Value,
     ) -> Result<(), ApplyError> {
         let name = object.name();
-        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
-        let existing = api
-            .get_opt(&name)
-            .await
-            .map_err(|source| ApplyError::Read {
-                namespace: self.namespace.clone(),
-                name: name.clone(),
-                source,
-            })?;
-        let Some(existing) = existing
-            .filter(|ds| handover::made_by_nvidia(&ds.metadata, &owner.uid().unwrap_or_default()))
+        let Some(existing) = self
+            .nvidias_daemonset(&name, &owner.uid().unwrap_or_default())
+            .await?
         else {
             return Ok(());
         };
@@ -328,6 +329,7 @@ impl Applier {
             .flatten()
             .filter_map(|entry| entry.manager.as_deref())
             .collect();
+        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
         api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
             .map_err(|source| ApplyError::TakeOver {
