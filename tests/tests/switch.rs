@@ -603,9 +603,19 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             .then_some(pods))
     })
     .expect("NVIDIA's driver pods run on the pool's nodes");
-    // Settled: NVIDIA's operator has labelled every node (the labels below are what the nodes advertise).
-    std::thread::sleep(Duration::from_secs(5));
-    let before = advertised();
+    // Settled: NVIDIA's operator has written its state labels on every GPU node (the labels below are what the
+    // nodes advertise), the validator's among them.
+    let before = eventually(Duration::from_secs(60), || {
+        let now = advertised();
+        Ok(now
+            .values()
+            .all(|node| {
+                node.labels.get("nvidia.com/gpu.deploy.operator-validator")
+                    == Some(&"true".to_owned())
+            })
+            .then_some(now))
+    })
+    .expect("NVIDIA's operator labels every GPU node");
     eprintln!(
         "NVIDIA's DaemonSets: {:?}; driver {image} on {pool_nodes:?}",
         nvidia_daemonsets.keys().collect::<Vec<_>>()

@@ -3,8 +3,9 @@
 //! Rules, as users of NVIDIA's operator expect them:
 //! - GPU nodes get `nvidia.com/gpu.present=true` and `nvidia.com/gpu.deploy.<component>=true` for every enabled
 //!   component, and for NVIDIA's own operands (driver, toolkit, device plugin, feature discovery, DCGM, exporter,
-//!   node status exporter, validator) whether enabled or not, as NVIDIA's operator labels them. A deploy label that already holds another non-empty value is an admin's (`false` pauses a
-//!   component on that node) or the MIG manager's (`paused-for-mig-change`) and is left alone.
+//!   node status exporter, validator) whether enabled or not, as NVIDIA's operator labels them. A deploy label
+//!   that already holds another non-empty value is an admin's (`false` pauses a component on that node) or the MIG
+//!   manager's (`paused-for-mig-change`) and is left alone.
 //! - `nvidia.com/gpu.deploy.operands=false` removes every operand: the operator's `true` deploy labels go.
 //! - The MIG manager is deployed only where feature discovery found MIG-capable GPUs (`nvidia.com/mig.capable`),
 //!   and such nodes without a `nvidia.com/mig.config` get `all-disabled` when that is the configured default.
