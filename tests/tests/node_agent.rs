@@ -733,24 +733,34 @@ fn run_gpu_workload(node: &str, name: &str) {
 }
 
 /// What a MIG change must leave once it is done, however it was interrupted: the geometry, the device plugin's
-/// deploy label restored, its client back, no change record left on the Node, the GPU pod evicted.
+/// deploy label restored and no change record left on the Node (the agent's part), its client back (the
+/// DaemonSet controller's part, which after a control-plane outage waits for the node's lease and taints to
+/// recover, so it gets longer), the GPU pod evicted.
 fn assert_change_complete(node: &str, devices: &Value, workload: &str) {
     assert_every_gpu_has(node, devices);
     eventually(WAIT, || {
         let node_object = kubectl_json(&["get", "node", node]);
         let labels = &node_object["metadata"]["labels"];
         let record = &node_object["metadata"]["annotations"]["nvidia.com/mig.config.progress"];
-        Ok(
-            (labels[PLUGIN_LABEL] == "true" && record.is_null() && client_pods_on(node) == 1)
-                .then_some(()),
-        )
+        Ok((labels[PLUGIN_LABEL] == "true" && record.is_null()).then_some(()))
     })
     .unwrap_or_else(|error| {
         panic!(
-            "{node}: plugin label, change record or client not restored: {error:#}\n{:#}",
+            "{node}: plugin label or change record not restored: {error:#}\n{:#}",
             kubectl_json(&["get", "node", node])["metadata"]
         )
     });
+    eventually(2 * WAIT, || Ok((client_pods_on(node) == 1).then_some(()))).unwrap_or_else(
+        |error| {
+            let node_object = kubectl_json(&["get", "node", node]);
+            panic!(
+                "{node}: the GPU client is not back: {error:#}\ntaints: {}\nconditions: {}\nclients: {}",
+                node_object["spec"]["taints"],
+                node_object["status"]["conditions"],
+                run("kubectl", &["get", "pods", "-n", NAMESPACE, "-l", "e2e=gpu-client", "-o", "wide"]).stdout
+            )
+        },
+    );
     let left = run("kubectl", &["get", "pod", workload, "-n", "default"]);
     assert!(!left.success, "{workload} was not evicted");
 }
