@@ -7,18 +7,20 @@
 //! What a device plugin's Allocate answer turned into is visible in the runtime's records: one JSON line per
 //! created container with its environment, CDI devices and mounts ([`Kubelet::created`]).
 //!
-//! Limits of this machine, and how the kubelet is configured around them: cgroup v1 (`failCgroupV1: false`), no
-//! QoS cgroups or node-allocatable enforcement, no eviction thresholds, no swap check. Test pods should set
+//! Its configuration is the harness's, as for the real node (see `harness::cluster::kubelet` for the limits of this
+//! machine it is set around), serving on loopback with no client trusted. Test pods should set
 //! `automountServiceAccountToken: false`, since mounting a token volume needs a tmpfs mount. The kubelet's
 //! device-plugin directory is fixed at `/var/lib/kubelet/device-plugins` (not under `--root-dir`), so one real
 //! kubelet can run on a machine at a time: starting fails if another one answers on that socket.
 
+use std::net::Ipv4Addr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use harness::cluster::kubelet::KubeletConfig;
 use serde_json::Value;
 
 use crate::{clean_up, eventually, free_port, kubectl, kubectl_json, run};
@@ -100,7 +102,15 @@ impl Kubelet {
         let config = dir.join("kubelet.yaml");
         std::fs::write(
             &config,
-            kubelet_config(&socket, &dir.join("logs"), free_port(), free_port()),
+            KubeletConfig {
+                address: Ipv4Addr::LOCALHOST,
+                port: free_port(),
+                healthz_port: free_port(),
+                runtime_socket: &socket,
+                pod_logs: &dir.join("logs"),
+                client_ca: None,
+            }
+            .render(),
         )
         .expect("kubelet config");
         let labels = labels
@@ -297,37 +307,4 @@ pub fn allocatable(node: &str, resource: &str) -> Option<String> {
 
 fn log_file(path: &Path) -> Stdio {
     Stdio::from(std::fs::File::create(path).expect("log file"))
-}
-
-/// The KubeletConfiguration for this machine (see the module docs for why each setting).
-fn kubelet_config(runtime: &Path, pod_logs: &Path, port: u16, healthz_port: u16) -> String {
-    let endpoint = format!("unix://{}", runtime.display());
-    let pod_logs = pod_logs.display();
-    format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: 127.0.0.1
-port: {port}
-healthzBindAddress: 127.0.0.1
-healthzPort: {healthz_port}
-readOnlyPort: 0
-authentication:
-  anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
-authorization: {{mode: AlwaysAllow}}
-containerRuntimeEndpoint: {endpoint}
-imageServiceEndpoint: {endpoint}
-failCgroupV1: false
-failSwapOn: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.available: \"0%\"}}
-localStorageCapacityIsolation: false
-protectKernelDefaults: false
-resolvConf: \"\"
-podLogsDir: {pod_logs}
-nodeStatusUpdateFrequency: 2s
-"
-    )
 }

@@ -4,8 +4,10 @@
 //! - `KUBECONFIG`: the local cluster's admin kubeconfig;
 //! - `PATH`: with the locally built `kubectl` and `helm` first;
 //! - `E2E_OPERATOR_BIN`: the `gpu-operator` binary built from this checkout;
-//! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures);
-//! - `E2E_XTASK_BIN`: xtask itself, whose `cluster restart` the fault tests use.
+//! - `E2E_REPO_ROOT`: the workspace root (for the chart and fixtures).
+//!
+//! The cluster itself (its state, restarts of its components, ServiceAccount kubeconfigs, the operators as its
+//! workloads) is reached through the `harness` library, the code `cargo xtask cluster` runs.
 
 pub mod agents;
 #[cfg(test)]
@@ -462,50 +464,32 @@ pub fn operand_daemonsets() -> Vec<Value> {
 }
 
 /// A control-plane component (`etcd`, `kube-apiserver`, ...) taken down and started again in the background by
-/// `xtask cluster restart`, while the test watches what the operator and agents do meanwhile.
+/// the harness (as `cargo xtask cluster restart` does), while the test watches what the operator and agents do
+/// meanwhile.
 #[derive(Debug)]
 pub struct ControlPlaneRestart {
-    child: std::process::Child,
+    restart: std::thread::JoinHandle<anyhow::Result<u32>>,
     component: String,
 }
 
 impl ControlPlaneRestart {
     /// Stops `component` now, keeps it down for `down_for`, and starts it again with its arguments.
     pub fn start(component: &str, down_for: Duration) -> Self {
-        let xtask =
-            std::env::var("E2E_XTASK_BIN").expect("E2E_XTASK_BIN is set by `cargo xtask e2e`");
-        let child = Command::new(xtask)
-            .args([
-                "cluster",
-                "restart",
-                component,
-                "--down-for",
-                &down_for.as_secs().to_string(),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start xtask cluster restart");
+        let name = component.to_owned();
+        let restart = std::thread::spawn(move || harness::cluster::restart(&name, down_for));
         Self {
-            child,
+            restart,
             component: component.to_owned(),
         }
     }
 
     /// Waits until the component serves again; returns when that was.
     pub fn wait(self) -> Instant {
-        let output = self
-            .child
-            .wait_with_output()
-            .expect("wait for xtask cluster restart");
+        let served = self.restart.join().expect("the restart thread panicked");
         let back = Instant::now();
-        assert!(
-            output.status.success(),
-            "restarting {} failed: {}{}",
-            self.component,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        if let Err(error) = served {
+            panic!("restarting {} failed: {error:#}", self.component);
+        }
         back
     }
 }
@@ -560,20 +544,12 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a one-hour token), against
-/// the cluster of the admin kubeconfig in use: a process run with it has exactly the chart's RBAC for that role.
+/// A kubeconfig that authenticates as ServiceAccount `name` of the chart's namespace (a fresh token), against
+/// the running cluster: a process run with it has exactly the chart's RBAC for that role.
 pub fn service_account_kubeconfig(name: &str) -> PathBuf {
-    let token = kubectl(&["create", "token", name, "-n", NAMESPACE, "--duration", "1h"]);
-    let admin = kubectl_json(&["config", "view", "--raw", "--minify"]);
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-        "users": [{"name": name, "user": {"token": token.trim()}}],
-        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
-    });
-    let path = std::env::temp_dir().join(format!("e2e-{name}-{}.kubeconfig", std::process::id()));
-    std::fs::write(&path, config.to_string()).expect("write the ServiceAccount kubeconfig");
-    path
+    harness::cluster::running()
+        .and_then(|cluster| harness::cluster::service_account_kubeconfig(&cluster, NAMESPACE, name))
+        .unwrap_or_else(|error| panic!("a kubeconfig for ServiceAccount {name}: {error:#}"))
 }
 
 /// The operator running as a local process, as the chart's Deployment runs it (`gpu-operator run`), with the
@@ -761,7 +737,8 @@ pub fn audited_writes(user: &str, from: usize) -> (usize, BTreeMap<String, usize
 }
 
 /// Requests with one of `verbs` that the API server's audit log recorded from `user` since line `from` of the
-/// log, counted by `verb resource[/subresource]`; and the log's length, for the next call's `from`.
+/// log, counted by `verb resource[/subresource]` as the benchmark counts them (a watch when it starts); and the
+/// log's length, for the next call's `from`.
 pub fn audited_requests(
     user: &str,
     from: usize,
@@ -770,27 +747,13 @@ pub fn audited_requests(
     let path = std::env::var("E2E_AUDIT_LOG").expect("E2E_AUDIT_LOG is set by `cargo xtask e2e`");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    let mut requests = BTreeMap::new();
-    for line in lines.iter().skip(from) {
-        let Ok(entry) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let verb = entry["verb"].as_str().unwrap_or_default();
-        // A long request (a watch) is recorded when it starts and when it ends: count it once, at its end.
-        if entry["user"]["username"] == user
-            && verbs.contains(&verb)
-            && entry["stage"] == "ResponseComplete"
-        {
-            let resource = entry["objectRef"]["resource"].as_str().unwrap_or_default();
-            let subresource = entry["objectRef"]["subresource"]
-                .as_str()
-                .map(|s| format!("/{s}"))
-                .unwrap_or_default();
-            *requests
-                .entry(format!("{verb} {resource}{subresource}"))
-                .or_insert(0) += 1;
-        }
-    }
+    let window = lines.get(from..).unwrap_or_default().join("\n");
+    let requests = harness::cluster::audit::count(&window, user)
+        .by_kind
+        .into_iter()
+        .filter(|(kind, _)| verbs.contains(&kind.split(' ').next().unwrap_or_default()))
+        .map(|(kind, count)| (kind, usize::try_from(count).unwrap_or(usize::MAX)))
+        .collect();
     (lines.len(), requests)
 }
 

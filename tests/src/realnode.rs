@@ -7,8 +7,10 @@
 //! - `E2E_IMAGES_JSON`: what `cargo xtask images` built and pushed (reference, index digest, platforms of each);
 //! - `E2E_IMAGE_REGISTRY`: the local registry (`127.0.0.1:<port>`), the chart's `global.imageRegistry`.
 
+use std::path::Path;
 use std::time::Duration;
 
+use harness::images::Built;
 use serde_json::Value;
 
 use crate::{eventually, kubectl, kubectl_json, run};
@@ -34,56 +36,15 @@ pub fn registry() -> String {
     })
 }
 
-/// One image of `cargo xtask images --push`.
-#[derive(Debug, Clone)]
-pub struct BuiltImage {
-    /// Where it was pushed: `<registry>/gpu-operator-rs/<name>:<version>`.
-    pub reference: String,
-    /// The pushed image index's digest.
-    pub digest: String,
-    /// The platforms the index names, `linux/<architecture>`.
-    pub platforms: Vec<String>,
-}
-
-impl BuiltImage {
-    /// `<repository>@<digest>`: what the kubelet reports as a container's `imageID` once containerd has pulled
-    /// the image by its tag (the digest is the index's, which the tag resolves to).
-    pub fn digest_reference(&self) -> String {
-        let (repository, _tag) = self
-            .reference
-            .rsplit_once(':')
-            .expect("references carry a tag");
-        format!("{repository}@{}", self.digest)
-    }
-}
-
-/// The image whose reference is `<repository>/<name>:<version>`.
-pub fn image(name: &str) -> BuiltImage {
+/// The image `cargo xtask images --push` built and pushed whose name is `name`.
+pub fn image(name: &str) -> Built {
     let path = std::env::var("E2E_IMAGES_JSON").unwrap_or_else(|_| {
         panic!("E2E_IMAGES_JSON is not set: run the suite with `cargo xtask e2e --real-node`")
     });
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("cannot read {path}: {error}"));
-    let built: Vec<Value> = serde_json::from_str(&text).expect("images.json is a JSON list");
-    built
-        .iter()
-        .find_map(|entry| {
-            let reference = entry["reference"].as_str()?;
-            let (repository, _) = reference.rsplit_once(':')?;
-            repository
-                .ends_with(&format!("/{name}"))
-                .then(|| BuiltImage {
-                    reference: reference.to_owned(),
-                    digest: entry["digest"].as_str().unwrap_or_default().to_owned(),
-                    platforms: entry["platforms"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|platform| platform["architecture"].as_str())
-                        .map(|architecture| format!("linux/{architecture}"))
-                        .collect(),
-                })
-        })
+    Built::read_all(Path::new(&path))
+        .unwrap_or_else(|error| panic!("{error:#}"))
+        .into_iter()
+        .find(|built| built.name() == name)
         .unwrap_or_else(|| panic!("{path} lists no image {name}"))
 }
 
@@ -142,7 +103,7 @@ fn parse_image_list(listing: &str) -> Vec<NodeImage> {
 
 /// Checks that containerd pulled `image` by its pushed reference and holds it with the pushed index's digest and
 /// both platforms; prints containerd's line for it.
-pub fn assert_pulled(image: &BuiltImage) {
+pub fn assert_pulled(image: &Built) {
     let images = node_images();
     let pulled = images
         .iter()
@@ -162,10 +123,13 @@ pub fn assert_pulled(image: &BuiltImage) {
     assert_eq!(pulled.digest, image.digest, "{pulled:?}");
     for platform in ["linux/amd64", "linux/arm64"] {
         assert!(
-            image.platforms.iter().any(|pushed| pushed == platform),
+            image
+                .platform_names()
+                .iter()
+                .any(|pushed| pushed == platform),
             "the pushed index of {} has no {platform}: {:?}",
             image.reference,
-            image.platforms
+            image.platform_names()
         );
         assert!(
             pulled.platforms.split(',').any(|listed| listed == platform),

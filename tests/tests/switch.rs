@@ -6,8 +6,7 @@
 //! what they were; the rollback gives all of it back to NVIDIA's operator in the same way.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use e2e::{
@@ -80,30 +79,28 @@ const REMOVE_POLICY_FINALIZERS: [&str; 7] = [
     r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
 ];
 
-fn nvidia_chart() -> String {
-    let dir = std::env::var("E2E_NVIDIA_GPU_OPERATOR_DIR")
-        .expect("E2E_NVIDIA_GPU_OPERATOR_DIR is set by `cargo xtask e2e`");
-    PathBuf::from(dir)
-        .join("gpu-operator")
-        .display()
-        .to_string()
+/// NVIDIA's build: its binary, manifests and chart (built into the cache by `cargo xtask e2e` beforehand).
+fn nvidia_build() -> PathBuf {
+    harness::cluster::nvidia_gpu_operator()
+        .unwrap_or_else(|error| panic!("NVIDIA's gpu-operator build: {error:#}"))
 }
 
-/// `xtask nvidia-operator start|stop`: NVIDIA's operator as a local process with its chart's ServiceAccount, as
-/// the benchmark runs it (kwok nodes run no containers, so the chart's Deployment pod runs nothing). Returns what
-/// xtask printed (on start, where the operator's log is).
-fn nvidia_operator(action: &str) -> String {
-    let xtask = std::env::var("E2E_XTASK_BIN").expect("E2E_XTASK_BIN is set by `cargo xtask e2e`");
-    let output = Command::new(xtask)
-        .args(["nvidia-operator", action])
-        .output()
-        .expect("run xtask nvidia-operator");
-    assert!(
-        output.status.success(),
-        "xtask nvidia-operator {action}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+fn nvidia_chart() -> String {
+    nvidia_build().join("gpu-operator").display().to_string()
+}
+
+/// NVIDIA's operator as a local process with its chart's ServiceAccount, started by the harness as the benchmark
+/// starts it (kwok nodes run no containers, so the chart's Deployment pod runs nothing). Returns its log.
+fn start_nvidia_operator() -> PathBuf {
+    let cluster = harness::cluster::running().expect("the local cluster runs");
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    harness::operators::nvidia::start(&cluster, &nvidia_build(), metrics)
+        .unwrap_or_else(|error| panic!("starting NVIDIA's gpu-operator: {error:#}"))
+        .log
+}
+
+fn stop_nvidia_operator() -> anyhow::Result<()> {
+    harness::operators::nvidia::stop(&harness::cluster::running()?)
 }
 
 /// The DaemonSets, the driver pods with the template revision each runs, and the driver's revisions, for a
@@ -160,15 +157,10 @@ fn json_differences(path: &str, before: &Value, after: &Value) -> Vec<String> {
     }
 }
 
-/// The end of NVIDIA's operator's log, from what `xtask nvidia-operator start` printed (`..., log <path>)`).
-fn nvidia_operator_log_tail(started: &str) -> String {
-    let Some(path) = started
-        .rsplit_once("log ")
-        .map(|(_, path)| path.trim().trim_end_matches(')'))
-    else {
-        return format!("no log path in {started:?}");
-    };
-    let log = std::fs::read_to_string(path).unwrap_or_else(|error| format!("{path}: {error}"));
+/// The end of NVIDIA's operator's log.
+fn nvidia_operator_log_tail(log: &Path) -> String {
+    let log =
+        std::fs::read_to_string(log).unwrap_or_else(|error| format!("{}: {error}", log.display()));
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(80)..].join("\n")
 }
@@ -460,12 +452,7 @@ struct Restore {
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        let xtask = std::env::var("E2E_XTASK_BIN").unwrap_or_default();
-        drop(
-            Command::new(xtask)
-                .args(["nvidia-operator", "stop"])
-                .output(),
-        );
+        drop(stop_nvidia_operator());
         drop(run(
             "kubectl",
             &["delete", "clusterpolicy", "--all", "--wait=false"],
@@ -582,7 +569,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     assert!(applied.success, "{}", applied.stderr);
     let nvidia = nvidia_chart();
     helm_install(&nvidia, &["--wait"]);
-    nvidia_operator("start");
+    start_nvidia_operator();
     wait_for_nvidia_ready(Duration::from_secs(240));
     let policy_uid = uid("clusterpolicy", POLICY);
     let nvidia_daemonsets = daemonset_uids();
@@ -639,7 +626,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     keep.extend(["--wait", "--timeout", "180s"]);
     e2e::ok("helm", &keep);
     kubectl(&SCALE_OPERATOR_TO_ZERO);
-    nvidia_operator("stop");
+    stop_nvidia_operator().expect("NVIDIA's operator stops");
     e2e::ok("helm", &UNINSTALL_WITHOUT_HOOKS);
     kubectl(&[
         "delete",
@@ -802,7 +789,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
     // No `--wait`: Helm 4 waits for the ClusterPolicy's status to observe its generation, which only this operator
     // writes; NVIDIA's `state: ready` is what the guide waits for instead.
     helm_install(&nvidia, &["--skip-crds"]);
-    let started_nvidia = nvidia_operator("start");
+    let nvidia_log = start_nvidia_operator();
     let waited = run(
         "kubectl",
         &[
@@ -825,7 +812,7 @@ fn nvidia_to_ours_and_back_keeps_the_driver_and_what_nodes_advertise() {
             &nvidias_driver_template,
             &kubectl_json(&["get", "daemonset", DRIVER, "-n", NAMESPACE])["spec"]["template"]
         ),
-        nvidia_operator_log_tail(&started_nvidia)
+        nvidia_operator_log_tail(&nvidia_log)
     );
     eprintln!(
         "rolled back to NVIDIA's operator in {:?}",

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
@@ -35,7 +35,7 @@ pub fn run(check: bool) -> anyhow::Result<()> {
 
 /// Writes `wanted` into `relative_dir` (removing other YAML files there), or with `check` fails on any drift.
 fn sync(relative_dir: &str, wanted: BTreeMap<String, String>, check: bool) -> anyhow::Result<()> {
-    let dir = workspace_root().join(relative_dir);
+    let dir = harness::workspace_root().join(relative_dir);
     if check {
         let drift = drift(&dir, &wanted)?;
         if !drift.is_empty() {
@@ -66,7 +66,7 @@ fn sync(relative_dir: &str, wanted: BTreeMap<String, String>, check: bool) -> an
 
 /// Writes `wanted` to the file `relative_path`, or with `check` fails when the file differs.
 fn sync_file(relative_path: &str, wanted: &str, check: bool) -> anyhow::Result<()> {
-    let path = workspace_root().join(relative_path);
+    let path = harness::workspace_root().join(relative_path);
     if check {
         if fs::read_to_string(&path).ok().as_deref() != Some(wanted) {
             bail!(
@@ -129,16 +129,4 @@ fn existing_files(dir: &Path) -> anyhow::Result<Vec<String>> {
                 .map_or(true, |name: &String| name.ends_with(".yaml"))
         })
         .collect()
-}
-
-/// The workspace root: xtask lives one level below it. `cargo run` sets `CARGO_MANIFEST_DIR` for the checkout
-/// it runs in; the compile-time value is only a fallback, because two checkouts sharing one cargo target
-/// directory share one `target/debug/xtask`.
-pub fn workspace_root() -> PathBuf {
-    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
-    manifest_dir
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
 }

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use crate::cluster;
-use crate::command;
 use crate::e2e::add_real_node_with_images;
-use crate::install::NAMESPACE;
+use harness::cluster;
+use harness::command;
+use harness::operators::NAMESPACE;
 
 /// The values for a node whose GPUs are simulated (shared with the real-node end-to-end suite).
 const SIMULATED_GPUS_VALUES: &str = "examples/simulated-gpus-values.yaml";

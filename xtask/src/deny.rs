@@ -8,9 +8,9 @@ use std::process::Command;
 
 use anyhow::Context as _;
 
-use crate::cluster::paths::{self, Layout};
-use crate::cluster::progress;
-use crate::command;
+use harness::cluster::paths::{self, Layout};
+use harness::cluster::progress;
+use harness::command;
 
 /// The cargo-deny release used (needs Rust 1.88).
 const VERSION: &str = "0.20.2";

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::cluster::{self, AddNodes, AddRealNode};
-use crate::{command, images};
+use harness::cluster::{self, AddNodes, AddRealNode};
+use harness::{command, images};
 
 /// The test target (`tests/tests/real_node.rs`) whose pods run on the real node.
 const REAL_NODE_SUITE: &str = "real_node";
@@ -108,22 +108,9 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         info.bin_dir.join("kubelet").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
-    // The switch suite installs NVIDIA's chart and runs NVIDIA's operator (built once into the cache, as for
-    // `cargo xtask bench`), which it starts and stops through `xtask nvidia-operator`.
-    env.push((
-        "E2E_NVIDIA_GPU_OPERATOR_DIR".into(),
-        cluster::nvidia_gpu_operator()?.display().to_string(),
-    ));
-    // The fault tests stop and restart the control plane's processes through `xtask cluster restart`, and the
-    // switch suite NVIDIA's operator through `xtask nvidia-operator`: a copy in the cluster's state directory,
-    // since a build of xtask during the run unlinks the running binary's path.
-    let xtask = info.state_dir.join("xtask");
-    std::fs::copy(
-        std::env::current_exe().context("the path of xtask itself")?,
-        &xtask,
-    )
-    .with_context(|| format!("copying xtask to {}", xtask.display()))?;
-    env.push(("E2E_XTASK_BIN".into(), xtask.display().to_string()));
+    // The switch suite installs NVIDIA's chart and runs NVIDIA's operator through the harness, which finds them
+    // in the cache: built here, before any test's clock starts.
+    cluster::nvidia_gpu_operator()?;
     env.push((
         "E2E_AUDIT_LOG".into(),
         info.state_dir.join("logs/audit.log").display().to_string(),
@@ -257,7 +244,7 @@ mod tests {
 
     #[test]
     fn the_plain_run_takes_every_suite_but_the_real_node_one() {
-        let suites = suites(&crate::crdgen::workspace_root()).unwrap();
+        let suites = suites(&harness::workspace_root()).unwrap();
         assert!(suites.contains(&"operator".to_owned()), "{suites:?}");
         assert!(suites.contains(&"device_plugin".to_owned()), "{suites:?}");
         assert!(!suites.contains(&REAL_NODE_SUITE.to_owned()), "{suites:?}");

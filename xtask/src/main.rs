@@ -1,21 +1,18 @@
 //! Developer and CI tasks. Run as `cargo xtask <task>`.
 
-mod apt;
 mod bench;
 mod chart;
-mod cluster;
-mod command;
+mod cluster_command;
 mod crdgen;
 mod demo;
 mod deny;
 mod e2e;
-mod images;
-mod install;
 mod nvidia_operator;
 mod test;
 mod values_schema;
 
 use clap::{Parser, Subcommand};
+use harness::{cluster, images};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,7 +39,7 @@ enum Task {
     /// Build, start, stop and populate the local Kubernetes cluster used by the demo and the end-to-end tests.
     Cluster {
         #[command(subcommand)]
-        command: cluster::Command,
+        command: cluster_command::Command,
     },
     /// Bring up the local cluster with simulated GPU nodes, install the chart, and show the ClusterPolicy.
     Demo,
@@ -76,11 +73,11 @@ enum Task {
 }
 
 fn main() -> anyhow::Result<()> {
-    let root = crdgen::workspace_root();
+    let root = harness::workspace_root();
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen::run(check),
         Task::Chart => chart::check(&root, &cluster::tools_env()?),
-        Task::Cluster { command } => cluster::run(command),
+        Task::Cluster { command } => cluster_command::run(command),
         Task::Demo => demo::run(&root),
         Task::Deny => deny::run(&root),
         Task::E2e {

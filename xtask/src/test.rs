@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use crate::{chart, cluster, command, crdgen, deny, e2e, images};
+use crate::{chart, crdgen, deny, e2e};
+use harness::{cluster, command, images};
 
 pub fn run(root: &Path) -> anyhow::Result<()> {
     let cargo = command::cargo();

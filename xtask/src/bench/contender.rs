@@ -5,10 +5,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::cluster::{self, ClusterInfo, Workload};
-use crate::command;
-use crate::install::{self, NAMESPACE};
-use crate::nvidia_operator;
+use harness::cluster::{self, ClusterInfo, Workload};
+use harness::command;
+use harness::operators::{self, NAMESPACE, nvidia};
 
 /// The chart values both runs use: drivers pre-installed on the nodes (NVIDIA's guide for clusters whose images
 /// carry the driver) and no node-feature-discovery (the kwok nodes carry its labels already), nor our chart's
@@ -57,7 +56,7 @@ impl Operator {
     fn workload(self) -> &'static str {
         match self {
             Self::Ours => "gpu-operator",
-            Self::Nvidia => nvidia_operator::WORKLOAD,
+            Self::Nvidia => nvidia::WORKLOAD,
         }
     }
 }
@@ -151,8 +150,8 @@ impl Contender {
         metrics_addr: SocketAddr,
     ) -> anyhow::Result<Workload> {
         match self.operator {
-            Operator::Ours => install::start_operator(info, &self.build, identity, metrics_addr),
-            Operator::Nvidia => nvidia_operator::start(info, &self.build, metrics_addr),
+            Operator::Ours => operators::start_operator(info, &self.build, identity, metrics_addr),
+            Operator::Nvidia => nvidia::start(info, &self.build, metrics_addr),
         }
     }
 

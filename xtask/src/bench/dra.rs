@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 
 use super::report::Environment;
 use super::say;
-use crate::cluster::{self, AddNodes, ClusterInfo};
-use crate::command;
+use harness::cluster::{self, AddNodes, ClusterInfo};
+use harness::command;
 
 const NODES: u32 = 25;
 const GPUS_PER_NODE: u32 = 4;

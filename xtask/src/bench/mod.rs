@@ -4,7 +4,6 @@
 //! watchdog, fractional GPUs through DRA and a driver upgrade at the largest node count (ours only). Writes
 //! `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
 
-mod audit;
 mod contender;
 mod dra;
 mod observe;
@@ -22,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::cluster::{self, AddNodes, ClusterInfo, Connection};
-use crate::command;
-use audit::Requests;
 use contender::{Contender, Operator};
+use harness::cluster::audit::{self, Requests};
+use harness::cluster::{self, AddNodes, ClusterInfo, Connection};
+use harness::command;
 use observe::{Observer, Snapshot};
 use report::{Allocate, Environment, Reconciles, Results, Row};
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-use crate::cluster::{self, Connection};
-use crate::install::NAMESPACE;
+use harness::cluster::{self, Connection};
+use harness::operators::NAMESPACE;
 
 const POLL: Duration = Duration::from_millis(200);
 /// How often a long wait says where it stands.

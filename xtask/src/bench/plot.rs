@@ -97,7 +97,7 @@ fn load_font() -> anyhow::Result<()> {
     static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            crate::apt::ensure(&[(FONT_PACKAGE, FONT_FILE)])
+            harness::apt::ensure(&[(FONT_PACKAGE, FONT_FILE)])
                 .map_err(|error| format!("{error:#}"))?;
             let bytes =
                 std::fs::read(FONT_FILE).map_err(|error| format!("{FONT_FILE}: {error}"))?;
@@ -287,8 +287,8 @@ fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::audit::Requests;
     use crate::bench::report::Reconciles;
+    use harness::cluster::audit::Requests;
 
     fn row(operator: Operator, nodes: u32, ready_s: f64) -> Row {
         Row {

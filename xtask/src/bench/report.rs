@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::audit::Requests;
 use super::contender::Operator;
 use super::upgrade::UpgradeBench;
+use harness::cluster::audit::Requests;
 
 /// What one operator measured with N simulated GPU nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -21,13 +21,13 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::audit::Requests;
 use super::contender::Contender;
 use super::observe::Observer;
 use super::report::Environment;
 use super::{AuditMark, SETTLE, TIMEOUT, free_local_address, say};
-use crate::cluster::{self, ClusterInfo, Connection};
-use crate::command;
+use harness::cluster::audit::Requests;
+use harness::cluster::{self, ClusterInfo, Connection};
+use harness::command;
 
 /// NVIDIA's `maxParallelUpgrades`; `maxUnavailable` is 100 %, so that this is the only limit.
 const MAX_PARALLEL: u32 = 50;

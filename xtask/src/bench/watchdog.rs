@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::proc_stats;
 use super::report::Environment;
 use super::say;
-use crate::cluster::{self, AddNodes, ClusterInfo};
-use crate::command;
+use harness::cluster::{self, AddNodes, ClusterInfo};
+use harness::command;
 
 const PODS: u32 = 25;
 const GPUS: u32 = 8;

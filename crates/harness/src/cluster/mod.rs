@@ -8,13 +8,15 @@
 //! synchronous code (or `tokio::task::spawn_blocking`).
 
 mod api;
+pub mod audit;
 mod certs;
 mod controlplane;
 mod fetch;
 mod gomod;
 mod kubeconfig;
+pub mod kubelet;
 mod nodes;
-pub(crate) mod paths;
+pub mod paths;
 mod process;
 pub mod progress;
 mod realnode;
@@ -36,85 +38,26 @@ pub use realnode::AddRealNode;
 pub use tools::copy_tree;
 pub use versions::{KUBERNETES, NVIDIA_GPU_OPERATOR, NVIDIA_GPU_OPERATOR_RELEASE};
 
-/// `cargo xtask cluster <command>`.
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Build the tools if needed, then start the cluster (a no-op when it already runs).
-    Up,
-    /// Stop the cluster's processes and remove its state.
-    Down,
-    /// Print `export` lines for KUBECONFIG and PATH: `eval "$(cargo xtask cluster env)"`.
-    Env,
-    /// Add simulated GPU nodes (managed by kwok).
-    AddNodes(AddNodes),
-    /// Stop a control-plane component (etcd, kube-apiserver, ...), keep it down a while, and start it again with
-    /// the same arguments; returns once it serves again.
-    Restart {
-        /// The component, as `cluster up` names it (etcd, kube-apiserver, kube-controller-manager,
-        /// kube-scheduler, kwok).
-        component: String,
-        /// Seconds to keep it down.
-        #[arg(long, default_value_t = 0)]
-        down_for: u64,
-    },
-    /// Add a node that runs pods as real containers: containerd (installed with apt-get if missing), the images
-    /// of `cargo xtask images`, the kubelet and kube-proxy. Only one per machine; `cluster down` removes it.
-    AddRealNode(AddRealNode),
+/// `export` lines for KUBECONFIG and PATH that point a shell at the cluster (`eval "$(cargo xtask cluster env)"`);
+/// says so on stderr when the cluster is not up.
+pub fn shell_env() -> anyhow::Result<String> {
+    let layout = paths::Layout::from_env()?;
+    let kubeconfig = layout.state_dir().join("kubeconfig");
+    if !kubeconfig.exists() {
+        progress::say("note: the cluster is not up; run `cargo xtask cluster up`");
+    }
+    Ok(shell_exports(
+        &kubeconfig,
+        &layout.bin_dir(&versions::all_tools()),
+    ))
 }
 
-/// Runs one `cargo xtask cluster` command.
-pub fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Up => {
-            let info = ensure_up()?;
-            println!("cluster is up at {}", info.apiserver_url);
-            println!("  kubeconfig: {}", info.kubeconfig.display());
-            println!("  binaries:   {}", info.bin_dir.display());
-            println!("  logs:       {}", info.state_dir.join("logs").display());
-            println!("use it with: eval \"$(cargo xtask cluster env)\"");
-            Ok(())
-        }
-        Command::Down => down(),
-        Command::Env => {
-            let layout = paths::Layout::from_env()?;
-            let kubeconfig = layout.state_dir().join("kubeconfig");
-            if !kubeconfig.exists() {
-                progress::say("note: the cluster is not up; run `cargo xtask cluster up`");
-            }
-            print!(
-                "{}",
-                shell_exports(&kubeconfig, &layout.bin_dir(&versions::all_tools()))
-            );
-            Ok(())
-        }
-        Command::AddNodes(request) => {
-            let names = add_nodes(&request)?;
-            println!("added {} node(s): {}", names.len(), names.join(", "));
-            Ok(())
-        }
-        Command::Restart {
-            component,
-            down_for,
-        } => {
-            let state_dir = paths::Layout::from_env()?.state_dir();
-            let record = controlplane::restart(
-                &state_dir,
-                &component,
-                std::time::Duration::from_secs(down_for),
-            )?;
-            println!("{component} serves again (pid {})", record.pid);
-            Ok(())
-        }
-        Command::AddRealNode(request) => {
-            let node = add_real_node(&request)?;
-            println!(
-                "added the real node {} (kubelet root {})",
-                node.node,
-                node.kubelet_root.display()
-            );
-            Ok(())
-        }
-    }
+/// Stops a control-plane `component` of the running cluster (etcd, kube-apiserver, kube-controller-manager,
+/// kube-scheduler, kwok), keeps it down for `down_for`, and starts it again with the same arguments; returns its
+/// new pid once it serves again.
+pub fn restart(component: &str, down_for: std::time::Duration) -> anyhow::Result<u32> {
+    let state_dir = paths::Layout::from_env()?.state_dir();
+    Ok(controlplane::restart(&state_dir, component, down_for)?.pid)
 }
 
 /// Where a running cluster is and how to reach it.
@@ -297,7 +240,13 @@ pub fn service_account_kubeconfig(
     let path = info
         .state_dir
         .join(format!("{namespace}-{account}.kubeconfig"));
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    // Written aside and renamed into place: tests running side by side ask for the same account's kubeconfig, and
+    // a process must never read one half-written.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let partial = paths::with_suffix(&path, &format!(".{}-{write}.partial", std::process::id()));
+    std::fs::write(&partial, text).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, &path).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
 

@@ -36,25 +36,6 @@ fn pods_get_a_default_gateway_on_the_private_subnet() {
 }
 
 #[test]
-fn the_kubelet_uses_the_runtime_and_trusts_the_cluster_ca() {
-    let config = kubelet_config(
-        &dirs(),
-        Path::new("/c/cluster/ca.crt"),
-        Ipv4Addr::new(192, 0, 2, 2),
-        1,
-        2,
-    );
-    assert!(
-        config.contains("containerRuntimeEndpoint: unix:///c/cluster/realnode/containerd.sock")
-    );
-    assert!(config.contains("x509: {clientCAFile: /c/cluster/ca.crt}"));
-    assert!(config.contains("address: 192.0.2.2"));
-    assert!(config.contains("failCgroupV1: false"));
-    assert!(config.contains("cgroupDriver: cgroupfs"));
-    assert!(config.contains("podLogsDir: /c/cluster/realnode/logs"));
-}
-
-#[test]
 fn the_local_registry_is_reached_over_plain_http() {
     let config = containerd_config(&dirs(), "127.0.0.1:5000/gpu-operator-rs/pause:1.0.0");
     assert!(

@@ -18,7 +18,6 @@
 
 mod configs;
 
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -28,13 +27,14 @@ use serde::{Deserialize, Serialize};
 
 use super::controlplane::wait_for as wait;
 use super::controlplane::{self, STOP_GRACE, State};
+use super::kubelet::KubeletConfig;
 use super::nodes::{GPU_SIMULATOR_ANNOTATION, GpuSpec};
 use super::paths::Layout;
 use super::process::{self, Record};
 use super::tools::{create_dir, write};
 use super::{progress, tools, versions};
 use crate::images::{PAUSE_IMAGE, REPOSITORY};
-use configs::{cni_config, containerd_config, kube_proxy_config, kubelet_config, plain_http_hosts};
+use configs::{cni_config, containerd_config, kube_proxy_config, plain_http_hosts};
 
 /// The pods' network: a private /24 that collides with neither the service range nor kwok's pod range.
 pub const POD_SUBNET: &str = "10.200.0.0/24";
@@ -272,13 +272,15 @@ pub fn add(layout: &Layout, request: &AddRealNode) -> anyhow::Result<NodeState> 
 
     write(
         &dirs.path("kubelet.yaml"),
-        &kubelet_config(
-            &dirs,
-            &state_dir.join("ca.crt"),
-            host,
-            free_port()?,
-            free_port()?,
-        ),
+        &KubeletConfig {
+            address: host,
+            port: free_port()?,
+            healthz_port: free_port()?,
+            runtime_socket: &dirs.socket(),
+            pod_logs: &dirs.path("logs"),
+            client_ca: Some(&state_dir.join("ca.crt")),
+        }
+        .render(),
     )?;
     // No --node-labels: the node starts as a user's node does, with only the kubelet's own labels; the chart's
     // node-facts role labels it as Node Feature Discovery would.

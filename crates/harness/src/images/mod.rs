@@ -162,6 +162,46 @@ pub struct Built {
     pub platforms: Vec<BuiltPlatform>,
 }
 
+impl Built {
+    /// Reads the `images.json` a build wrote.
+    pub fn read_all(path: &Path) -> anyhow::Result<Vec<Self>> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is no list of images", path.display()))
+    }
+
+    /// The image's name: the last part of its repository (`gpu-operator` of `<registry>/<prefix>/gpu-operator:1.0`).
+    pub fn name(&self) -> &str {
+        let repository = self.repository();
+        repository
+            .rsplit_once('/')
+            .map_or(repository, |(_, name)| name)
+    }
+
+    /// `<repository>@<digest>`: what the kubelet reports as a container's `imageID` once containerd has pulled
+    /// the image by its tag (the digest is the index's, which the tag resolves to).
+    pub fn digest_reference(&self) -> String {
+        format!("{}@{}", self.repository(), self.digest)
+    }
+
+    /// The platforms of the index, as `linux/<architecture>`.
+    pub fn platform_names(&self) -> Vec<String> {
+        self.platforms
+            .iter()
+            .map(|platform| format!("linux/{}", platform.architecture))
+            .collect()
+    }
+
+    fn repository(&self) -> &str {
+        // The tag follows the last `:` after the last `/` (a registry's port has a `/` after it).
+        match self.reference.rsplit_once(':') {
+            Some((repository, tag)) if !tag.contains('/') => repository,
+            _ => &self.reference,
+        }
+    }
+}
+
 /// One platform's image in an index.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct BuiltPlatform {
@@ -666,8 +706,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pushed_image_is_named_and_pinned_by_its_index_digest() {
+        let pushed = Built {
+            reference: "127.0.0.1:5000/gpu-operator-rs/gpu-node-agent:0.1.0".into(),
+            archive: PathBuf::from("gpu-node-agent.oci.tar"),
+            digest: "sha256:abc".into(),
+            platforms: ["amd64", "arm64"]
+                .map(|architecture| BuiltPlatform {
+                    architecture: architecture.into(),
+                    digest: format!("sha256:{architecture}"),
+                    compressed_bytes: 1,
+                })
+                .into(),
+        };
+        assert_eq!(pushed.name(), "gpu-node-agent");
+        assert_eq!(
+            pushed.digest_reference(),
+            "127.0.0.1:5000/gpu-operator-rs/gpu-node-agent@sha256:abc"
+        );
+        assert_eq!(pushed.platform_names(), ["linux/amd64", "linux/arm64"]);
+        let untagged = Built {
+            reference: "127.0.0.1:5000/testapp".into(),
+            ..pushed
+        };
+        assert_eq!(untagged.name(), "testapp");
+        assert_eq!(
+            untagged.digest_reference(),
+            "127.0.0.1:5000/testapp@sha256:abc"
+        );
+    }
+
+    #[test]
     fn the_chart_pulls_from_the_repository_the_images_are_tagged_with() {
-        let root = crate::crdgen::workspace_root();
+        let root = crate::workspace_root();
         let values = std::fs::read_to_string(root.join("charts/gpu-operator/values.yaml")).unwrap();
         for component in COMPONENTS {
             assert!(
@@ -689,7 +760,7 @@ mod tests {
             #[serde(rename = "appVersion")]
             app_version: String,
         }
-        let root = crate::crdgen::workspace_root();
+        let root = crate::workspace_root();
         // xtask inherits the workspace version, as the loop below checks of every member.
         let workspace_version = env!("CARGO_PKG_VERSION");
         let chart_path = root.join("charts/gpu-operator/Chart.yaml");

@@ -50,7 +50,7 @@ pub fn verify_sha256(name: &str, bytes: &[u8], expected: &str) -> anyhow::Result
         .collect();
     anyhow::ensure!(
         actual == expected,
-        "{name} has SHA-256 {actual}, but {expected} is pinned for it (xtask/src/cluster/versions.rs); refusing to \
+        "{name} has SHA-256 {actual}, but {expected} is pinned for it (crates/harness/src/cluster/versions.rs); refusing to \
          unpack it"
     );
     Ok(())

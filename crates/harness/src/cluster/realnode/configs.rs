@@ -1,4 +1,5 @@
-//! The real node's configuration files, as text: containerd's, the CNI network's, kube-proxy's and the kubelet's.
+//! The real node's configuration files, as text: containerd's, the CNI network's and kube-proxy's (the kubelet's
+//! is [`crate::cluster::kubelet`]'s).
 //! Pure: where each file points comes from [`Dirs`].
 
 use super::*;
@@ -122,49 +123,5 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 ",
         kubeconfig = kubeconfig.display(),
-    )
-}
-
-/// The kubelet on this machine: cgroup v1 with the cgroupfs driver and no QoS cgroups or eviction (as the
-/// fake-CRI kubelet of the device-plugin tests), serving on the host address with client certificates from the
-/// cluster CA (what the API server presents for `kubectl logs`).
-pub fn kubelet_config(
-    dirs: &Dirs,
-    client_ca: &Path,
-    host: Ipv4Addr,
-    port: u16,
-    healthz_port: u16,
-) -> String {
-    let endpoint = format!("unix://{}", dirs.socket().display());
-    format!(
-        "apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: {host}
-port: {port}
-healthzBindAddress: 127.0.0.1
-healthzPort: {healthz_port}
-readOnlyPort: 0
-authentication:
-  anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
-  x509: {{clientCAFile: {client_ca}}}
-authorization: {{mode: AlwaysAllow}}
-containerRuntimeEndpoint: {endpoint}
-imageServiceEndpoint: {endpoint}
-failCgroupV1: false
-failSwapOn: false
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", imagefs.available: \"0%\"}}
-imageGCHighThresholdPercent: 100
-localStorageCapacityIsolation: false
-protectKernelDefaults: false
-resolvConf: \"\"
-podLogsDir: {pod_logs}
-nodeStatusUpdateFrequency: 2s
-",
-        client_ca = client_ca.display(),
-        pod_logs = dirs.path("logs").display(),
     )
 }

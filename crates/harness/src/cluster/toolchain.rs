@@ -107,7 +107,7 @@ fn toolchain_sha256(os: &str, arch: &str) -> anyhow::Result<&'static str> {
         .with_context(|| {
             format!(
                 "no SHA-256 of the Go {GO_TOOLCHAIN} toolchain for {platform} is pinned in \
-                 xtask/src/cluster/versions.rs"
+                 crates/harness/src/cluster/versions.rs"
             )
         })
 }

@@ -1,6 +1,8 @@
-//! The operator's namespace, and starting the operator as the chart's Deployment would run it on a cluster of kwok
-//! nodes, which run no containers: as a local process with the chart's ServiceAccount token (`cluster down` stops
-//! it).
+//! The operators as workloads of the local cluster, whose kwok nodes run no containers: this one as the chart's
+//! Deployment would run it, and NVIDIA's ([`nvidia`]), each a local process with its chart's ServiceAccount token
+//! (`cluster down` stops them).
+
+pub mod nvidia;
 
 use std::net::SocketAddr;
 use std::path::Path;
