@@ -12,10 +12,7 @@ use std::process::{Child, Stdio};
 
 use serde_json::Value;
 
-use crate::{
-    NAMESPACE, eventually, kubectl, kubectl_json, run, service_account_kubeconfig, simulated,
-    workspace_binary,
-};
+use crate::{NAMESPACE, eventually, kubectl, kubectl_json, run, simulated, workspace_binary};
 
 /// The `gpu-node-agent` binary under test.
 pub fn node_agent_bin() -> PathBuf {
@@ -141,19 +138,17 @@ pub fn pod_token_kubeconfig(service_account: &str, node: &str) -> PathBuf {
         "--duration",
         "1h",
     ]);
-    // The account's kubeconfig, with the pod's token in place of the unbound one.
-    let unbound = service_account_kubeconfig(service_account);
-    let mut config: Value = serde_json::from_str(
-        &std::fs::read_to_string(&unbound).expect("read the ServiceAccount kubeconfig"),
+    let cluster = harness::cluster::running().expect("the local cluster runs");
+    harness::cluster::token_kubeconfig(
+        &cluster,
+        &format!(
+            "e2e-{service_account}-{node}-{}.kubeconfig",
+            std::process::id()
+        ),
+        &format!("system:serviceaccount:{NAMESPACE}:{service_account}"),
+        token.trim(),
     )
-    .expect("the ServiceAccount kubeconfig is JSON");
-    config["users"][0]["user"]["token"] = token.trim().into();
-    let path = unbound.with_file_name(format!(
-        "e2e-{service_account}-{node}-{}.kubeconfig",
-        std::process::id()
-    ));
-    std::fs::write(&path, config.to_string()).expect("write the pod's kubeconfig");
-    path
+    .unwrap_or_else(|error| panic!("the pod's kubeconfig: {error:#}"))
 }
 
 /// Runs a `gpu-node-agent simulator` tool command for `node` (admin credentials: it only reads the annotation).

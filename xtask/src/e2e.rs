@@ -111,6 +111,8 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     // The switch suite installs NVIDIA's chart and runs NVIDIA's operator through the harness, which finds them
     // in the cache: built here, before any test's clock starts.
     cluster::nvidia_gpu_operator()?;
+    // The oldest-Kubernetes suite starts the API server of the oldest version the chart claims beside the cluster.
+    cluster::oldest_api_server_binary()?;
     env.push((
         "E2E_AUDIT_LOG".into(),
         info.state_dir.join("logs/audit.log").display().to_string(),

@@ -412,8 +412,35 @@ fn remove(dir: &Path) -> anyhow::Result<()> {
 /// Starts a fresh cluster in the (absent) state directory and waits until it is ready. On failure, the processes it
 /// started are stopped and the directory is kept for its logs.
 pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
+    start_components(&layout.state_dir(), toolset, &COMPONENTS, &|name| {
+        toolset.binary(name)
+    })
+}
+
+/// Starts an API server alone on its own etcd in the (absent) `state_dir`, from the binary `apiserver` (another
+/// Kubernetes version's): no controllers, scheduler or nodes, so that nothing of a newer version talks to it.
+pub fn start_api_server_alone(
+    state_dir: &Path,
+    toolset: &Toolset,
+    apiserver: &Path,
+) -> anyhow::Result<State> {
+    start_components(state_dir, toolset, &["etcd", "kube-apiserver"], &|name| {
+        if name == "kube-apiserver" {
+            apiserver.to_path_buf()
+        } else {
+            toolset.binary(name)
+        }
+    })
+}
+
+fn start_components(
+    state_dir: &Path,
+    toolset: &Toolset,
+    components: &[&str],
+    binary: &dyn Fn(&str) -> PathBuf,
+) -> anyhow::Result<State> {
     let files = Files {
-        dir: layout.state_dir(),
+        dir: state_dir.to_path_buf(),
     };
     std::fs::create_dir_all(files.dir.join("logs"))
         .with_context(|| format!("cannot create {}", files.dir.display()))?;
@@ -439,7 +466,7 @@ pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
         write_files(&files, &state, toolset)
     })?;
     let mut children = Vec::new();
-    let result = launch(&files, toolset, &mut state, &mut children);
+    let result = launch(&files, components, binary, &mut state, &mut children);
     if let Err(error) = result {
         // The error already says what failed; stopping what did start is best effort.
         if let Err(stop_error) = process::stop_all(&state.processes, STOP_GRACE) {
@@ -448,7 +475,7 @@ pub fn start(layout: &Layout, toolset: &Toolset) -> anyhow::Result<State> {
             ));
         }
         return Err(error.context(format!(
-            "cluster up failed; logs are in {}",
+            "starting the control plane failed; logs are in {}",
             files.dir.join("logs").display()
         )));
     }
@@ -500,18 +527,21 @@ fn write_file(path: &Path, contents: &str, mode: u32) -> anyhow::Result<()> {
 
 fn launch(
     files: &Files,
-    toolset: &Toolset,
+    components: &[&str],
+    binary: &dyn Fn(&str) -> PathBuf,
     state: &mut State,
     children: &mut Vec<(Child, Record)>,
 ) -> anyhow::Result<()> {
-    for name in COMPONENTS {
+    for name in components {
         let args = args_of(name, files, state)?;
-        let (child, record) =
-            process::spawn(name, &toolset.binary(name), &args, &[], &files.log(name))?;
+        let (child, record) = process::spawn(name, &binary(name), &args, &[], &files.log(name))?;
         state.processes.push(record.clone());
         state.save(&files.dir)?;
         children.push((child, record));
         wait_until_serving(name, files, state, children)?;
+    }
+    if !components.contains(&"kube-controller-manager") {
+        return Ok(());
     }
     let connection = api::Connection::open(&files.kubeconfig(certs::ADMIN))?;
     let accounts = kube::Api::<ServiceAccount>::namespaced(connection.client.clone(), "default");

@@ -36,7 +36,9 @@ pub use api::Connection;
 pub use nodes::AddNodes;
 pub use realnode::AddRealNode;
 pub use tools::copy_tree;
-pub use versions::{KUBERNETES, NVIDIA_GPU_OPERATOR, NVIDIA_GPU_OPERATOR_RELEASE};
+pub use versions::{
+    KUBERNETES, KUBERNETES_OLDEST, NVIDIA_GPU_OPERATOR, NVIDIA_GPU_OPERATOR_RELEASE,
+};
 
 /// `export` lines for KUBECONFIG and PATH that point a shell at the cluster (`eval "$(cargo xtask cluster env)"`);
 /// says so on stderr when the cluster is not up.
@@ -136,15 +138,49 @@ pub fn running() -> anyhow::Result<ClusterInfo> {
 }
 
 /// Stops exactly the processes `cluster up` recorded (SIGTERM, then SIGKILL after 10 s) and removes the state
-/// directory. Succeeds when no cluster is up.
+/// directory, and the oldest version's API server if one was left running. Succeeds when no cluster is up.
 pub fn down() -> anyhow::Result<()> {
-    let state_dir = paths::Layout::from_env()?.state_dir();
-    if controlplane::tear_down(&state_dir)? {
+    let layout = paths::Layout::from_env()?;
+    controlplane::tear_down(&layout.oldest_api_state_dir())?;
+    if controlplane::tear_down(&layout.state_dir())? {
         progress::say("the cluster is down");
     } else {
         progress::say("no cluster was up");
     }
     Ok(())
+}
+
+/// Builds the API server of the oldest Kubernetes the chart claims ([`KUBERNETES_OLDEST`]) into the cache if it
+/// is not there yet; returns the binary.
+pub fn oldest_api_server_binary() -> anyhow::Result<PathBuf> {
+    let layout = paths::Layout::from_env()?;
+    let tool = versions::kube_apiserver_oldest();
+    Ok(tools::ensure_tool(&layout, &tool)?.join("kube-apiserver"))
+}
+
+/// Starts the API server of the oldest Kubernetes the chart claims alone on its own etcd (replacing one left
+/// running): no controllers, scheduler or nodes, which at the cluster's version would not talk to an API server
+/// four minor versions older. Its admin kubeconfig, the cluster's kubectl and helm, and its state (for
+/// [`service_account_kubeconfig`] and [`start_workload`]) are in what it returns; [`stop_oldest_api_server`] or
+/// `cluster down` stops it.
+pub fn start_oldest_api_server() -> anyhow::Result<ClusterInfo> {
+    let layout = paths::Layout::from_env()?;
+    let apiserver = oldest_api_server_binary()?;
+    let toolset = tools::ensure_built(&layout)?;
+    let state_dir = layout.oldest_api_state_dir();
+    controlplane::tear_down(&state_dir)?;
+    let state = controlplane::start_api_server_alone(&state_dir, &toolset, &apiserver)?;
+    Ok(ClusterInfo {
+        kubeconfig: state_dir.join("kubeconfig"),
+        bin_dir: toolset.bin_dir,
+        apiserver_url: state.apiserver_url,
+        state_dir,
+    })
+}
+
+/// Stops the oldest version's API server, its etcd and its workloads, and removes its state.
+pub fn stop_oldest_api_server() -> anyhow::Result<()> {
+    controlplane::tear_down(&paths::Layout::from_env()?.oldest_api_state_dir()).map(drop)
 }
 
 /// Adds simulated GPU nodes to the running cluster and waits until they are Ready; returns their names.
@@ -233,13 +269,27 @@ pub fn service_account_kubeconfig(
         String::from_utf8_lossy(&output.stderr)
     );
     let token = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let user = format!("system:serviceaccount:{namespace}:{account}");
+    token_kubeconfig(
+        info,
+        &format!("{namespace}-{account}.kubeconfig"),
+        &user,
+        &token,
+    )
+}
+
+/// A kubeconfig `file_name` in the state directory that authenticates as `user` with `token`: a ServiceAccount's
+/// own, or one bound to a pod (`kubectl create token --bound-object-kind Pod`), as the kubelet mounts it.
+pub fn token_kubeconfig(
+    info: &ClusterInfo,
+    file_name: &str,
+    user: &str,
+    token: &str,
+) -> anyhow::Result<PathBuf> {
     let ca =
         std::fs::read_to_string(info.state_dir.join("ca.crt")).context("reading the cluster CA")?;
-    let user = format!("system:serviceaccount:{namespace}:{account}");
-    let text = kubeconfig::render_token(&info.apiserver_url, &ca, &user, &token)?;
-    let path = info
-        .state_dir
-        .join(format!("{namespace}-{account}.kubeconfig"));
+    let text = kubeconfig::render_token(&info.apiserver_url, &ca, user, token)?;
+    let path = info.state_dir.join(file_name);
     // Written aside and renamed into place: tests running side by side ask for the same account's kubeconfig, and
     // a process must never read one half-written.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

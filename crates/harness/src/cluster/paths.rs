@@ -80,6 +80,11 @@ impl Layout {
     pub fn state_dir(&self) -> PathBuf {
         self.root.join("cluster")
     }
+
+    /// The API server of the oldest Kubernetes the chart claims, which runs beside the cluster while it is checked.
+    pub fn oldest_api_state_dir(&self) -> PathBuf {
+        self.root.join("cluster-oldest-api")
+    }
 }
 
 /// `path` with `suffix` appended to its file name (`tools/kwok-v0.8.0` -> `tools/kwok-v0.8.0.partial`).

@@ -131,7 +131,7 @@ fn build(layout: &Layout, go: &Go, tool: &GoTool) -> anyhow::Result<()> {
     };
     write(
         &module_dir.join("go.mod"),
-        &gomod::render_go_mod(tool, &replaced, versions::KUBERNETES_STAGING),
+        &gomod::render_go_mod(tool, &replaced, &versions::staging_version(tool.version)),
     )?;
     write(
         &module_dir.join("tools.go"),

@@ -6,8 +6,10 @@
 /// `k8s.io/kubernetes`: the control plane, kubectl, and the kubelet the device-plugin tests join to the cluster.
 /// v1.37.2 is not usable: the Go module proxy refuses its zip.
 pub const KUBERNETES: &str = "v1.37.1";
-/// The version of the `k8s.io/*` staging modules that belong to [`KUBERNETES`].
-pub const KUBERNETES_STAGING: &str = "v0.37.1";
+/// The oldest Kubernetes the chart claims (`kubeVersion: ">=1.33.0-0"` in Chart.yaml): only its API server is built,
+/// for the check that the chart's defaults install there and the operator reconciles against it. Its newest patch
+/// release that the module proxy serves.
+pub const KUBERNETES_OLDEST: &str = "v1.33.13";
 /// `go.etcd.io/etcd/server/v3`; its module root is the etcd server's main package.
 pub const ETCD: &str = "v3.6.12";
 /// `sigs.k8s.io/kwok`; we run the `kwok` controller directly (no kwokctl).
@@ -183,7 +185,18 @@ pub fn kubernetes() -> GoTool {
             "kubectl",
             "kubelet",
         ],
-        ..kubernetes_module()
+        ..kubernetes_module(KUBERNETES)
+    }
+}
+
+/// The API server of [`KUBERNETES_OLDEST`], a tool of its own (it joins no toolset: the cluster runs
+/// [`KUBERNETES`]).
+pub fn kube_apiserver_oldest() -> GoTool {
+    GoTool {
+        name: "kube-apiserver",
+        packages: &["k8s.io/kubernetes/cmd/kube-apiserver"],
+        binaries: &["kube-apiserver"],
+        ..kubernetes_module(KUBERNETES_OLDEST)
     }
 }
 
@@ -194,13 +207,13 @@ pub fn kube_proxy() -> GoTool {
         name: "kube-proxy",
         packages: &["k8s.io/kubernetes/cmd/kube-proxy"],
         binaries: &["kube-proxy"],
-        ..kubernetes_module()
+        ..kubernetes_module(KUBERNETES)
     }
 }
 
-/// What every build from `k8s.io/kubernetes` shares: the module, its version and the version stamps.
-fn kubernetes_module() -> GoTool {
-    let minor = KUBERNETES
+/// What every build from `k8s.io/kubernetes` at `version` shares: the module, its version and the version stamps.
+fn kubernetes_module(version: &'static str) -> GoTool {
+    let minor = version
         .trim_start_matches('v')
         .split('.')
         .nth(1)
@@ -210,14 +223,14 @@ fn kubernetes_module() -> GoTool {
         "k8s.io/component-base/version",
         "k8s.io/client-go/pkg/version",
     ] {
-        ldflags.push(format!("{package}.gitVersion={KUBERNETES}"));
+        ldflags.push(format!("{package}.gitVersion={version}"));
         ldflags.push(format!("{package}.gitMajor=1"));
         ldflags.push(format!("{package}.gitMinor={minor}"));
     }
     GoTool {
         name: "kubernetes",
         module: "k8s.io/kubernetes",
-        version: KUBERNETES,
+        version,
         packages: &[],
         binaries: &[],
         output: Output::Directory,
@@ -320,6 +333,14 @@ pub fn nvidia_gpu_operator() -> GoTool {
 }
 
 /// All tools, in build order (the small ones first, so a failure shows early).
+/// The version of the `k8s.io/*` staging modules published with Kubernetes `version`: `v1.37.1` has `v0.37.1`.
+pub fn staging_version(version: &str) -> String {
+    match version.strip_prefix("v1.") {
+        Some(rest) => format!("v0.{rest}"),
+        None => version.to_owned(),
+    }
+}
+
 pub fn all_tools() -> Vec<GoTool> {
     vec![etcd(), kwok(), helm(), kubernetes()]
 }
@@ -336,6 +357,19 @@ pub fn toolset_name(tools: &[GoTool]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staging_modules_share_the_minor_and_patch() {
+        assert_eq!(staging_version("v1.37.1"), "v0.37.1");
+        assert_eq!(staging_version(KUBERNETES_OLDEST), "v0.33.13");
+        let oldest = kube_apiserver_oldest();
+        assert_eq!(oldest.dir_name(), "kube-apiserver-v1.33.13");
+        assert!(
+            oldest
+                .ldflags()
+                .contains("k8s.io/component-base/version.gitMinor=33")
+        );
+    }
 
     #[test]
     fn parses_go_versions() {
