@@ -184,11 +184,14 @@ fn the_defaults_install_and_reconcile_on_the_oldest_kubernetes_claimed() {
         .filter_map(|daemonset| daemonset["metadata"]["name"].as_str())
         .collect();
     eprintln!("DaemonSets applied on {served}: {names:?}");
+    // The driver's and the toolkit's DaemonSets are one per OS pool of GPU nodes, and this API server has no nodes.
     for operand in [
-        "nvidia-container-toolkit-daemonset",
+        "gpu-node-facts",
+        "nvidia-operator-validator",
         "nvidia-device-plugin-daemonset",
-        "nvidia-dcgm-exporter",
         "gpu-feature-discovery",
+        "nvidia-dcgm-exporter",
+        "nvidia-mig-manager",
     ] {
         assert!(names.contains(&operand), "{operand} in {names:?}");
     }
