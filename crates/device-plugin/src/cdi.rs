@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use node_runtime::state_file::{self, StateFileError};
+use node_runtime::state_file::{self, Lifetime, StateFileError};
 use serde_json::{Value, json};
 
 use crate::plan::{Device, Plan};
@@ -76,7 +76,7 @@ pub fn spec(plan: &Plan) -> Value {
 /// When the directory or the file cannot be written.
 pub fn write(dir: &Path, spec: &Value) -> Result<PathBuf, StateFileError> {
     let path = dir.join(FILE_NAME);
-    state_file::write_json(&path, spec)?;
+    state_file::write_json(&path, spec, Lifetime::Durable)?;
     Ok(path)
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use node_runtime::backend::{GpuSource, Gpus};
-use node_runtime::state_file::{self, StateFileError};
+use node_runtime::state_file::{self, Lifetime, StateFileError};
 use tracing::{info, warn};
 
 use crate::cli::{ValidateArgs, ValidateStep};
@@ -187,7 +187,7 @@ fn mark(folder: &Path, part: Part, facts: &str) -> Result<(), ValidateError> {
     if std::fs::read_to_string(&path).is_ok_and(|existing| existing == facts) {
         return Ok(());
     }
-    Ok(state_file::write(&path, facts.as_bytes())?)
+    Ok(state_file::write(&path, facts.as_bytes(), Lifetime::Durable)?)
 }
 
 /// Removes a part's ready file; returns whether there was one.

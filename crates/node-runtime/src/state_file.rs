@@ -1,10 +1,12 @@
 //! Files a node binary writes to survive itself: the DRA driver's checkpoint (read back after a restart), and the
 //! files other programs read (CDI specs for the container runtime, validation ready files for the operands).
 //!
-//! [`write`] replaces a file atomically and durably: a temporary file in the same directory (a rename is atomic
-//! only within one file system), flushed to disk, renamed over the file, then the directory flushed so that the
-//! rename itself is on disk. Without the flushes a power loss or kernel crash soon after the rename can leave an
-//! empty or truncated file, because the rename may reach the disk before the data does.
+//! [`write`] replaces a file atomically: a temporary file in the same directory (a rename is atomic only within one
+//! file system), renamed over the file. A [`Lifetime::Durable`] file is also flushed to disk before the rename, and
+//! its directory after it, so that the rename itself is on disk. Without the flushes a power loss or kernel crash
+//! soon after the rename can leave an empty or truncated file, because the rename may reach the disk before the data
+//! does. A [`Lifetime::ThisBoot`] file skips both flushes (they are most of a write's time, and of its tail): what
+//! it describes is gone after a reboot anyway, and its reader knows the boot it was written in ([`boot_id`]).
 //!
 //! [`read_json`] is for files a binary reads back. One that exists but does not parse is moved aside (kept for a
 //! post-mortem) and reads as no state: the binary starts and rebuilds what it needs instead of crash-looping on it.
@@ -50,12 +52,36 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Stat
     }
 }
 
-/// Replaces `path` with `contents`, atomically and durably; its directory is created when missing.
+/// How long a state file's contents must survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// Across a power loss or a kernel crash: flushed to disk before and after the rename.
+    Durable,
+    /// Until the node reboots: what the file describes (a claim's CDI spec, MPS daemon or MIG instance) does not
+    /// outlive the boot, and its reader checks the boot it was written in. A crash of the writing process loses
+    /// nothing (the page cache holds the file), and a crash of the kernel reboots the node.
+    ThisBoot,
+}
+
+/// The identity of the running boot of this node's kernel (`/proc/sys/kernel/random/boot_id`, the same inside a
+/// container): files of [`Lifetime::ThisBoot`] record it, and their readers drop what an earlier boot wrote.
+///
+/// # Errors
+/// When the kernel's file cannot be read.
+pub fn boot_id() -> Result<String, StateFileError> {
+    let path = Path::new("/proc/sys/kernel/random/boot_id");
+    fs::read_to_string(path)
+        .map(|id| id.trim().to_owned())
+        .map_err(io_error("read", path))
+}
+
+/// Replaces `path` with `contents` atomically, flushed to disk as `lifetime` asks; its directory is created when
+/// missing.
 ///
 /// # Errors
 /// When the directory, the temporary file or the rename cannot be written (the previous file is then intact), or
-/// the directory cannot be flushed after the rename.
-pub fn write(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
+/// a durable file's directory cannot be flushed after the rename.
+pub fn write(path: &Path, contents: &[u8], lifetime: Lifetime) -> Result<(), StateFileError> {
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -69,7 +95,10 @@ pub fn write(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
     let written = File::create(&temporary)
         .and_then(|mut file| {
             file.write_all(contents)?;
-            file.sync_all()
+            match lifetime {
+                Lifetime::Durable => file.sync_all(),
+                Lifetime::ThisBoot => Ok(()),
+            }
         })
         .map_err(io_error("write", &temporary))
         .and_then(|()| fs::rename(&temporary, path).map_err(io_error("replace", path)));
@@ -77,6 +106,9 @@ pub fn write(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
         let _ = fs::remove_file(&temporary);
     }
     written?;
+    if lifetime == Lifetime::ThisBoot {
+        return Ok(());
+    }
     File::open(dir)
         .and_then(|dir| dir.sync_all())
         .map_err(io_error("flush the directory", dir))
@@ -86,13 +118,17 @@ pub fn write(path: &Path, contents: &[u8]) -> Result<(), StateFileError> {
 ///
 /// # Errors
 /// When `value` cannot be serialized or the file cannot be written.
-pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), StateFileError> {
+pub fn write_json<T: Serialize + ?Sized>(
+    path: &Path,
+    value: &T,
+    lifetime: Lifetime,
+) -> Result<(), StateFileError> {
     let contents =
         serde_json::to_vec_pretty(value).map_err(|source| StateFileError::Serialize {
             path: path.to_owned(),
             source,
         })?;
-    write(path, &contents)
+    write(path, &contents, lifetime)
 }
 
 /// Reads the JSON file `path`. None when there is none, or when it does not parse (empty, truncated, garbage):
@@ -174,11 +210,13 @@ mod tests {
     fn a_write_replaces_the_file_and_leaves_no_temporary_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/checkpoint.json");
-        write_json(&path, &BTreeMap::from([("a", 1)])).unwrap();
-        write_json(&path, &BTreeMap::from([("b", 2)])).unwrap();
-        let read: Option<BTreeMap<String, u32>> = read_json(&path).unwrap();
-        assert_eq!(read, Some(BTreeMap::from([("b".to_owned(), 2)])));
-        assert_eq!(names(&dir.path().join("state")), ["checkpoint.json"]);
+        for lifetime in [Lifetime::Durable, Lifetime::ThisBoot] {
+            write_json(&path, &BTreeMap::from([("a", 1)]), lifetime).unwrap();
+            write_json(&path, &BTreeMap::from([("b", 2)]), lifetime).unwrap();
+            let read: Option<BTreeMap<String, u32>> = read_json(&path).unwrap();
+            assert_eq!(read, Some(BTreeMap::from([("b".to_owned(), 2)])));
+            assert_eq!(names(&dir.path().join("state")), ["checkpoint.json"]);
+        }
     }
 
     #[test]
@@ -188,13 +226,23 @@ mod tests {
         let path = dir.path().join("checkpoint.json");
         fs::create_dir(&path).unwrap();
         fs::write(path.join("inside"), "kept").unwrap();
-        let error = write(&path, b"{}").unwrap_err().to_string();
+        let error = write(&path, b"{}", Lifetime::ThisBoot)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with(&format!("cannot replace {}", path.display())),
             "{error}"
         );
         assert_eq!(names(dir.path()), ["checkpoint.json"]);
         assert_eq!(fs::read_to_string(path.join("inside")).unwrap(), "kept");
+    }
+
+    #[test]
+    fn the_boot_id_is_the_kernels_uuid_and_stays_the_same() {
+        let id = boot_id().unwrap();
+        assert_eq!(id.len(), 36, "{id:?}");
+        assert_eq!(id.matches('-').count(), 4, "{id:?}");
+        assert_eq!(boot_id().unwrap(), id);
     }
 
     #[test]

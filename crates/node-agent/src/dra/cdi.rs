@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use node_runtime::mps::{MEMORY_LIMIT_ENV, PIPE_ENV, THREADS_ENV};
-use node_runtime::state_file::{self, StateFileError};
+use node_runtime::state_file::{self, Lifetime, StateFileError};
 use serde_json::{Value, json};
 
 /// The CDI kind (`vendor/class`) of every device this driver names.
@@ -130,12 +130,13 @@ pub fn path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("k8s.gpu.nvidia.com-claim_{claim_uid}.json"))
 }
 
-/// Writes a claim's spec atomically and durably (a runtime never reads half a file, even after a power loss).
+/// Writes a claim's spec atomically (a runtime never reads half a file), for this boot: the runtime's dynamic CDI
+/// directory is on tmpfs on most hosts, and a claim's devices are prepared again after a reboot.
 ///
 /// # Errors
 /// When the directory or the file cannot be written.
 pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> Result<(), StateFileError> {
-    state_file::write_json(&path(dir, claim_uid), spec)
+    state_file::write_json(&path(dir, claim_uid), spec, Lifetime::ThisBoot)
 }
 
 /// Removes a claim's spec; a spec already gone is fine (unprepare is retried).

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY, DRIVER};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use node_runtime::mps::{self, Daemon};
-use node_runtime::state_file::{self, StateFileError};
+use node_runtime::state_file::{self, Lifetime, StateFileError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{info, warn};
@@ -243,9 +243,14 @@ pub struct PreparedClaim {
     pub devices: Vec<PreparedDevice>,
 }
 
-/// The checkpoint: every prepared claim by UID.
+/// The checkpoint: every prepared claim by UID, in the boot that prepared them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
+    /// The boot the claims were prepared in ([`state_file::boot_id`]). None in a checkpoint of a driver before
+    /// 0.1.1, which is taken as this boot's: the common case is the driver upgraded in place, whose claims' MPS
+    /// daemons must come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     /// Prepared claims by UID.
     pub claims: BTreeMap<String, PreparedClaim>,
 }
@@ -256,14 +261,41 @@ impl Checkpoint {
     /// has not seen prepared is prepared again from its allocation (every step overwrites what is there), and each
     /// it unprepares is unprepared by its UID alone, so its pods can be torn down.
     ///
+    /// A checkpoint of an earlier boot than `boot_id` reads as empty: what it describes went with that boot (the
+    /// CDI specs on the runtime's tmpfs, the MPS daemons, MIG instances), and answering the kubelet's prepare from
+    /// it would hand containers CDI devices that no longer exist. The kubelet prepares its pods' claims again after
+    /// the reboot, and they are prepared from their allocations.
+    ///
     /// # Errors
     /// When the file exists but cannot be read, or is corrupt and cannot be moved aside.
-    pub fn load(path: &Path) -> Result<Self, StateFileError> {
-        Ok(state_file::read_json(path)?.unwrap_or_default())
+    pub fn load(path: &Path, boot_id: &str) -> Result<Self, StateFileError> {
+        let read: Self = state_file::read_json(path)?.unwrap_or_default();
+        let this_boot = Self {
+            boot_id: Some(boot_id.to_owned()),
+            claims: BTreeMap::new(),
+        };
+        match &read.boot_id {
+            Some(earlier) if earlier != boot_id => {
+                if !read.claims.is_empty() {
+                    info!(
+                        checkpoint = %path.display(),
+                        claims = read.claims.len(),
+                        "the checkpoint is of an earlier boot; its claims are prepared again when the kubelet asks"
+                    );
+                }
+                Ok(this_boot)
+            }
+            _ => Ok(Self {
+                claims: read.claims,
+                ..this_boot
+            }),
+        }
     }
 
+    /// Written for this boot only, without flushes to disk: they took most of a prepare's time and all of its
+    /// tail, and after a crash of the kernel the node reboots and the checkpoint is dropped anyway.
     fn save(&self, path: &Path) -> Result<(), StateFileError> {
-        state_file::write_json(path, self)
+        state_file::write_json(path, self, Lifetime::ThisBoot)
     }
 }
 
@@ -289,12 +321,17 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// The claims of pool `pool`, from the checkpoint at `host.checkpoint`.
+    /// The claims of pool `pool`, from the checkpoint at `host.checkpoint` when it is of boot `boot_id`.
     ///
     /// # Errors
     /// When the checkpoint exists but cannot be read (see [`Checkpoint::load`]).
-    pub fn open(pool: &str, host: HostPaths, start_mps: bool) -> Result<Self, StateFileError> {
-        let checkpoint = Checkpoint::load(&host.checkpoint)?;
+    pub fn open(
+        pool: &str,
+        host: HostPaths,
+        start_mps: bool,
+        boot_id: &str,
+    ) -> Result<Self, StateFileError> {
+        let checkpoint = Checkpoint::load(&host.checkpoint, boot_id)?;
         Ok(Self {
             pool: pool.to_owned(),
             host,
@@ -316,6 +353,9 @@ impl Claims {
 
     /// Prepares one claim: from the checkpoint when it is there, else from its allocation.
     ///
+    /// The claim is read from the API without the lock, so that one slow answer of the API server delays only its
+    /// own claim; the host side and the checkpoint are done under it.
+    ///
     /// # Errors
     /// When the claim cannot be read or prepared; nothing is checkpointed then.
     pub async fn prepare(
@@ -324,8 +364,7 @@ impl Claims {
         claim: &ClaimRef,
         published: &[DriverDevice],
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        let mut state = self.state.lock().await;
-        if let Some(prepared) = state.claims.get(&claim.uid) {
+        if let Some(prepared) = self.state.lock().await.claims.get(&claim.uid) {
             return Ok(prepared.devices.clone());
         }
         let key = format!("{}/{}", claim.namespace, claim.name);
@@ -346,6 +385,11 @@ impl Claims {
         }
         let exists = |path: &str| Path::new(path).exists();
         let devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
+        let mut state = self.state.lock().await;
+        // Prepared meanwhile by a call for another pod that shares the claim.
+        if let Some(prepared) = state.claims.get(&claim.uid) {
+            return Ok(prepared.devices.clone());
+        }
         let host = |reason: String| PrepareError::Host {
             claim: key.clone(),
             reason,

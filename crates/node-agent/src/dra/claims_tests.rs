@@ -104,9 +104,16 @@ impl Node {
     }
 
     fn claims(&self) -> Claims {
-        Claims::open("node-1", self.host(), false).unwrap()
+        self.claims_in_boot(BOOT)
+    }
+
+    fn claims_in_boot(&self, boot_id: &str) -> Claims {
+        Claims::open("node-1", self.host(), false, boot_id).unwrap()
     }
 }
+
+/// The boot the tests' claims are prepared in.
+const BOOT: &str = "boot-1";
 
 #[tokio::test]
 async fn a_shared_claim_gets_its_consumed_memory_and_cores_as_mps_limits() {
@@ -346,7 +353,7 @@ async fn a_corrupt_checkpoint_is_moved_aside_and_its_claims_are_prepared_again()
             .await
             .unwrap();
         assert_eq!(again, first, "{case}: prepared again from the claim");
-        let checkpoint = Checkpoint::load(&node.host().checkpoint).unwrap();
+        let checkpoint = Checkpoint::load(&node.host().checkpoint, BOOT).unwrap();
         assert_eq!(
             checkpoint.claims.keys().collect::<Vec<_>>(),
             ["a"],
@@ -380,4 +387,117 @@ async fn an_unprepare_of_a_claim_the_checkpoint_does_not_know_succeeds_and_clean
     assert!(!node.host().mps_root.join("a").exists());
     restarted.unprepare("never-prepared").await.unwrap();
     assert!(restarted.prepared().await.claims.is_empty());
+}
+
+/// A reader whose answer for claim `slow` waits until the test lets it go.
+struct SlowApi {
+    api: Api,
+    release: tokio::sync::Notify,
+}
+
+impl ClaimReader for SlowApi {
+    async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+        if name == "claim-slow" {
+            self.release.notified().await;
+        }
+        self.api.get(namespace, name).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_read_of_one_claim_does_not_hold_up_another() {
+    let node = Node::new();
+    let api = SlowApi {
+        api: Api(BTreeMap::from([
+            (
+                "team/claim-slow".to_owned(),
+                claim("slow", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+            ),
+            (
+                "team/claim-fast".to_owned(),
+                claim("fast", vec![result("gpu", "gpu-1", &[("memory", "2Gi")])]),
+            ),
+        ])),
+        release: tokio::sync::Notify::new(),
+    };
+    let claims = node.claims();
+    let (slow_claim, fast_claim) = (reference("slow"), reference("fast"));
+    let slow = claims.prepare(&api, &slow_claim, &node.published);
+    let fast = async {
+        let prepared = claims.prepare(&api, &fast_claim, &node.published).await;
+        // Only now does the API answer for the slow claim: with the lock held across its read, the fast claim
+        // would never have been prepared.
+        api.release.notify_one();
+        prepared
+    };
+    let (slow, fast) = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        tokio::join!(slow, fast)
+    })
+    .await
+    .expect("the fast claim waited for the slow claim's read");
+    assert_eq!(fast.unwrap()[0].limits.as_ref().unwrap().memory_mib, 2048);
+    assert_eq!(slow.unwrap()[0].limits.as_ref().unwrap().memory_mib, 1024);
+    assert_eq!(
+        claims.prepared().await.claims.keys().collect::<Vec<_>>(),
+        ["fast", "slow"]
+    );
+}
+
+#[tokio::test]
+async fn a_checkpoint_of_an_earlier_boot_is_dropped_and_its_claims_prepared_again() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+    )]));
+    let first = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    // The reboot: the runtime's CDI directory is on tmpfs, the MPS directories are gone.
+    std::fs::remove_dir_all(&node.host().cdi_dir).unwrap();
+    std::fs::remove_dir_all(&node.host().mps_root).unwrap();
+
+    let after_reboot = node.claims_in_boot("boot-2");
+    assert!(
+        after_reboot.prepared().await.claims.is_empty(),
+        "the claims of the earlier boot are not taken as prepared"
+    );
+    let again = after_reboot
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert!(
+        cdi::path(&node.host().cdi_dir, "a").exists(),
+        "the claim's CDI spec is written again, which an answer from the old checkpoint would not have done"
+    );
+    assert!(node.host().mps_root.join("a/gpu-1/pipe").is_dir());
+    let checkpoint = Checkpoint::load(&node.host().checkpoint, "boot-2").unwrap();
+    assert_eq!(checkpoint.boot_id.as_deref(), Some("boot-2"));
+    assert_eq!(checkpoint.claims.keys().collect::<Vec<_>>(), ["a"]);
+}
+
+#[tokio::test]
+async fn a_checkpoint_without_a_boot_keeps_its_claims_as_this_boots() {
+    let node = Node::new();
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+    )]));
+    let first = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    // What the driver of 0.1.0 wrote: no boot.
+    let mut written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(node.host().checkpoint).unwrap()).unwrap();
+    assert_eq!(written["boot_id"], BOOT, "{written}");
+    written.as_object_mut().unwrap().remove("boot_id");
+    std::fs::write(node.host().checkpoint, written.to_string()).unwrap();
+
+    let upgraded = node.claims_in_boot("boot-2");
+    assert_eq!(upgraded.prepared().await.claims["a"].devices, first);
 }

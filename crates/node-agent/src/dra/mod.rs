@@ -64,8 +64,10 @@ pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> 
     };
     let tracker = args.health.tracker()?;
     let start_mps = role.gpus.simulator().is_none();
+    let boot_id = node_runtime::state_file::boot_id()?;
     let claims = Arc::new(
-        claims::Claims::open(&args.node.node_name, host, start_mps).map_err(anyhow::Error::msg)?,
+        claims::Claims::open(&args.node.node_name, host, start_mps, &boot_id)
+            .map_err(anyhow::Error::msg)?,
     );
     let faults = watch::channel(node_runtime::health::Faults::new()).0;
     let publisher = publish::Publisher {

@@ -52,7 +52,7 @@ impl Fixture {
             },
             devices: watch::channel(Vec::new()).0,
             faults: watch::channel(node_runtime::health::Faults::new()).1,
-            claims: Arc::new(Claims::open("node-1", paths, false).unwrap()),
+            claims: Arc::new(Claims::open("node-1", paths, false, "boot-1").unwrap()),
             gpu_node: GpuNodeWriter::new(client.clone(), "node-1", DRA_DRIVER),
             events: NodeEvents::new(client, DRA_DRIVER, &node),
             reported: BTreeSet::new(),

@@ -118,6 +118,7 @@ mod tests {
                 ("c".to_owned(), held("gpu-0", None)),
             ]
             .into(),
+            ..Checkpoint::default()
         };
         let status = status(&devices, &prepared, false, vec![]);
         let by_name = |name: &str| status.devices.iter().find(|d| d.name == name).unwrap();
