@@ -835,6 +835,43 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     );
 
     step(
+        "an init container asking 2000 MiB before a main container asking 3000 MiB: one claim of 3000 MiB (max(init, main), as Kubernetes counts init containers), used by both",
+    );
+    let with_init = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hami-with-init", "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "initContainers": [{"name": "prepare", "image": "ubuntu:22.04",
+                                "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}}}],
+            "containers": [{"name": "main", "image": "ubuntu:22.04",
+                            "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}]
+        }
+    });
+    apply(with_init.to_string());
+    let pod = wait_running("hami-with-init", &String::new);
+    assert_eq!(
+        pod["spec"]["resourceClaims"].as_array().map(Vec::len),
+        Some(1),
+        "{pod:#}"
+    );
+    for container in [&pod["spec"]["initContainers"][0], &pod["spec"]["containers"][0]] {
+        assert_eq!(
+            container["resources"]["claims"],
+            json!([{"name": "hami-main"}]),
+            "{pod:#}"
+        );
+    }
+    let (_, results) = placement("hami-with-init");
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert_eq!(
+        bytes(&results[0]["consumedCapacity"]["memory"]),
+        3000 << 20,
+        "{results:#?}"
+    );
+    delete_pod("hami-with-init");
+
+    step(
         "HAMi's use_memory_fraction.yaml, unchanged (2 GPUs, gpumem-percentage 50, gpucores 30): half of each GPU's memory, two GPUs of one node",
     );
     let [Placed { node, results, .. }] = run_example("use_memory_fraction.yaml", ["gpu-pod"]);

@@ -37,6 +37,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::claim_sharing::{self, Ask, Runs};
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// HAMi's whole-GPU count (its chart's default `resourceName`).
@@ -315,16 +316,6 @@ pub enum HamiError {
     },
 }
 
-/// What one container asks HAMi for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Ask {
-    count: u32,
-    /// A share (memory, percentage or cores given), or whole GPUs.
-    share: bool,
-    memory: Memory,
-    cores: Option<u64>,
-}
-
 /// The pod-wide GPU selection from HAMi's annotations, lowercased types and exact UUIDs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Selection {
@@ -437,23 +428,49 @@ pub fn convert(
     let mut claims: Vec<PodResourceClaim> = Vec::new();
     let mut warnings = BTreeSet::new();
     let init = spec.init_containers.get_or_insert_with(Vec::new);
-    for container in init.iter_mut().chain(spec.containers.iter_mut()) {
+    let init_count = init.len();
+    let mut containers: Vec<&mut Container> =
+        init.iter_mut().chain(spec.containers.iter_mut()).collect();
+    // The asking containers, by their index in `containers`, and when each runs.
+    let mut asking: Vec<usize> = Vec::new();
+    let mut asks: Vec<(Runs, Ask)> = Vec::new();
+    for (index, container) in containers.iter().enumerate() {
         let Some(ask) = ask_of(container, !selection.is_empty(), names, &mut warnings)? else {
             continue;
         };
-        let template = template_for(&container.name, &ask, &selection, gpus, names)?;
+        let runs = match (index < init_count, container.restart_policy.as_deref()) {
+            (true, Some("Always")) => Runs::Sidecar,
+            (true, _) => Runs::Init,
+            (false, _) => Runs::Main,
+        };
+        asking.push(index);
+        asks.push((runs, ask));
+    }
+    for shared in claim_sharing::claims(&asks) {
+        let name_of = |member: usize| containers[asking[member]].name.clone();
+        if shared.members.len() > 1 {
+            // Each member's own ask first, so that the error names the container that asks too much.
+            for &member in &shared.members {
+                template_for(&name_of(member), &asks[member].1, &selection, gpus, names)?;
+            }
+        }
+        let lead = name_of(shared.lead);
+        let template = template_for(&lead, &shared.ask, &selection, gpus, names)?;
         let template_name = template.metadata.name.clone().unwrap_or_default();
-        let entry = claim_entry_name(&container.name);
-        strip(container, names);
-        container
-            .resources
-            .get_or_insert_with(Default::default)
-            .claims
-            .get_or_insert_with(Vec::new)
-            .push(ContainerClaim {
-                name: entry.clone(),
-                request: None,
-            });
+        let entry = claim_entry_name(&lead);
+        for &member in &shared.members {
+            let container = &mut containers[asking[member]];
+            strip(container, names);
+            container
+                .resources
+                .get_or_insert_with(Default::default)
+                .claims
+                .get_or_insert_with(Vec::new)
+                .push(ContainerClaim {
+                    name: entry.clone(),
+                    request: None,
+                });
+        }
         claims.push(PodResourceClaim {
             name: entry,
             resource_claim_template_name: Some(template_name),

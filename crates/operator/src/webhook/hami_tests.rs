@@ -91,6 +91,108 @@ fn default_use_3000_mib_and_30_cores_becomes_one_shared_gpu_claim() {
     assert!(conversion.warnings.is_empty());
 }
 
+/// A pod whose init container prepares data on the GPU before the main container runs, as a pod spec is
+/// commonly written (HAMi's examples have no init container).
+fn pod_with_init(init: Value, main: Value, sidecar: Option<Value>) -> Pod {
+    let container = |name: &str, limits: &Value| {
+        json!({"name": name, "image": "ubuntu:22.04", "resources": {"limits": limits}})
+    };
+    let mut init_containers = vec![container("prepare", &init)];
+    if let Some(limits) = sidecar {
+        let mut sidecar = container("log-shipper", &limits);
+        sidecar["restartPolicy"] = json!("Always");
+        init_containers.insert(0, sidecar);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "train"},
+        "spec": {"initContainers": init_containers, "containers": [container("main", &main)]}
+    }))
+    .unwrap()
+}
+
+fn claim_names(container: &Value) -> Value {
+    container["resources"]["claims"].clone()
+}
+
+#[test]
+fn an_init_container_shares_the_main_containers_claim_as_kubernetes_counts_init_containers() {
+    let conversion = converted(&pod_with_init(
+        json!({"nvidia.com/gpumem": 2000}),
+        json!({"nvidia.com/gpumem": 3000}),
+        None,
+    ));
+    let pod = json_of(&conversion.pod);
+    assert_eq!(conversion.templates.len(), 1);
+    let template = json_of(&conversion.templates[0]);
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"],
+        "3000Mi",
+        "max(init, main) held, not 2000 + 3000"
+    );
+    assert_eq!(
+        pod["spec"]["resourceClaims"],
+        json!([{"name": "hami-main", "resourceClaimTemplateName": template["metadata"]["name"]}])
+    );
+    assert_eq!(
+        claim_names(&pod["spec"]["initContainers"][0]),
+        json!([{"name": "hami-main"}])
+    );
+    assert_eq!(
+        claim_names(&pod["spec"]["containers"][0]),
+        json!([{"name": "hami-main"}])
+    );
+
+    // An init container asking more: the one claim holds its ask.
+    let conversion = converted(&pod_with_init(
+        json!({"nvidia.com/gpumem": 5000}),
+        json!({"nvidia.com/gpumem": 3000}),
+        None,
+    ));
+    assert_eq!(conversion.templates.len(), 1);
+    assert_eq!(
+        json_of(&conversion.templates[0])["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+            ["requests"]["memory"],
+        "5000Mi"
+    );
+}
+
+#[test]
+fn a_sidecar_keeps_its_own_claim_and_an_init_container_never_shares_it() {
+    let conversion = converted(&pod_with_init(
+        json!({"nvidia.com/gpumem": 2000}),
+        json!({"nvidia.com/gpumem-percentage": 50}),
+        Some(json!({"nvidia.com/gpumem": 4000})),
+    ));
+    let pod = json_of(&conversion.pod);
+    let claims: Vec<&str> = pod["spec"]["resourceClaims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|claim| claim["name"].as_str().unwrap())
+        .collect();
+    // The sidecar runs beside the init container and holds more; the main container's percentage cannot be
+    // compared with MiB before the scheduler picks a GPU: three claims.
+    assert_eq!(claims, ["hami-log-shipper", "hami-prepare", "hami-main"]);
+    assert_eq!(
+        claim_names(&pod["spec"]["initContainers"][1]),
+        json!([{"name": "hami-prepare"}])
+    );
+}
+
+#[test]
+fn an_init_container_asking_too_much_is_refused_by_its_own_name() {
+    let pod = pod_with_init(
+        json!({"nvidia.com/gpumem": 900000}),
+        json!({"nvidia.com/gpumem": 3000}),
+        None,
+    );
+    let error = convert(&pod, &cluster(), &ResourceNames::default())
+        .unwrap_err()
+        .to_string();
+    assert!(error.starts_with("container prepare:"), "{error}");
+}
+
 #[test]
 fn memory_fraction_50_percent_asks_half_of_each_memory_size_with_two_distinct_gpus() {
     let pod = hami_pod(
@@ -600,7 +702,16 @@ proptest! {
                         container.resources.as_ref().and_then(|resources| resources.claims.as_ref()).is_some()
                     })
                     .collect();
-                prop_assert_eq!(converted.len(), claims.len());
+                // Each converted container uses one of the pod's claims, and each claim is used (init containers
+                // share claims with containers that never run beside them).
+                let used: BTreeSet<String> = converted
+                    .iter()
+                    .flat_map(|container| container.resources.as_ref().and_then(|r| r.claims.clone()).unwrap_or_default())
+                    .map(|claim| claim.name)
+                    .collect();
+                let named: BTreeSet<String> = claims.iter().map(|claim| claim.name.clone()).collect();
+                prop_assert_eq!(used, named);
+                prop_assert!(claims.len() <= converted.len());
                 for container in converted {
                     let resources = container.resources.clone().unwrap();
                     for list in [resources.limits, resources.requests].into_iter().flatten() {

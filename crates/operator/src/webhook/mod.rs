@@ -4,7 +4,7 @@
 //!   class, so the kube-scheduler places them and the DRA driver enforces their bounds;
 //! - node-bound evictions: a node agent's token evicts only pods on its own node.
 //!
-//! - [`hami`] (pure): the conversion of one pod.
+//! - [`hami`] (pure): the conversion of one pod; `claim_sharing` (pure): which of its containers share one claim.
 //! - [`review`]: the HAMi endpoint, with the cluster's shared GPUs from a watch of the driver's slices.
 //! - [`quota`]: the GPU quota a converted pod must still be charged against.
 //! - [`eviction`]: the eviction guard's decision (pure), endpoint and configuration.
@@ -30,6 +30,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 pub mod certs;
+mod claim_sharing;
 pub mod eviction;
 pub mod hami;
 pub mod quota;
