@@ -855,7 +855,10 @@ fn hami_pods_are_scheduled_as_dra_claims() {
         Some(1),
         "{pod:#}"
     );
-    for container in [&pod["spec"]["initContainers"][0], &pod["spec"]["containers"][0]] {
+    for container in [
+        &pod["spec"]["initContainers"][0],
+        &pod["spec"]["containers"][0],
+    ] {
         assert_eq!(
             container["resources"]["claims"],
             json!([{"name": "hami-main"}]),

@@ -187,7 +187,11 @@ fn mark(folder: &Path, part: Part, facts: &str) -> Result<(), ValidateError> {
     if std::fs::read_to_string(&path).is_ok_and(|existing| existing == facts) {
         return Ok(());
     }
-    Ok(state_file::write(&path, facts.as_bytes(), Lifetime::Durable)?)
+    Ok(state_file::write(
+        &path,
+        facts.as_bytes(),
+        Lifetime::Durable,
+    )?)
 }
 
 /// Removes a part's ready file; returns whether there was one.

@@ -196,7 +196,11 @@ mod tests {
         // 2500 holds 2000 already and so does 4000; the one that grows least and is largest: 4000.
         assert_eq!(
             summary(&asks),
-            [(2, vec![0, 2], 4000), (1, vec![1], 1000), (3, vec![3], 2500)]
+            [
+                (2, vec![0, 2], 4000),
+                (1, vec![1], 1000),
+                (3, vec![3], 2500)
+            ]
         );
         let asks = [
             (Runs::Init, share(6000)),
@@ -204,10 +208,7 @@ mod tests {
             (Runs::Main, share(4000)),
         ];
         // None holds 6000: the largest grows, 1000 + 6000 held rather than 6000 + 4000.
-        assert_eq!(
-            summary(&asks),
-            [(2, vec![0, 2], 6000), (1, vec![1], 1000)]
-        );
+        assert_eq!(summary(&asks), [(2, vec![0, 2], 6000), (1, vec![1], 1000)]);
     }
 
     #[test]

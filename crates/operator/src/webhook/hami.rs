@@ -22,10 +22,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crd::dra::{
-    ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY, CLASS_GPU,
-    CLASS_SHARED_GPU, DRIVER, attribute_expression, capacity_expression,
+    ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY, CLASS_GPU, CLASS_SHARED_GPU, DRIVER,
+    capacity_expression,
 };
-use crd::hami::Memory;
+use crd::hami::{Memory, NOUSE_GPUTYPE, NOUSE_GPUUUID, Selection, USE_GPUTYPE, USE_GPUUUID};
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodResourceClaim, ResourceClaim as ContainerClaim,
 };
@@ -216,14 +216,6 @@ fn is_extended_resource_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     domain_ok && rest_ok
 }
-/// HAMi's GPU-selection annotations.
-pub const USE_GPUTYPE: &str = "nvidia.com/use-gputype";
-/// GPU models to avoid.
-pub const NOUSE_GPUTYPE: &str = "nvidia.com/nouse-gputype";
-/// GPUs to use, by UUID.
-pub const USE_GPUUUID: &str = "nvidia.com/use-gpuuuid";
-/// GPUs to avoid, by UUID.
-pub const NOUSE_GPUUUID: &str = "nvidia.com/nouse-gpuuuid";
 /// The selection annotations, which make a pod's `nvidia.com/gpu` containers the webhook's.
 pub const SELECTION_ANNOTATIONS: [&str; 4] =
     [USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID];
@@ -316,100 +308,6 @@ pub enum HamiError {
     },
 }
 
-/// The pod-wide GPU selection from HAMi's annotations, lowercased types and exact UUIDs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Selection {
-    use_types: Vec<String>,
-    nouse_types: Vec<String>,
-    use_uuids: Vec<String>,
-    nouse_uuids: Vec<String>,
-}
-
-impl Selection {
-    fn read(annotations: &BTreeMap<String, String>) -> Result<Self, HamiError> {
-        let list =
-            |annotation: &'static str, what: &'static str| -> Result<Vec<String>, HamiError> {
-                let Some(value) = annotations.get(annotation) else {
-                    return Ok(Vec::new());
-                };
-                let invalid = || HamiError::Annotation {
-                    annotation,
-                    value: value.clone(),
-                    what,
-                };
-                let items: Vec<String> = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|item| !item.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                let allowed = |c: char| c.is_ascii_alphanumeric() || " ._-".contains(c);
-                if items.is_empty() || items.iter().any(|item| !item.chars().all(allowed)) {
-                    return Err(invalid());
-                }
-                Ok(items)
-            };
-        let lower =
-            |items: Vec<String>| items.into_iter().map(|item| item.to_lowercase()).collect();
-        Ok(Self {
-            use_types: lower(list(USE_GPUTYPE, "models")?),
-            nouse_types: lower(list(NOUSE_GPUTYPE, "models")?),
-            use_uuids: list(USE_GPUUUID, "UUIDs")?,
-            nouse_uuids: list(NOUSE_GPUUUID, "UUIDs")?,
-        })
-    }
-
-    fn admits(&self, gpu: &DraGpu) -> bool {
-        let product = gpu.product_name.to_lowercase();
-        let named = |types: &[String]| types.iter().any(|t| product.contains(t.as_str()));
-        (self.use_types.is_empty() || named(&self.use_types))
-            && !named(&self.nouse_types)
-            && (self.use_uuids.is_empty() || self.use_uuids.contains(&gpu.uuid))
-            && !self.nouse_uuids.contains(&gpu.uuid)
-    }
-
-    /// The CEL selectors with the same meaning as [`Selection::admits`].
-    fn selectors(&self) -> Vec<String> {
-        let product = format!(
-            "{}.lowerAscii()",
-            attribute_expression(ATTRIBUTE_PRODUCT_NAME)
-        );
-        let uuid = attribute_expression(ATTRIBUTE_UUID);
-        let contains_any = |types: &[String]| {
-            types
-                .iter()
-                .map(|t| format!("{product}.contains(\"{t}\")"))
-                .collect::<Vec<_>>()
-                .join(" || ")
-        };
-        let quoted = |uuids: &[String]| {
-            uuids
-                .iter()
-                .map(|u| format!("\"{u}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let mut selectors = Vec::new();
-        if !self.use_types.is_empty() {
-            selectors.push(contains_any(&self.use_types));
-        }
-        if !self.nouse_types.is_empty() {
-            selectors.push(format!("!({})", contains_any(&self.nouse_types)));
-        }
-        if !self.use_uuids.is_empty() {
-            selectors.push(format!("{uuid} in [{}]", quoted(&self.use_uuids)));
-        }
-        if !self.nouse_uuids.is_empty() {
-            selectors.push(format!("!({uuid} in [{}])", quoted(&self.nouse_uuids)));
-        }
-        selectors
-    }
-
-    fn is_empty(&self) -> bool {
-        self == &Self::default()
-    }
-}
-
 /// Rewrites a HAMi pod onto DRA claims; `None` when it asks HAMi for nothing. `gpus` are the GPUs the DRA driver
 /// publishes across the cluster, against which the request is checked.
 ///
@@ -421,7 +319,12 @@ pub fn convert(
     names: &ResourceNames,
 ) -> Result<Option<Conversion>, HamiError> {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let selection = Selection::read(&annotations)?;
+    let selection =
+        Selection::from_annotations(&annotations).map_err(|error| HamiError::Annotation {
+            annotation: error.list.annotation(),
+            value: error.value,
+            what: error.list.items(),
+        })?;
     let mut converted = pod.clone();
     let spec = converted.spec.get_or_insert_with(Default::default);
     let mut templates: Vec<ResourceClaimTemplate> = Vec::new();
@@ -666,7 +569,7 @@ fn template_for(
     let eligible: Vec<&DraGpu> = gpus
         .iter()
         .filter(|gpu| gpu.shared || !ask.share)
-        .filter(|gpu| selection.admits(gpu))
+        .filter(|gpu| selection.admits(&gpu.product_name, Some(&gpu.uuid)))
         .collect();
     if eligible.is_empty() {
         return Err(unsatisfiable(format!(
@@ -708,7 +611,7 @@ fn template_for(
     } else {
         CLASS_GPU
     };
-    let mut selectors = selection.selectors();
+    let mut selectors = selection.cel_selectors();
     let capacity = |memory: Option<u64>| {
         let mut requests = BTreeMap::new();
         if let Some(bytes) = memory {

@@ -94,9 +94,7 @@ fn default_use_3000_mib_and_30_cores_becomes_one_shared_gpu_claim() {
 /// A pod whose init container prepares data on the GPU before the main container runs, as a pod spec is
 /// commonly written (HAMi's examples have no init container).
 fn pod_with_init(init: Value, main: Value, sidecar: Option<Value>) -> Pod {
-    let container = |name: &str, limits: &Value| {
-        json!({"name": name, "image": "ubuntu:22.04", "resources": {"limits": limits}})
-    };
+    let container = |name: &str, limits: &Value| json!({"name": name, "image": "ubuntu:22.04", "resources": {"limits": limits}});
     let mut init_containers = vec![container("prepare", &init)];
     if let Some(limits) = sidecar {
         let mut sidecar = container("log-shipper", &limits);

@@ -80,50 +80,12 @@ impl Request {
         }
     }
 
-    /// HAMi's filters: productName contains a `type` and no `nouse-type` (any case); the uuid is listed and not
-    /// excluded.
+    /// HAMi's filters, as [`crd::hami::Selection::admits`] reads them for the webhook too.
     fn passes_filters(&self, device: &Device) -> bool {
-        let product = text_attribute(device, ATTRIBUTE_PRODUCT_NAME)
-            .unwrap_or_default()
-            .to_lowercase();
-        let contains = |text: &String| product.contains(&text.to_lowercase());
-        let uuid = text_attribute(device, ATTRIBUTE_UUID);
-        let listed = |uuids: &[String]| uuid.is_some_and(|uuid| uuids.iter().any(|u| u == uuid));
-        (self.use_types.is_empty() || self.use_types.iter().any(contains))
-            && !self.nouse_types.iter().any(contains)
-            && (self.uuids.is_empty() || listed(&self.uuids))
-            && !listed(&self.nouse_uuids)
-    }
-
-    /// The filters, for messages: `productName contains "A100" (any case)`.
-    fn filters(&self) -> String {
-        let quoted = |values: &[String]| {
-            values
-                .iter()
-                .map(|v| format!("{v:?}"))
-                .collect::<Vec<_>>()
-                .join(" or ")
-        };
-        let mut parts = Vec::new();
-        if !self.use_types.is_empty() {
-            parts.push(format!(
-                "productName contains {} (any case)",
-                quoted(&self.use_types)
-            ));
-        }
-        if !self.nouse_types.is_empty() {
-            parts.push(format!(
-                "productName contains no {} (any case)",
-                quoted(&self.nouse_types)
-            ));
-        }
-        if !self.uuids.is_empty() {
-            parts.push(format!("uuid is {}", quoted(&self.uuids)));
-        }
-        if !self.nouse_uuids.is_empty() {
-            parts.push(format!("uuid is not {}", quoted(&self.nouse_uuids)));
-        }
-        parts.join(", ")
+        self.selection.admits(
+            text_attribute(device, ATTRIBUTE_PRODUCT_NAME).unwrap_or_default(),
+            text_attribute(device, ATTRIBUTE_UUID),
+        )
     }
 
     /// The capacities the request names, in bytes or units, for one device.
@@ -428,7 +390,7 @@ fn why_unplaced(
         }
         return Unplaced::NoMatch {
             class,
-            filters: request.filters(),
+            filters: request.selection.describe(),
             seen: seen.join(", "),
         };
     }

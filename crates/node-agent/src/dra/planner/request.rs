@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use crd::hami::{self, Memory};
+use crd::hami::{self, Memory, Selection, SelectionList};
 
 /// One request, in the terms HAMi users write (the webhook turns HAMi pods into the same thing).
 ///
@@ -36,14 +36,8 @@ pub struct Request {
     pub memory: Memory,
     /// Percent of the SMs per device; none takes the capacity's default (0 on shared GPUs).
     pub cores: Option<u64>,
-    /// productName must contain one of these (any case).
-    pub use_types: Vec<String>,
-    /// productName must contain none of these (any case).
-    pub nouse_types: Vec<String>,
-    /// uuid must be one of these.
-    pub uuids: Vec<String>,
-    /// uuid must be none of these.
-    pub nouse_uuids: Vec<String>,
+    /// Which GPUs it may take: HAMi's type and UUID lists, read and matched as the webhook does.
+    pub selection: Selection,
     /// Which kind of device.
     pub class: Class,
     /// The MIG profile (class [`Class::Mig`]).
@@ -146,10 +140,7 @@ impl FromStr for Request {
             count: 1,
             memory: Memory::Whole,
             cores: None,
-            use_types: Vec::new(),
-            nouse_types: Vec::new(),
-            uuids: Vec::new(),
-            nouse_uuids: Vec::new(),
+            selection: Selection::default(),
             class: Class::Shared,
             profile: None,
             notes: Vec::new(),
@@ -165,6 +156,12 @@ impl FromStr for Request {
         };
         // The list a bare word continues: the last list key written, as in HAMi's `use-gputype: "A100,V100"`.
         let mut list: Option<ListKey> = None;
+        let mut add = |request: &mut Request, key: ListKey, item: &str| {
+            request
+                .selection
+                .add(key.list(), item)
+                .map_err(|error| bad(key.name(), &error.value, hami::EXPECT_SELECTION))
+        };
         let mut any = false;
         for token in label.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             any = true;
@@ -174,7 +171,7 @@ impl FromStr for Request {
                         token: token.to_owned(),
                     });
                 };
-                request.list_mut(key).push(token.to_owned());
+                add(&mut request, key, token)?;
                 continue;
             };
             let key = key.trim().to_ascii_lowercase();
@@ -225,10 +222,7 @@ impl FromStr for Request {
                     let key = ListKey::parse(key).ok_or_else(|| RequestError::UnknownKey {
                         key: key.to_owned(),
                     })?;
-                    if value.is_empty() {
-                        return Err(bad(key.name(), value, EXPECT_TEXT));
-                    }
-                    request.list_mut(key).push(value.to_owned());
+                    add(&mut request, key, value)?;
                     list = Some(key);
                 }
             }
@@ -270,6 +264,15 @@ impl ListKey {
         })
     }
 
+    fn list(self) -> SelectionList {
+        match self {
+            ListKey::UseTypes => SelectionList::UseTypes,
+            ListKey::NouseTypes => SelectionList::NouseTypes,
+            ListKey::Uuids => SelectionList::UseUuids,
+            ListKey::NouseUuids => SelectionList::NouseUuids,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             ListKey::UseTypes => "type",
@@ -281,15 +284,6 @@ impl ListKey {
 }
 
 impl Request {
-    fn list_mut(&mut self, key: ListKey) -> &mut Vec<String> {
-        match key {
-            ListKey::UseTypes => &mut self.use_types,
-            ListKey::NouseTypes => &mut self.nouse_types,
-            ListKey::Uuids => &mut self.uuids,
-            ListKey::NouseUuids => &mut self.nouse_uuids,
-        }
-    }
-
     fn check_class(&self) -> Result<(), RequestError> {
         let class = self.class.keyword();
         if self.class != Class::Shared {

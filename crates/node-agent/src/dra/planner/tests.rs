@@ -5,6 +5,8 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crd::hami::Selection;
+
 use super::*;
 
 const A100: &str = "NVIDIA A100-SXM4-40GB";
@@ -306,9 +308,31 @@ fn type_picks_by_product_name_in_any_case_and_nouse_type_avoids_it() {
     assert_eq!(spots(&plan, 3)[0].0, "node-h");
     assert_eq!(
         unplaced(&plan, 4),
-        "no shared GPU matches productName contains \"V100\" or \"T4\" (any case); the shared GPUs are: \
+        "no shared GPU matches productName contains \"v100\" or \"t4\" (any case); the shared GPUs are: \
          NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-40GB"
     );
+}
+
+/// The type and UUID lists are HAMi's selection annotations as the webhook reads them (`crd::hami::Selection`):
+/// what the webhook refuses in an annotation, the planner refuses in a request.
+#[test]
+fn selection_lists_are_read_as_the_webhook_reads_hamis_annotations() {
+    let request: Request = "type=A100, nouse-uuid=GPU-1".parse().unwrap();
+    let annotations = BTreeMap::from([
+        (crd::hami::USE_GPUTYPE.to_owned(), "A100".to_owned()),
+        (crd::hami::NOUSE_GPUUUID.to_owned(), "GPU-1".to_owned()),
+    ]);
+    assert_eq!(
+        request.selection,
+        Selection::from_annotations(&annotations).unwrap()
+    );
+    for text in ["type=A100\")", "uuid=GPU-1 || true"] {
+        let error = text.parse::<Request>().unwrap_err();
+        assert!(
+            matches!(error, RequestError::BadValue { expected, .. } if expected == crd::hami::EXPECT_SELECTION),
+            "{text}: {error}"
+        );
+    }
 }
 
 #[test]
@@ -570,10 +594,7 @@ fn requests_parse_from_hami_key_names() {
             count: 1,
             memory: Memory::Bytes(3000 * MIB),
             cores: Some(30),
-            use_types: vec![],
-            nouse_types: vec![],
-            uuids: vec![],
-            nouse_uuids: vec![],
+            selection: Selection::default(),
             class: Class::Shared,
             profile: None,
             notes: vec![],
@@ -584,13 +605,13 @@ fn requests_parse_from_hami_key_names() {
         .unwrap();
     assert_eq!(request.count, 2);
     assert_eq!(request.memory, Memory::Percent(50));
-    assert_eq!(request.use_types, ["A100", "V100"]);
-    assert_eq!(request.nouse_uuids, ["GPU-1"]);
+    assert_eq!(request.selection.use_types, ["a100", "v100"]);
+    assert_eq!(request.selection.nouse_uuids, ["GPU-1"]);
     let request: Request = "count=2,gpumem=8Gi,nouse-type=H100,nouse-type=T4"
         .parse()
         .unwrap();
     assert_eq!(request.memory, Memory::Bytes(8 << 30));
-    assert_eq!(request.nouse_types, ["H100", "T4"]);
+    assert_eq!(request.selection.nouse_types, ["h100", "t4"]);
     let request: Request = "class=mig,profile=1g.5gb".parse().unwrap();
     assert_eq!(
         (request.class, request.profile.as_deref()),
@@ -598,7 +619,7 @@ fn requests_parse_from_hami_key_names() {
     );
     let request: Request = "class=gpu.nvidia.com,uuid=GPU-a".parse().unwrap();
     assert_eq!(
-        (request.class, request.uuids),
+        (request.class, request.selection.use_uuids),
         (Class::WholeGpu, vec!["GPU-a".to_owned()])
     );
 }
