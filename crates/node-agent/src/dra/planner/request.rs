@@ -156,7 +156,7 @@ impl FromStr for Request {
         };
         // The list a bare word continues: the last list key written, as in HAMi's `use-gputype: "A100,V100"`.
         let mut list: Option<ListKey> = None;
-        let mut add = |request: &mut Request, key: ListKey, item: &str| {
+        let add = |request: &mut Request, key: ListKey, item: &str| {
             request
                 .selection
                 .add(key.list(), item)
