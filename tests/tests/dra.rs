@@ -962,6 +962,20 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     );
 
     step(
+        "HAMi's dynamic_mig_example.yaml, unchanged (nvidia.com/vgpu-mode: mig): refused at admission, saying that a MIG instance per pod is not offered and how to get MIG, rather than run on an MPS-limited share",
+    );
+    let refused = kubectl_apply(&hami_file("dynamic_mig_example.yaml"), &[]);
+    assert!(!refused.success, "{}", refused.stdout);
+    assert!(
+        refused
+            .stderr
+            .contains("annotation nvidia.com/vgpu-mode \"mig\"")
+            && refused.stderr.contains("nvidia.com/mig-<profile>"),
+        "{}",
+        refused.stderr
+    );
+
+    step(
         "packing: 13 pods of 3000 MiB run on one 40 GB GPU, the 14th stays Pending with the scheduler's reason",
     );
     add_simulated_node("gpu-a100-0", "e2e-hami-pack", "a100-40gb:1", &[]);

@@ -221,6 +221,8 @@ pub const SELECTION_ANNOTATIONS: [&str; 4] =
     [USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID];
 /// HAMi's placement policies among a node's GPUs and among nodes.
 const GPU_POLICY: &str = "hami.io/gpu-scheduler-policy";
+/// HAMi's choice of how a pod's share is made and enforced: `hami-core` (HAMi's CUDA interception), `mps` or `mig`.
+pub const VGPU_MODE: &str = "nvidia.com/vgpu-mode";
 const NODE_POLICY: &str = "hami.io/node-scheduler-policy";
 /// The environment HAMi's virtual device memory is switched on with.
 const OVERSUBSCRIBE_ENV: &str = "CUDA_OVERSUBSCRIBE";
@@ -293,6 +295,14 @@ pub enum HamiError {
         container: String,
         /// What asked for it.
         why: String,
+    },
+    /// The pod asks for an isolation the conversion cannot give.
+    #[error("annotation {VGPU_MODE} {value:?}: {why}")]
+    Mode {
+        /// The annotation's value.
+        value: String,
+        /// Why it cannot be given, and what to do.
+        why: &'static str,
     },
     /// No GPU of the cluster can hold the request.
     #[error(
@@ -389,6 +399,9 @@ pub fn convert(
     if claims.is_empty() {
         return Ok(None);
     }
+    if let Some(mode) = annotations.get(VGPU_MODE) {
+        check_mode(mode)?;
+    }
     spec.resource_claims
         .get_or_insert_with(Vec::new)
         .extend(claims);
@@ -413,6 +426,27 @@ pub fn convert(
         templates,
         warnings: warnings.into_iter().collect(),
     }))
+}
+
+/// Whether the pod's `nvidia.com/vgpu-mode` can be given. Shares here are MPS-limited slices of whole GPUs, which is
+/// what `mps` asks for and bounds memory as `hami-core` does. `mig` asks for the hardware isolation of a MIG instance
+/// per pod (HAMi's dynamic MIG), which this version does not create: the pod is refused rather than given weaker
+/// isolation than it asked for.
+fn check_mode(mode: &str) -> Result<(), HamiError> {
+    let why = match mode.trim().to_ascii_lowercase().as_str() {
+        "hami-core" | "mps" => return Ok(()),
+        "mig" => {
+            "a MIG instance made for the pod (HAMi's dynamic MIG) is not offered, and the shares here are MPS-limited \
+             slices of whole GPUs, not MIG's hardware isolation. For MIG, give the node a MIG geometry (node label \
+             nvidia.com/mig.config, MIG strategy mixed) and ask for nvidia.com/mig-<profile> as HAMi's \
+             mig_example.yaml does; or remove the annotation to run on an MPS-limited share"
+        }
+        _ => "HAMi's modes are hami-core, mps and mig",
+    };
+    Err(HamiError::Mode {
+        value: mode.to_owned(),
+        why,
+    })
 }
 
 /// What a container asks for, or `None` when it is not the webhook's.

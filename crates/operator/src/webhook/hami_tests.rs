@@ -853,3 +853,53 @@ fn a_renamed_resource_name_must_be_a_resource_name_and_unique() {
         Ok(ResourceNames::default())
     );
 }
+
+/// HAMi's dynamic_mig_example.yaml (HAMi commit 41563e0), unchanged: the pod asks for a MIG instance of its own,
+/// which is not offered; given an MPS-limited share instead it would silently lose the isolation it asked for.
+#[test]
+fn hamis_dynamic_mig_pod_is_refused_naming_the_annotation_and_the_way_to_mig() {
+    let [pod] = hami_examples("dynamic_mig_example.yaml")
+        .try_into()
+        .expect("one pod");
+    let error = convert(&pod, &cluster(), &ResourceNames::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(
+            "annotation nvidia.com/vgpu-mode \"mig\": a MIG instance made for the pod"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("nvidia.com/mig-<profile>"), "{error}");
+    assert!(error.contains("remove the annotation"), "{error}");
+
+    // The modes an MPS-limited share does give, and one HAMi does not have.
+    let with_mode = |mode: &str| {
+        let mut pod = pod.clone();
+        pod.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(VGPU_MODE.to_owned(), mode.to_owned());
+        convert(&pod, &cluster(), &ResourceNames::default())
+    };
+    for mode in ["hami-core", "mps", "MPS"] {
+        assert!(with_mode(mode).unwrap().is_some(), "{mode}");
+    }
+    let error = with_mode("vgpu").unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "annotation nvidia.com/vgpu-mode \"vgpu\": HAMi's modes are hami-core, mps and mig"
+    );
+}
+
+/// HAMi's mig_example.yaml (HAMi commit e717e18), unchanged: a MIG device of a geometry the MIG manager applied, as
+/// the device plugin advertises it with the mixed strategy; not the webhook's.
+#[test]
+fn hamis_mig_resource_pod_is_left_to_the_device_plugin() {
+    for pod in hami_examples("mig_example.yaml") {
+        assert_eq!(
+            convert(&pod, &cluster(), &ResourceNames::default()).unwrap(),
+            None
+        );
+    }
+}
