@@ -238,8 +238,75 @@ pub fn partition(
     (chosen, errors)
 }
 
+/// What a device of the DRA driver's slices is, by its name: a whole GPU `gpu-<index>`, or a MIG device
+/// `gpu-<index>-mig-<gpu instance>-<compute instance>`. The exporter reads names back into GPUs this way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceName {
+    /// A whole GPU, by index.
+    Gpu(u32),
+    /// A MIG device: its GPU's index, its GPU instance and compute instance.
+    Mig {
+        /// The GPU's index.
+        gpu: u32,
+        /// The GPU instance.
+        gpu_instance: u32,
+        /// The compute instance.
+        compute_instance: u32,
+    },
+}
+
+impl DeviceName {
+    /// Reads a device name this driver wrote; `None` for any other.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix("gpu-")?;
+        match rest.split_once("-mig-") {
+            None => rest.parse().ok().map(Self::Gpu),
+            Some((gpu, instances)) => {
+                let (gpu_instance, compute_instance) = instances.split_once('-')?;
+                Some(Self::Mig {
+                    gpu: gpu.parse().ok()?,
+                    gpu_instance: gpu_instance.parse().ok()?,
+                    compute_instance: compute_instance.parse().ok()?,
+                })
+            }
+        }
+    }
+}
+
+impl fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gpu(index) => write!(f, "gpu-{index}"),
+            Self::Mig {
+                gpu,
+                gpu_instance,
+                compute_instance,
+            } => write!(f, "gpu-{gpu}-mig-{gpu_instance}-{compute_instance}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn device_names_read_back() {
+        for name in ["gpu-3", "gpu-0-mig-7-0"] {
+            assert_eq!(DeviceName::parse(name).unwrap().to_string(), name);
+        }
+        assert_eq!(
+            DeviceName::parse("gpu-1-mig-2-0"),
+            Some(DeviceName::Mig {
+                gpu: 1,
+                gpu_instance: 2,
+                compute_instance: 0
+            })
+        );
+        for other in ["gpu", "gpu-x", "nic-0", "gpu-1-mig-2"] {
+            assert_eq!(DeviceName::parse(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

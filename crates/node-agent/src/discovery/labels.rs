@@ -17,7 +17,7 @@ use crd::config::device_plugin::{
     DevicePluginConfig, MigStrategy, SharingStrategy, mig_resource_name,
 };
 use crd::labels::{NVIDIA_PREFIX, written_by_feature_discovery};
-use crd::mig::{ComputeCapability, MigProfileName};
+use crd::mig::MigProfileName;
 use crd::node_patch::MetadataPatch;
 use gpu::{CudaVersion, MigDevice};
 use node_runtime::inventory::GpuView;
@@ -158,7 +158,7 @@ pub fn labels(facts: Facts<'_>) -> Result<Labelled, LabelError> {
         labels.set("gpu.memory", first.memory_mib);
     }
     if first.compute_capability.major != 0 {
-        labels.set("gpu.family", family(first.compute_capability));
+        labels.set("gpu.family", first.compute_capability.family());
         labels.set("gpu.compute.major", first.compute_capability.major);
         labels.set("gpu.compute.minor", first.compute_capability.minor);
     }
@@ -514,26 +514,6 @@ pub fn sanitise(text: &str) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' '))
         .collect();
     kept.split_whitespace().collect::<Vec<_>>().join("-")
-}
-
-/// The architecture name for a compute capability.
-#[must_use]
-pub fn family(capability: ComputeCapability) -> &'static str {
-    match (capability.major, capability.minor) {
-        (1, _) => "tesla",
-        (2, _) => "fermi",
-        (3, _) => "kepler",
-        (5, _) => "maxwell",
-        (6, _) => "pascal",
-        (7, 0..=4) => "volta",
-        (7, _) => "turing",
-        (8, 9) => "ada-lovelace",
-        (8, _) => "ampere",
-        (9, _) => "hopper",
-        (10 | 12, _) => "blackwell",
-        (13, _) => "rubin",
-        _ => "undefined",
-    }
 }
 
 /// A valid label value: at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending with a

@@ -1,3 +1,4 @@
+use crd::mig::ComputeCapability;
 use node_runtime::inventory::{GpuView, read};
 use node_runtime::testing::simulated;
 
@@ -398,7 +399,7 @@ fn the_timestamp_is_renewed_with_changes_or_once_a_minute() {
 
 #[test]
 fn families_and_label_values() {
-    let family_of = |major, minor| family(ComputeCapability { major, minor });
+    let family_of = |major, minor| ComputeCapability { major, minor }.family();
     assert_eq!(family_of(7, 0), "volta");
     assert_eq!(family_of(7, 5), "turing");
     assert_eq!(family_of(8, 6), "ampere");

@@ -14,7 +14,7 @@ use crd::dra::{
     ATTRIBUTE_ARCHITECTURE, ATTRIBUTE_CUDA_COMPUTE_CAPABILITY, ATTRIBUTE_CUDA_DRIVER_VERSION,
     ATTRIBUTE_DRIVER_VERSION, ATTRIBUTE_INDEX, ATTRIBUTE_MIG_PROFILE, ATTRIBUTE_PARENT_UUID,
     ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY,
-    CORES_TOTAL, DRIVER, MEMORY_STEP_BYTES, Partition, TYPE_GPU, TYPE_MIG,
+    CORES_TOTAL, DRIVER, DeviceName, MEMORY_STEP_BYTES, Partition, TYPE_GPU, TYPE_MIG,
 };
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
@@ -23,57 +23,6 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use node_runtime::inventory::GpuView;
-
-use crate::discovery::labels::family;
-
-/// What a device of the driver's slices is, by its name: a whole GPU `gpu-<index>`, or a MIG device
-/// `gpu-<index>-mig-<gpu instance>-<compute instance>`. The exporter reads names back into GPUs this way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceName {
-    /// A whole GPU, by index.
-    Gpu(u32),
-    /// A MIG device: its GPU's index, its GPU instance and compute instance.
-    Mig {
-        /// The GPU's index.
-        gpu: u32,
-        /// The GPU instance.
-        gpu_instance: u32,
-        /// The compute instance.
-        compute_instance: u32,
-    },
-}
-
-impl DeviceName {
-    /// Reads a device name this driver wrote; `None` for any other.
-    #[must_use]
-    pub fn parse(name: &str) -> Option<Self> {
-        let rest = name.strip_prefix("gpu-")?;
-        match rest.split_once("-mig-") {
-            None => rest.parse().ok().map(Self::Gpu),
-            Some((gpu, instances)) => {
-                let (gpu_instance, compute_instance) = instances.split_once('-')?;
-                Some(Self::Mig {
-                    gpu: gpu.parse().ok()?,
-                    gpu_instance: gpu_instance.parse().ok()?,
-                    compute_instance: compute_instance.parse().ok()?,
-                })
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Gpu(index) => write!(f, "gpu-{index}"),
-            Self::Mig {
-                gpu,
-                gpu_instance,
-                compute_instance,
-            } => write!(f, "gpu-{gpu}-mig-{gpu_instance}-{compute_instance}"),
-        }
-    }
-}
 
 /// One device the driver publishes, with what preparing it needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +55,7 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
             (ATTRIBUTE_PRODUCT_NAME, text(&inventory.product_name)),
             (
                 ATTRIBUTE_ARCHITECTURE,
-                text(family(inventory.compute_capability)),
+                text(inventory.compute_capability.family()),
             ),
             (
                 ATTRIBUTE_CUDA_COMPUTE_CAPABILITY,
@@ -510,24 +459,6 @@ mod tests {
         let mut orphan = stored;
         orphan.metadata.owner_references = None;
         assert!(!same_slice(&orphan, &wanted));
-    }
-
-    #[test]
-    fn device_names_read_back() {
-        for name in ["gpu-3", "gpu-0-mig-7-0"] {
-            assert_eq!(DeviceName::parse(name).unwrap().to_string(), name);
-        }
-        assert_eq!(
-            DeviceName::parse("gpu-1-mig-2-0"),
-            Some(DeviceName::Mig {
-                gpu: 1,
-                gpu_instance: 2,
-                compute_instance: 0
-            })
-        );
-        for other in ["gpu", "gpu-x", "nic-0", "gpu-1-mig-2"] {
-            assert_eq!(DeviceName::parse(other), None, "{other}");
-        }
     }
 
     #[test]

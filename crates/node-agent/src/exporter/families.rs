@@ -36,9 +36,9 @@ use prometheus_client::registry::Registry;
 use super::config::Selection;
 use super::fields::{Field, Kind};
 use super::xid::XidGauge;
-use crate::dra::slices::DeviceName;
 use crate::pod_resources::{ClaimDevice, PodDevices};
 use crd::dra::DRIVER;
+use crd::dra::DeviceName;
 
 /// One MIG GPU instance as read at one collection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,6 +31,28 @@ pub struct ComputeCapability {
     pub minor: u32,
 }
 
+impl ComputeCapability {
+    /// The architecture's name, as NVIDIA's `nvidia.com/gpu.family` label and DRA attribute give it.
+    #[must_use]
+    pub fn family(self) -> &'static str {
+        match (self.major, self.minor) {
+            (1, _) => "tesla",
+            (2, _) => "fermi",
+            (3, _) => "kepler",
+            (5, _) => "maxwell",
+            (6, _) => "pascal",
+            (7, 0..=4) => "volta",
+            (7, _) => "turing",
+            (8, 9) => "ada-lovelace",
+            (8, _) => "ampere",
+            (9, _) => "hopper",
+            (10 | 12, _) => "blackwell",
+            (13, _) => "rubin",
+            _ => "undefined",
+        }
+    }
+}
+
 impl fmt::Display for ComputeCapability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.major, self.minor)

@@ -32,7 +32,7 @@ use crd::dra::{
 };
 use k8s_openapi::api::resource::v1::{Device, DeviceCapacity};
 
-use crate::accounting::MIB;
+use crd::hami::MIB;
 use crd::quantity::parse_bytes as parse_quantity;
 
 mod request;
