@@ -10,6 +10,7 @@
 //! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
 //! - [`process`]: logging (text or JSON), the stop signals and the exit status.
 //! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).
+//! - [`host`]: the host's PCI devices, OS release and kernel, as Node Feature Discovery reads them.
 //! - [`health`]: which GPUs are Unhealthy, from their XIDs (pure), as the device plugin and the DRA driver judge it.
 //! - [`mps`]: MPS control daemons with per-client limits as their defaults.
 //! - [`state_file`]: files written atomically and durably, and read back with a corrupt one moved aside.
@@ -19,6 +20,7 @@ pub mod backend;
 pub mod gpunode;
 pub mod grpc;
 pub mod health;
+pub mod host;
 pub mod inventory;
 pub mod kube_io;
 pub mod mps;

@@ -20,16 +20,11 @@ use crd::labels::{NVIDIA_PREFIX, written_by_feature_discovery};
 use crd::mig::MigProfileName;
 use crd::node_patch::MetadataPatch;
 use gpu::{CudaVersion, MigDevice};
+use node_runtime::host::{PCI_CLASS_3D, PCI_CLASS_VGA};
 use node_runtime::inventory::GpuView;
 
 /// The label with the time of the last labelling pass, in Unix seconds.
 pub const TIMESTAMP: &str = "nvidia.com/gfd.timestamp";
-
-/// PCI class (base class and subclass, the top 16 bits of the 24-bit class code) of a VGA controller: a GPU in
-/// graphics mode.
-pub const PCI_CLASS_VGA: u32 = 0x0300;
-/// PCI class of a 3D controller: a GPU in compute mode (every MIG-capable GPU).
-pub const PCI_CLASS_3D: u32 = 0x0302;
 
 /// How one resource is replicated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,9 +25,9 @@ use node_runtime::run_loop::run_on_changes;
 use node_runtime::start::NodeRole;
 use tracing::{info, instrument, warn};
 
-use self::labels::{Facts, PCI_CLASS_3D, Sharing};
+use self::labels::{Facts, Sharing};
 use crate::cli::DiscoveryArgs;
-use crate::node_facts::host;
+use node_runtime::host::{self, PCI_CLASS_3D};
 
 /// The component name in `lastError`.
 const COMPONENT: &str = "discovery";

@@ -7,7 +7,6 @@
 //! new one. It needs no driver and no GPU access: it reads the host's `os-release` under `--host-root`, the
 //! kernel release and sysfs. Where NFD runs, NFD owns the labels and this role writes nothing ([`nfd`]).
 
-pub mod host;
 pub mod nfd;
 
 use anyhow::Context;
@@ -18,10 +17,9 @@ use node_runtime::backend::{GpuSource, Simulate};
 use node_runtime::kube_io::{self, NodeApi};
 use tracing::{debug, info, instrument, warn};
 
-use self::host::{HostFacts, NVIDIA_VENDOR, PciDevice};
 use crate::cli::NodeFactsArgs;
-use crate::discovery::labels::PCI_CLASS_3D;
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
+use node_runtime::host::{self, HostFacts, NVIDIA_VENDOR, PCI_CLASS_3D, PciDevice};
 
 /// Runs the role until the process is stopped: one pass now and every `--interval`.
 ///

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crd::node_patch::MetadataPatch;
 
-use super::host::{HostFacts, NVIDIA_VENDOR};
+use node_runtime::host::{HostFacts, NVIDIA_VENDOR};
 
 /// Prefix of every NFD feature label.
 pub const NFD_PREFIX: &str = "feature.node.kubernetes.io/";

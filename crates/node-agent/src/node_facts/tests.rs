@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::host::{self, HostFacts, PciDevice};
 use super::nfd::{self, NFD_MANAGED_ANNOTATION, OWNED_ANNOTATION};
+use node_runtime::host::{self, HostFacts, PciDevice};
 
 fn write(root: &Path, path: &str, text: &str) {
     let path = root.join(path);

@@ -1,5 +1,5 @@
 //! The host facts Node Feature Discovery publishes and NVIDIA's operator reads: NVIDIA PCI devices, the OS
-//! release and the kernel version. Reading is a few small files; everything else is pure.
+//! release and the kernel version (node facts publishes them, feature discovery reads the GPUs' PCI classes). Reading is a few small files; everything else is pure.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -7,6 +7,12 @@ use std::path::Path;
 
 /// PCI vendor id of NVIDIA.
 pub const NVIDIA_VENDOR: u32 = 0x10de;
+
+/// PCI class (base class and subclass, the top 16 bits of the 24-bit class code) of a VGA controller: a GPU in
+/// graphics mode.
+pub const PCI_CLASS_VGA: u32 = 0x0300;
+/// PCI class of a 3D controller: a GPU in compute mode (every MIG-capable GPU).
+pub const PCI_CLASS_3D: u32 = 0x0302;
 
 /// One PCI device as sysfs describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
