@@ -94,6 +94,10 @@ pub fn measure(
             &root.join("charts/gpu-operator").display().to_string(),
             "--show-only",
             "templates/deviceclasses.yaml",
+            // The chart renders DeviceClasses only where the API server serves them, which `helm template`
+            // cannot ask.
+            "--api-versions",
+            "resource.k8s.io/v1/DeviceClass",
         ],
     )?;
     let classes_file = work.join("deviceclasses.yaml");
