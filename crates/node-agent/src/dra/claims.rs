@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY, DRIVER};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -368,6 +369,7 @@ impl Claims {
             return Ok(prepared.devices.clone());
         }
         let key = format!("{}/{}", claim.namespace, claim.name);
+        let started = Instant::now();
         let read = reader
             .get(&claim.namespace, &claim.name)
             .await
@@ -385,6 +387,7 @@ impl Claims {
         }
         let exists = |path: &str| Path::new(path).exists();
         let devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
+        let read_time = started.elapsed();
         let mut state = self.state.lock().await;
         // Prepared meanwhile by a call for another pod that shares the claim.
         if let Some(prepared) = state.claims.get(&claim.uid) {
@@ -414,7 +417,13 @@ impl Claims {
         state
             .save(&self.host.checkpoint)
             .map_err(|error| host(format!("writing the checkpoint: {error}")))?;
-        info!(claim = %key, devices = devices.len(), "prepared");
+        info!(
+            claim = %key,
+            devices = devices.len(),
+            read_us = read_time.as_micros(),
+            total_us = started.elapsed().as_micros(),
+            "prepared"
+        );
         Ok(devices)
     }
 
