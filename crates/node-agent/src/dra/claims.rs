@@ -293,8 +293,8 @@ impl Checkpoint {
         }
     }
 
-    /// Written for this boot only, without flushes to disk: they took most of a prepare's time and all of its
-    /// tail, and after a crash of the kernel the node reboots and the checkpoint is dropped anyway.
+    /// Written for this boot only, without flushes to disk: after a crash of the kernel the node reboots and the
+    /// checkpoint is dropped anyway, so a flush would buy nothing.
     fn save(&self, path: &Path) -> Result<(), StateFileError> {
         state_file::write_json(path, self, Lifetime::ThisBoot)
     }
