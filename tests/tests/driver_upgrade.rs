@@ -458,8 +458,6 @@ fn driver_upgrades_move_every_node_through_nvidias_states() {
         Ok((running == 2).then_some(train))
     })
     .expect("both replicas run on the first node");
-    // Now the last node may take the replicas the first one's upgrade evicts.
-    kubectl(&["label", "node", b, "e2e-upgrade/gpu-pool=true"]);
     let probe = eventually(WAIT, || {
         Ok(pods(WORKLOADS, "app=gpu-probe")
             .into_iter()
@@ -542,6 +540,19 @@ fn driver_upgrades_move_every_node_through_nvidias_states() {
     let audit_from = audit_lines();
     let from = recorder.now();
     patch_cluster_policy(&json!({"spec": {"driver": {"version": "e2e-2"}}}));
+    // The last node joins the replicas' pool only once the first replica is evicted: until then the first's
+    // replacement has nowhere to run, so the budget must refuse the second eviction. Joined earlier, kwok could
+    // run the replacement before the operator asked for the second, and the refusal would depend on timing.
+    eventually(WAIT, || {
+        let originals_left = pods(WORKLOADS, "app=train")
+            .iter()
+            .filter(|p| train.iter().any(|t| uid(t) == uid(p)))
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count();
+        Ok((originals_left < 2).then_some(()))
+    })
+    .expect("the upgrade evicts the first replica");
+    kubectl(&["label", "node", b, "e2e-upgrade/gpu-pool=true"]);
     let expected = BTreeMap::from([(broken.as_str(), "upgrade-failed")]);
     wait_for_states(&nodes, &expected, Duration::from_secs(120));
     let round_one = recorder.since(from);
