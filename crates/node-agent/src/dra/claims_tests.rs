@@ -112,6 +112,20 @@ impl Node {
     }
 }
 
+/// An API holding claim `a`, a 1 GiB share of GPU 1, and what preparing it once on `node` gave.
+async fn one_share_prepared(node: &Node) -> (Api, Vec<PreparedDevice>) {
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+    )]));
+    let prepared = node
+        .claims()
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    (api, prepared)
+}
+
 /// The boot the tests' claims are prepared in.
 const BOOT: &str = "boot-1";
 
@@ -370,14 +384,7 @@ async fn a_corrupt_checkpoint_is_moved_aside_and_its_claims_are_prepared_again()
 #[tokio::test]
 async fn an_unprepare_of_a_claim_the_checkpoint_does_not_know_succeeds_and_cleans_up() {
     let node = Node::new();
-    let api = Api(BTreeMap::from([(
-        "team/claim-a".to_owned(),
-        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
-    )]));
-    node.claims()
-        .prepare(&api, &reference("a"), &node.published)
-        .await
-        .unwrap();
+    one_share_prepared(&node).await;
     // The checkpoint lost: the claim's spec and MPS directories are there, the driver does not know the claim.
     std::fs::write(node.host().checkpoint, b"").unwrap();
     let restarted = node.claims();
@@ -446,15 +453,7 @@ async fn a_slow_read_of_one_claim_does_not_hold_up_another() {
 #[tokio::test]
 async fn a_checkpoint_of_an_earlier_boot_is_dropped_and_its_claims_prepared_again() {
     let node = Node::new();
-    let api = Api(BTreeMap::from([(
-        "team/claim-a".to_owned(),
-        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
-    )]));
-    let first = node
-        .claims()
-        .prepare(&api, &reference("a"), &node.published)
-        .await
-        .unwrap();
+    let (api, first) = one_share_prepared(&node).await;
     // The reboot: the runtime's CDI directory is on tmpfs, the MPS directories are gone.
     std::fs::remove_dir_all(&node.host().cdi_dir).unwrap();
     std::fs::remove_dir_all(&node.host().mps_root).unwrap();
@@ -482,15 +481,7 @@ async fn a_checkpoint_of_an_earlier_boot_is_dropped_and_its_claims_prepared_agai
 #[tokio::test]
 async fn a_checkpoint_without_a_boot_keeps_its_claims_as_this_boots() {
     let node = Node::new();
-    let api = Api(BTreeMap::from([(
-        "team/claim-a".to_owned(),
-        claim("a", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
-    )]));
-    let first = node
-        .claims()
-        .prepare(&api, &reference("a"), &node.published)
-        .await
-        .unwrap();
+    let (_, first) = one_share_prepared(&node).await;
     // What the driver of 0.1.0 wrote: no boot.
     let mut written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(node.host().checkpoint).unwrap()).unwrap();
