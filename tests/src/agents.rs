@@ -1,11 +1,12 @@
-//! Node agents (`gpu-node-agent`) as local processes, one set per simulated node, each with the token a pod of the
-//! chart's ServiceAccount for its role has on that node ([`pod_token_kubeconfig`]), so that the chart's RBAC and its
+//! Node agents (`gpu-node-agent`) and the DRA driver (`gpu-dra-driver`) as local processes, one set per simulated
+//! node, each with the token a pod of the chart's ServiceAccount for its role has on that node ([`pod_token_kubeconfig`]), so that the chart's RBAC and its
 //! node-bound-writes policies are what is tested. They run on the GPU simulator
 //! (`--simulate node`: the spec comes from the Node's `nvidia.com/gpu.simulator` annotation) with one state file
 //! per node, shared by the node's agents as the processes of a real node share its GPUs.
 //!
-//! The binary is `E2E_NODE_AGENT_BIN`, else `gpu-node-agent` in `$CARGO_TARGET_DIR/debug` (or the workspace's
-//! `target/debug`): `cargo xtask e2e` must build it (`cargo build -p node-agent`) before the tests run.
+//! The binaries are `E2E_NODE_AGENT_BIN` and `E2E_DRA_DRIVER_BIN`, else `gpu-node-agent` and `gpu-dra-driver` in
+//! `$CARGO_TARGET_DIR/debug` (or the workspace's `target/debug`): `cargo xtask e2e` must build them (`cargo build -p
+//! node-agent -p dra-driver`) before the tests run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -19,7 +20,12 @@ pub fn node_agent_bin() -> PathBuf {
     workspace_binary("E2E_NODE_AGENT_BIN", "gpu-node-agent", "node-agent")
 }
 
-/// One agent role running for one node; killed (SIGKILL) when dropped.
+/// The `gpu-dra-driver` binary under test.
+pub fn dra_driver_bin() -> PathBuf {
+    workspace_binary("E2E_DRA_DRIVER_BIN", "gpu-dra-driver", "dra-driver")
+}
+
+/// One agent role (or the DRA driver) running for one node; killed (SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct NodeAgent {
     child: Child,
@@ -28,17 +34,23 @@ pub struct NodeAgent {
 }
 
 impl NodeAgent {
-    /// Starts `gpu-node-agent <args> --simulate node --sim-state <state>` for `node` as ServiceAccount
-    /// `service_account`, with the environment the operator's DaemonSets give it plus `env`.
+    /// Starts `<program> <args> --simulate node --sim-state <state>` (`program`: [`node_agent_bin`] or
+    /// [`dra_driver_bin`]) for `node` as ServiceAccount `service_account`, with the environment the operator's
+    /// DaemonSets give it plus `env`.
     pub fn start(
+        program: &Path,
         node: &str,
         service_account: &str,
         state: &Path,
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        let name = program.file_name().map_or_else(
+            || "agent".into(),
+            |name| name.to_string_lossy().into_owned(),
+        );
         let log = state.with_file_name(format!(
-            "{node}-{}.log",
+            "{node}-{name}-{}.log",
             args.first().copied().unwrap_or("agent")
         ));
         let output = std::fs::File::options()
@@ -46,15 +58,18 @@ impl NodeAgent {
             .append(true)
             .open(&log)
             .expect("open the agent log");
-        let child = simulated::command(&node_agent_bin(), node, state, args)
+        let child = simulated::command(program, node, state, args)
             .env("KUBECONFIG", pod_token_kubeconfig(service_account, node))
             .env("OPERATOR_NAMESPACE", NAMESPACE)
-            .env("RUST_LOG", "info,node_agent=debug,node_runtime=debug")
+            .env(
+                "RUST_LOG",
+                "info,node_agent=debug,dra_driver=debug,node_runtime=debug",
+            )
             .envs(env.iter().copied())
             .stdout(Stdio::from(output.try_clone().expect("log handle")))
             .stderr(Stdio::from(output))
             .spawn()
-            .expect("start gpu-node-agent");
+            .unwrap_or_else(|error| panic!("start {name}: {error}"));
         Self { child, log }
     }
 

@@ -1,7 +1,6 @@
-//! The node-side binaries (`gpu-node-agent`, `gpu-device-plugin`) on a simulated node: every process of the node
-//! runs with `--simulate node` (the GPUs the Node's `nvidia.com/gpu.simulator` annotation names) and the node's one
-//! state file, as the processes of a real node share its GPUs.
-
+//! The node-side binaries (`gpu-node-agent`, `gpu-device-plugin`, `gpu-dra-driver`) on a simulated node: every
+//! process of the node runs with `--simulate node` (the GPUs the Node's `nvidia.com/gpu.simulator` annotation names)
+//! and the node's one state file, as the processes of a real node share its GPUs.
 use std::path::Path;
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! The DRA driver (`gpu-node-agent dra-driver`) against the local cluster: the real kube-scheduler allocates
+//! The DRA driver (`gpu-dra-driver run`) against the local cluster: the real kube-scheduler allocates
 //! claims from the ResourceSlices the driver publishes (consumable memory and cores on shared GPUs), and on a real
 //! kubelet ([`e2e::kubelet`], fake container runtime that resolves CDI devices as containerd does) the kubelet
 //! registers the driver, calls NodePrepareResources and hands the container the claim's CDI edits.
@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use e2e::agents::{NodeAgent, add_simulated_node};
+use e2e::agents::{NodeAgent, add_simulated_node, dra_driver_bin, node_agent_bin};
 use e2e::kubelet::{Kubelet, delete_pod, gpu_pod, pod_on};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
@@ -75,11 +75,12 @@ fn start_driver(node: &str, state: &Path, root: &Path, host: &Path, gpus: &str) 
         host.join("dev").display().to_string(),
     );
     NodeAgent::start(
+        &dra_driver_bin(),
         node,
         DRIVER_ACCOUNT,
         state,
         &[
-            "dra-driver",
+            "run",
             "--kubelet-root",
             &root,
             "--cdi-root",
@@ -338,6 +339,7 @@ fn dra_driver_on_a_real_kubelet() {
     let listen = format!("127.0.0.1:{port}");
     let root_text = root.display().to_string();
     let exporter = NodeAgent::start(
+        &node_agent_bin(),
         KUBELET_NODE,
         "nvidia-dcgm-exporter",
         &state,

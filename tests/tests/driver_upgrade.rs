@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
+use e2e::agents::{NodeAgent, add_simulated_node, node_agent_bin, simulator_tool};
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -492,6 +492,7 @@ fn driver_upgrades_move_every_node_through_nvidias_states() {
     let listen = format!("127.0.0.1:{}", free_port());
     let proc_root = proc_root.display().to_string();
     let _exporter = NodeAgent::start(
+        &node_agent_bin(),
         c,
         "nvidia-dcgm-exporter",
         &state,

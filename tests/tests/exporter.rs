@@ -272,6 +272,7 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
     let root = kubelet.root().display().to_string();
     let proc_root = proc_root.display().to_string();
     let exporter = NodeAgent::start(
+        &node_agent_bin(),
         NODE,
         "nvidia-dcgm-exporter",
         &state,
@@ -401,6 +402,7 @@ fn exporter_serves_dcgm_metrics_with_pods_and_follows_its_config_map() {
     let status_port = free_port();
     let status_listen = format!("127.0.0.1:{status_port}");
     let status_exporter = NodeAgent::start(
+        &node_agent_bin(),
         NODE,
         "nvidia-node-status-exporter",
         &state,

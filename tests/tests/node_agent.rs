@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use e2e::agents::{NodeAgent, add_simulated_node, simulator_tool};
+use e2e::agents::{NodeAgent, add_simulated_node, node_agent_bin, simulator_tool};
 use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
@@ -200,6 +200,7 @@ fn mig_config_map() -> String {
 /// The MIG manager of `node`, as the operator's DaemonSet runs it (plus `env`), with short timeouts.
 fn mig_manager(node: &str, state: &Path, env: &[(&str, &str)]) -> NodeAgent {
     NodeAgent::start(
+        &node_agent_bin(),
         node,
         "nvidia-mig-manager",
         state,
@@ -223,6 +224,7 @@ fn mig_manager(node: &str, state: &Path, env: &[(&str, &str)]) -> NodeAgent {
 
 fn discovery(node: &str, state: &Path) -> NodeAgent {
     NodeAgent::start(
+        &node_agent_bin(),
         node,
         "gpu-feature-discovery",
         state,

@@ -218,6 +218,7 @@ fn node_facts_replace_nfd() {
     let host_root = host.display().to_string();
     let kernel = host.join("kernel").display().to_string();
     let agent = agents::NodeAgent::start(
+        &agents::node_agent_bin(),
         &node,
         "gpu-node-facts",
         &state,

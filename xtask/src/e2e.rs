@@ -35,10 +35,11 @@ pub fn standard_nodes() -> Vec<AddNodes> {
 }
 
 /// The binaries the end-to-end tests run as local processes, by package.
-const BINARIES: [(&str, &str); 3] = [
+const BINARIES: [(&str, &str); 4] = [
     ("operator", "gpu-operator"),
     ("node-agent", "gpu-node-agent"),
     ("device-plugin", "gpu-device-plugin"),
+    ("dra-driver", "gpu-dra-driver"),
 ];
 
 /// Builds workspace binaries (`(package, binary)` pairs) in one cargo run and returns where they are.
@@ -99,6 +100,10 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     env.push((
         "E2E_DEVICE_PLUGIN_BIN".into(),
         bin_dir.join("gpu-device-plugin").display().to_string(),
+    ));
+    env.push((
+        "E2E_DRA_DRIVER_BIN".into(),
+        bin_dir.join("gpu-dra-driver").display().to_string(),
     ));
     let fake_cri = bin_dir.join("fake-cri");
     cluster::build_go_binary(&root.join("tests/fake-cri"), &fake_cri)?;

@@ -126,7 +126,7 @@ project's images has its repository on global.imageRegistry; every section gets 
 {{- end -}}
 {{- /* NVIDIA's values name NVIDIA's gpu-operator image (nvcr.io) for the validator and node status exporter: not
        ours; the operator runs its own default image, already on the registry, in its place. */ -}}
-{{- if and $section.repository (has $section.image (list "gpu-operator" "gpu-node-agent" "gpu-device-plugin")) (not (hasPrefix "nvcr.io/" $section.repository)) -}}
+{{- if and $section.repository (has $section.image (list "gpu-operator" "gpu-node-agent" "gpu-device-plugin" "gpu-dra-driver")) (not (hasPrefix "nvcr.io/" $section.repository)) -}}
 {{- $_ := set $section "repository" (include "gpu-operator.onImageRegistry" (dict "repository" $section.repository "root" .root)) -}}
 {{- end -}}
 {{- with (.root.Values.global | default dict).imagePullSecrets -}}

@@ -116,7 +116,7 @@ pub mod field_manager {
     pub const DISCOVERY: &str = "gpu-node-agent-discovery";
     /// The device plugin (`gpu-device-plugin run`); also the reporter of its Events.
     pub const DEVICE_PLUGIN: &str = "gpu-device-plugin";
-    /// The DRA driver (`gpu-node-agent dra-driver`); also the manager of its ResourceSlices and reporter of its Events.
+    /// The DRA driver (`gpu-dra-driver run`); also the manager of its ResourceSlices and reporter of its Events.
     pub const DRA_DRIVER: &str = "gpu-dra-driver";
     /// The exporter (`gpu-node-agent exporter`): the pods whose processes use the GPUs.
     pub const EXPORTER: &str = "gpu-node-agent-exporter";

@@ -1,5 +1,5 @@
 //! How the values of a HAMi share request read (pure): the admission webhook, which turns HAMi's pods into DRA
-//! claims, and the planner behind `gpu-node-agent dra-plan` both read them here, so that they cannot disagree.
+//! claims, and the planner behind `gpu-dra-driver plan` both read them here, so that they cannot disagree.
 //!
 //! HAMi reads each resource's integer value (its `pkg/device/nvidia/device.go`): `gpumem` in MiB,
 //! `gpumem-percentage` and `gpucores` in percent, 0 for "not given". What HAMi tolerates is tolerated here, with a

@@ -10,6 +10,7 @@ use crd::config::device_plugin::MigStrategy;
 use crd::paths::{KUBELET_ROOT, VALIDATIONS_DIR};
 use node_runtime::backend::GpuSource;
 use node_runtime::process::Logging;
+use node_runtime::start::NodeArgs;
 
 /// `gpu-node-agent`: one binary per node, several roles.
 #[derive(Debug, Parser)]
@@ -51,26 +52,9 @@ pub enum Command {
     /// The GPU memory watchdog: accounts each GPU process to its pod, and signals the processes of a pod that
     /// stays over its memory budget on a shared GPU (time-slicing and MPS replicas, DRA shares).
     Watchdog(WatchdogArgs),
-    /// The DRA driver `gpu.nvidia.com`: publishes the node's GPUs as a ResourceSlice (shared ones with consumable
-    /// memory and cores) and prepares claims for the kubelet (CDI specs with MPS limits).
-    DraDriver(DraDriverArgs),
-    /// Where DRA requests (HAMi's terms: `gpumem=3000,gpucores=30`) would land on nodes' GPUs as the DRA driver
-    /// publishes them, and what would remain; for admins and tests, without a cluster.
-    DraPlan(DraPlanArgs),
     /// Test tool for the simulator: inject faults (delays, reset failures, XIDs, processes) into a simulated node's
     /// GPUs, list its MIG devices.
     Simulator(SimulatorArgs),
-}
-
-/// The node this agent runs for and the operator's namespace, as the DaemonSets pass them.
-#[derive(Debug, Clone, Args)]
-pub struct NodeArgs {
-    /// Name of this node.
-    #[arg(long, env = "NODE_NAME")]
-    pub node_name: String,
-    /// Namespace of the operator, its operands and their ConfigMaps.
-    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "gpu-operator")]
-    pub namespace: String,
 }
 
 /// `gpu-node-agent mig`.
@@ -270,67 +254,6 @@ pub struct WatchdogArgs {
     /// Report (events, logs, metrics with `dry_run="true"`), never signal.
     #[arg(long)]
     pub dry_run: bool,
-}
-
-/// `gpu-node-agent dra-driver`.
-#[derive(Debug, Args)]
-pub struct DraDriverArgs {
-    /// This node and the operator's namespace.
-    #[command(flatten)]
-    pub node: NodeArgs,
-    /// The kubelet's root directory: the driver registers in its `plugins_registry` and serves in its `plugins`.
-    #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]
-    pub kubelet_root: PathBuf,
-    /// The container runtime's dynamic CDI directory, where each prepared claim's spec goes.
-    #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
-    pub cdi_root: PathBuf,
-    /// Where claims' MPS control daemons keep their pipes and logs (a host directory).
-    #[arg(long, env = "MPS_ROOT", default_value = "/run/nvidia/mps")]
-    pub mps_root: PathBuf,
-    /// The host's `/dev`: device nodes that exist there go into the CDI specs.
-    #[arg(long, default_value = "/dev")]
-    pub dev_root: PathBuf,
-    /// GPUs of each node the driver takes, unless the node's `nvidia.com/dra.gpus` label says otherwise: `all`,
-    /// `none` or indices such as `0,2-3`. The device plugin leaves these out.
-    #[arg(long, env = "DRA_GPUS", default_value = "all")]
-    pub gpus: crd::dra::GpuSet,
-    /// Which of the driver's GPUs are shared (consumable memory and cores), unless the node's
-    /// `nvidia.com/dra.shared-gpus` label says otherwise.
-    #[arg(long, env = "DRA_SHARED_GPUS", default_value = "none")]
-    pub shared_gpus: crd::dra::GpuSet,
-    /// When GPUs are Unhealthy (their devices tainted, and reported so to the kubelet); `DP_DISABLE_HEALTHCHECKS`
-    /// applies as in the device plugin.
-    #[command(flatten)]
-    pub health: node_runtime::health::HealthArgs,
-}
-
-/// `gpu-node-agent dra-plan`.
-#[derive(Debug, Args)]
-pub struct DraPlanArgs {
-    /// A node and its GPUs, as the simulator names them: `NAME=MODEL:COUNT[,MODEL:COUNT]` (e.g.
-    /// `a=a100-40gb:2`); repeat for several nodes, tried in order. Without any, this machine's GPUs (NVML, or
-    /// `--simulate`).
-    #[arg(long = "node", value_name = "NAME=GPUS")]
-    pub nodes: Vec<String>,
-    /// The GPUs the driver takes on every node: `all`, `none` or indices.
-    #[arg(long, default_value = "all")]
-    pub gpus: crd::dra::GpuSet,
-    /// Which of those are shared.
-    #[arg(long, default_value = "all")]
-    pub shared_gpus: crd::dra::GpuSet,
-    /// The requests, placed in order: comma-separated `key=value` with HAMi's names (`gpumem` in MiB or as a
-    /// quantity, `gpumem-percentage`, `gpucores`, `count`, `type`, `nouse-type`, `uuid`, `nouse-uuid`, `class`
-    /// shared|gpu|mig, `profile`).
-    #[arg(required = true, value_name = "REQUEST")]
-    pub requests: Vec<crate::dra::planner::Request>,
-}
-
-impl DraDriverArgs {
-    /// The driver's own directory under the kubelet's plugins (its socket and checkpoint).
-    #[must_use]
-    pub fn plugin_dir(&self) -> PathBuf {
-        self.kubelet_root.join("plugins").join(crd::dra::DRIVER)
-    }
 }
 
 /// `gpu-node-agent validate`.

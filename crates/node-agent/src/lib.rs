@@ -9,13 +9,11 @@
 //! - [`exporter`]: DCGM-exporter compatible GPU metrics, attributed to pods through the kubelet, with each pod's
 //!   own GPU memory from [`accounting`].
 //! - [`watchdog`]: the GPU memory watchdog, which signals the processes of a pod over its budget on a shared GPU.
-//! - [`dra`]: the DRA driver `gpu.nvidia.com`: ResourceSlices with consumable memory and cores on shared GPUs,
-//!   claims prepared into CDI specs with MPS limits, and the placement planner behind `dra-plan`.
 //! - [`accounting`]: which pod and container each GPU process belongs to (its cgroup, the node's pods).
 //! - [`simulator_tool`]: for tests, faults injected into a simulated node and its MIG devices listed.
 //!
 //! Every role that talks to the cluster keeps the node's GPUNode status current. What the roles share with the
-//! device plugin (GPU source and inventory, own-Node and GPUNode I/O, the run loop, logging) is the `node-runtime`
+//! device plugin and the DRA driver (GPU source and inventory, own-Node and GPUNode I/O, the run loop, logging) is the `node-runtime`
 //! crate. Decisions are pure functions (`mig::state`, `mig::assess`, `mig::clients`, `mig::holders`,
 //! `discovery::labels`, `exporter::config`, `exporter::families`, `accounting::cgroup`, `watchdog::budget`,
 //! `watchdog::assess`, `watchdog::decide`); I/O sits in `mig::drain`, `pod_resources` (the
@@ -24,7 +22,6 @@
 pub mod accounting;
 pub mod cli;
 pub mod discovery;
-pub mod dra;
 pub mod exporter;
 pub mod mig;
 pub mod node_facts;

@@ -3,7 +3,7 @@
 use clap::Parser;
 use node_agent::cli::{Cli, Command};
 use node_agent::{
-    discovery, dra, exporter, mig, node_facts, simulator_tool, status_exporter, validate, watchdog,
+    discovery, exporter, mig, node_facts, simulator_tool, status_exporter, validate, watchdog,
 };
 use node_runtime::process::{self, exit_code};
 
@@ -20,8 +20,6 @@ async fn main() -> std::process::ExitCode {
             Command::Exporter(args) => exporter::run(args, &cli.gpus).await,
             Command::StatusExporter(args) => status_exporter::run(args).await,
             Command::Watchdog(args) => watchdog::run(args, &cli.gpus).await,
-            Command::DraDriver(args) => dra::run(args, &cli.gpus).await,
-            Command::DraPlan(args) => dra::plan(&args, &cli.gpus).map(|plan| print!("{plan}")),
             Command::Simulator(args) => simulator_tool::run(&args, &cli.gpus).await,
         }
     };

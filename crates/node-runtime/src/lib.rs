@@ -1,12 +1,12 @@
-//! What every node-side binary shares: `gpu-node-agent` and `gpu-device-plugin` (and a DRA driver, when it comes)
-//! depend on this crate and never on each other.
+//! What every node-side binary shares: `gpu-node-agent`, `gpu-device-plugin` and `gpu-dra-driver` depend on this
+//! crate and never on each other.
 //!
 //! - [`backend`]: which GPUs a process works on, NVML or the simulator (`--simulate`, `--sim-state`).
 //! - [`inventory`]: one reading of the node's GPUs, and the GPUNode fields derived from it (pure).
 //! - [`kube_io`]: the own Node (read, watch, merge-patch its labels and annotations with `crd::node_patch`), one
 //!   ConfigMap, Events on the Node.
 //! - [`gpunode`]: the node's GPUNode, each binary writing its own fields by server-side apply.
-//! - [`start`]: what every role does first (client, own Node, GPUs).
+//! - [`start`]: what every role does first (its node and namespace on the command line, client, own Node, GPUs).
 //! - [`run_loop`]: the watch-driven loop every role runs, with its one [`Backoff`].
 //! - [`process`]: logging (text or JSON), the stop signals and the exit status.
 //! - [`grpc`]: a gRPC channel over a unix socket (the kubelet's device-plugin and pod-resources APIs).

@@ -1,6 +1,8 @@
-//! What every node role does first: connect to the API server, read its own Node, and open the GPUs (the Node's
-//! `nvidia.com/gpu.simulator` annotation serves `--simulate node`).
+//! What every node role does first: take its node and namespace from the command line ([`NodeArgs`]), connect to
+//! the API server, read its own Node, and open the GPUs (the Node's `nvidia.com/gpu.simulator` annotation serves
+//! `--simulate node`).
 
+use clap::Args;
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -8,6 +10,17 @@ use kube::Client;
 use crate::backend::{GpuSource, Gpus};
 use crate::gpunode::GpuNodeWriter;
 use crate::kube_io::{self, KubeError, NodeApi, NodeEvents};
+
+/// The node a role runs for and the operator's namespace, as the DaemonSets pass them.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Name of this node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Namespace of the operator, its operands and their ConfigMaps.
+    #[arg(long, env = "OPERATOR_NAMESPACE", default_value = "gpu-operator")]
+    pub namespace: String,
+}
 
 /// A started role: its client, its Node as read at start, and the GPUs.
 #[derive(Clone)]

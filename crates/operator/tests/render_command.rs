@@ -2,27 +2,17 @@
 
 use std::process::{Command, Output};
 
+use operator::model::DefaultImages;
+
 fn repo_file(path: &str) -> String {
     format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The variables that override the built-in images; cleared so that the built-in ones are what is tested.
-const IMAGE_VARIABLES: [&str; 9] = [
-    "DRIVER_IMAGE",
-    "CONTAINER_TOOLKIT_IMAGE",
-    "DEVICE_PLUGIN_IMAGE",
-    "DCGM_EXPORTER_IMAGE",
-    "DCGM_IMAGE",
-    "GFD_IMAGE",
-    "VALIDATOR_IMAGE",
-    "MIG_MANAGER_IMAGE",
-    "DRIVER_MANAGER_IMAGE",
-];
-
 fn render(policy: &str, nodes: &str) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-operator"));
     command.args(["render", "--policy", policy, "--nodes", nodes]);
-    for variable in IMAGE_VARIABLES {
+    // The variables that override the built-in images, cleared so that the built-in ones are what is tested.
+    for variable in DefaultImages::VARIABLES {
         command.env_remove(variable);
     }
     command.output().expect("run gpu-operator render")

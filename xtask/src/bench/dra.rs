@@ -1,6 +1,6 @@
 //! Fractional GPUs through DRA: how fast the real kube-scheduler brings pods with shares of GPUs to Running, and
 //! how long the driver's NodePrepareResources takes. 25 kwok nodes with 4 simulated A100-40GB each (100 GPUs,
-//! every one shared) get a release `gpu-node-agent dra-driver` each, publishing their slices; pods take 3000 MiB
+//! every one shared) get a release `gpu-dra-driver run` each, publishing their slices; pods take 3000 MiB
 //! and 10 % of the SMs each (ten fit on a GPU), through a ResourceClaimTemplate of the chart's
 //! `shared.gpu.nvidia.com` class. kwok marks a bound pod Running, so the time is the scheduler's (allocation of
 //! the claims included) and the API server's. Then the `prepare_latency` example plays the kubelet against the
@@ -109,7 +109,7 @@ pub fn measure(
         "-f",
         &root.join("charts/gpu-operator/crds").display().to_string(),
     ])?;
-    let binary = command::target_dir(root).join("release/gpu-node-agent");
+    let binary = command::target_dir(root).join("release/gpu-dra-driver");
     let mut drivers = Drivers(Vec::new());
     for node in &nodes {
         let dir = work.join(node);
@@ -123,7 +123,7 @@ pub fn measure(
                     "node",
                     "--sim-state",
                     &path("gpus.json"),
-                    "dra-driver",
+                    "run",
                     "--kubelet-root",
                     &path("kubelet"),
                     "--cdi-root",
@@ -141,7 +141,7 @@ pub fn measure(
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .context("cannot start gpu-node-agent dra-driver")?,
+                .context("cannot start gpu-dra-driver run")?,
         );
     }
     wait(TIMEOUT, "every node's ResourceSlice", || {

@@ -75,7 +75,9 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     let out = args.out.clone().unwrap_or_else(|| root.join("docs/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
-    say("building our operator, the node agent and the benchmarks' examples (release)");
+    say(
+        "building our operator, the node agent, the DRA driver and the benchmarks' examples (release)",
+    );
     command::release_build(
         root,
         &[
@@ -93,6 +95,10 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             "gpu-node-agent",
             "--example",
             "watchdog_load",
+            "--package",
+            "dra-driver",
+            "--bin",
+            "gpu-dra-driver",
             "--example",
             "prepare_latency",
         ]

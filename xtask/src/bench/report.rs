@@ -223,7 +223,7 @@ pub fn render(results: &Results) -> String {
             text,
             "\n## Fractional GPUs through DRA\n\nThe real kube-scheduler allocating claims of 3000 MiB and 10 % of the SMs \
              (class `shared.gpu.nvidia.com`) from {} simulated A100-40GB on {} kwok nodes, each with a release \
-             `gpu-node-agent dra-driver` publishing its slice; time from `kubectl create` of the pods to the last one \
+             `gpu-dra-driver run` publishing its slice; time from `kubectl create` of the pods to the last one \
              Running (kwok runs a bound pod).\n\n| pods | seconds | pods/s |\n|---:|---:|---:|",
             dra.gpus, dra.nodes,
         );

@@ -31,7 +31,7 @@ pub struct DraDriverSpec {
     #[x_kube(validation = Rule::new(GPU_SET_RULE).message("draDriver.sharedGPUs must be all, none, or GPU indices and ranges such as 0,2-3"))]
     #[serde(rename = "sharedGPUs")]
     pub shared_gpus: Option<String>,
-    /// DRA driver image (this operator's node agent unless set).
+    /// DRA driver image (this operator's gpu-dra-driver unless set).
     #[serde(flatten)]
     pub image: ImageSpec,
     /// DRA driver container resources, arguments and environment.

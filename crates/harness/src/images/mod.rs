@@ -1,7 +1,8 @@
-//! `cargo xtask images`: the OCI images of the operator, the node agent and the device plugin (release builds, or
-//! with `--profile test` unoptimised ones for the tests; tagged with the chart's appVersion), plus the pod-sandbox ("pause") image the local real node needs and the
-//! real-node tests' workload ("testapp"), each for linux/amd64 and linux/arm64 under one OCI image index, written
-//! without a container engine as archives into `<cache>/images/` and, with `--push`, to a registry.
+//! `cargo xtask images`: the OCI images of the operator, the node agent, the device plugin and the DRA driver
+//! (release builds, or with `--profile test` unoptimised ones for the tests; tagged with the chart's appVersion),
+//! plus the pod-sandbox ("pause") image the local real node needs and the real-node tests' workload ("testapp"),
+//! each for linux/amd64 and linux/arm64 under one OCI image index, written without a container engine as archives
+//! into `<cache>/images/` and, with `--push`, to a registry.
 //!
 //! Every image is two layers: the shared glibc userland from Debian's packages of its architecture (see
 //! `userland`) and one binary. The arm64 binaries are cross-compiled with Debian's cross toolchain
@@ -65,6 +66,13 @@ const COMPONENTS: &[Component] = &[
         binary: "gpu-device-plugin",
         nonroot: false,
         description: "The kubelet device plugin: whole GPUs, MIG, time-slicing and MPS.",
+    },
+    Component {
+        image: "gpu-dra-driver",
+        package: "dra-driver",
+        binary: "gpu-dra-driver",
+        nonroot: false,
+        description: "The DRA driver gpu.nvidia.com: fractional GPUs through Dynamic Resource Allocation.",
     },
 ];
 

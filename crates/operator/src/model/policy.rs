@@ -19,13 +19,14 @@ pub const OWN_REPOSITORY: &str = "ghcr.io/gpu-operator-rs";
 pub const OWN_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The images the operator falls back to when a section names none, by the environment variable that holds
-/// each (the names NVIDIA's operator reads).
+/// each (the names NVIDIA's operator reads, and `DRA_DRIVER_IMAGE`, ours: NVIDIA's operator reads none for a DRA
+/// driver).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DefaultImages(pub BTreeMap<String, String>);
 
 impl DefaultImages {
     /// The environment variables naming default images, read from the operator's own environment.
-    pub const VARIABLES: [&'static str; 9] = [
+    pub const VARIABLES: [&'static str; 10] = [
         "DRIVER_IMAGE",
         "CONTAINER_TOOLKIT_IMAGE",
         "DEVICE_PLUGIN_IMAGE",
@@ -35,6 +36,7 @@ impl DefaultImages {
         "VALIDATOR_IMAGE",
         "MIG_MANAGER_IMAGE",
         "DRIVER_MANAGER_IMAGE",
+        "DRA_DRIVER_IMAGE",
     ];
 
     /// The images compiled in, so that a ClusterPolicy without image fields (NVIDIA's sample) runs: this
@@ -62,6 +64,7 @@ impl DefaultImages {
                 ("GFD_IMAGE", own("gpu-node-agent")),
                 ("VALIDATOR_IMAGE", own("gpu-node-agent")),
                 ("MIG_MANAGER_IMAGE", own("gpu-node-agent")),
+                ("DRA_DRIVER_IMAGE", own("gpu-dra-driver")),
             ]
             .into_iter()
             .map(|(variable, image)| (variable.to_owned(), image))
@@ -237,12 +240,12 @@ fn sections(spec: &ClusterPolicySpec) -> [Section<'_>; 11] {
             false,
             spec.watchdog.enabled,
         ),
-        // The node agent's role; off unless asked for.
+        // Its own image; off unless asked for.
         section(
             Component::DraDriver,
             "draDriver",
             &spec.dra_driver.image,
-            "VALIDATOR_IMAGE",
+            "DRA_DRIVER_IMAGE",
             false,
             spec.dra_driver.enabled,
         ),
@@ -507,6 +510,10 @@ mod tests {
             policy.image(Component::DevicePlugin),
             own("gpu-device-plugin")
         );
+        let mut spec = ClusterPolicySpec::default();
+        spec.dra_driver.enabled = Some(true);
+        let with_dra = validate(&spec, &DefaultImages::builtin()).unwrap();
+        assert_eq!(with_dra.image(Component::DraDriver), own("gpu-dra-driver"));
         for component in [
             Component::OperatorValidator,
             Component::GpuFeatureDiscovery,
@@ -599,7 +606,7 @@ mod tests {
                 "VALIDATOR_IMAGE",
                 "nodeStatusExporter",
             ),
-            (Component::DraDriver, "VALIDATOR_IMAGE", "draDriver"),
+            (Component::DraDriver, "DRA_DRIVER_IMAGE", "draDriver"),
         ] {
             assert_eq!(policy.image(component), builtin.0[variable], "{component}");
             let warnings = &policy.component_warnings[&component];

@@ -1,4 +1,4 @@
-//! The DRA driver (`gpu-node-agent dra-driver`, ClusterPolicy `draDriver`, ours): the kubelet plugin of driver
+//! The DRA driver (`gpu-dra-driver run`, its own image, ClusterPolicy `draDriver`, ours): the kubelet plugin of driver
 //! `gpu.nvidia.com`. It registers in the kubelet's plugin registry, serves in the kubelet's plugins directory,
 //! writes per-claim CDI specs where the runtime reads them, and keeps claims' MPS pipes in a host directory that
 //! containers mount.
@@ -26,8 +26,8 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
         crd::dra::DRIVER
     );
     let command = vec![
-        "gpu-node-agent",
-        "dra-driver",
+        "gpu-dra-driver",
+        "run",
         "--kubelet-root",
         kubelet_root,
         "--cdi-root",

@@ -47,6 +47,10 @@ pub(crate) fn default_images() -> DefaultImages {
             "DRIVER_MANAGER_IMAGE",
             "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.8.0",
         ),
+        (
+            "DRA_DRIVER_IMAGE",
+            "registry.example/gpu-operator/dra-driver:0.1.0",
+        ),
     ];
     assert_eq!(
         images.len(),

@@ -623,8 +623,8 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
     assert_eq!(names(&drivers), ["nvidia-dra-driver-gpu"]);
     let pod = &drivers[0]["spec"]["template"]["spec"];
     let main = &pod["containers"][0];
-    assert_eq!(main["command"], json!(["gpu-node-agent"]));
-    assert_eq!(main["args"][0], "dra-driver");
+    assert_eq!(main["command"], json!(["gpu-dra-driver"]));
+    assert_eq!(main["args"][0], "run");
     let env = |container: &serde_json::Value, name: &str| {
         container["env"]
             .as_array()

@@ -12,20 +12,20 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::api::dra_plugin_server::{DraPlugin, DraPluginServer};
-use super::api::{
+use crate::api::dra_plugin_server::{DraPlugin, DraPluginServer};
+use crate::api::{
     Device, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse,
     NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
-use super::claims::{ClaimReader, ClaimRef, Claims};
-use super::health::HealthService;
-use super::health_api::dra_resource_health_server::DraResourceHealthServer;
-use super::registration::registration_server::{Registration, RegistrationServer};
-use super::registration::{
+use crate::claims::{ClaimReader, ClaimRef, Claims};
+use crate::health::HealthService;
+use crate::health_api::dra_resource_health_server::DraResourceHealthServer;
+use crate::registration::registration_server::{Registration, RegistrationServer};
+use crate::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
-use super::slices::DriverDevice;
-use super::{authority, cdi};
+use crate::slices::DriverDevice;
+use crate::{authority, cdi};
 
 /// The service the kubelet picks: the DRA plugin API v1.
 const SERVICE_V1: &str = "v1.DRAPlugin";
@@ -184,7 +184,7 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves the DRA and health services, then registration (the kubelet dials the service as soon as it sees the
-/// registration socket), both behind the [`authority`](super::authority) front. Returns when a server stops, which
+/// registration socket), both behind the [`authority`](crate::authority) front. Returns when a server stops, which
 /// is an error: the driver exits and its pod restarts.
 ///
 /// # Errors

@@ -14,12 +14,12 @@ use tokio::sync::{Notify, watch};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::health_api::dra_resource_health_server::DraResourceHealth;
-use super::health_api::{
+use crate::health_api::dra_resource_health_server::DraResourceHealth;
+use crate::health_api::{
     DeviceHealth, DeviceIdentifier, HealthStatus, NodeWatchResourcesRequest,
     NodeWatchResourcesResponse,
 };
-use super::slices::DriverDevice;
+use crate::slices::DriverDevice;
 
 /// The key of the taint on the devices of a GPU with a recent critical XID; its value is the XID.
 pub const TAINT_KEY: &str = "gpu.nvidia.com/xid";
@@ -172,7 +172,7 @@ mod tests {
     use node_runtime::testing::simulated;
 
     use super::*;
-    use crate::dra::slices;
+    use crate::slices;
 
     fn devices(spec: &str, mig: &[(&str, u32)]) -> Vec<DriverDevice> {
         let (_dir, simulator) = simulated(spec, mig);

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use node_runtime::testing::simulated;
 
 use super::*;
-use crate::dra::slices;
+use crate::slices;
 
 /// Claims by namespace/name, as the API would answer.
 #[derive(Default)]

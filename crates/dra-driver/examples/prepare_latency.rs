@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use clap::Parser;
-use node_agent::dra::api::dra_plugin_client::DraPluginClient;
-use node_agent::dra::api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
+use dra_driver::api::dra_plugin_client::DraPluginClient;
+use dra_driver::api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
 use node_runtime::grpc::connect;
 use serde::Deserialize;
 

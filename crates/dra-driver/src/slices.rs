@@ -425,7 +425,7 @@ mod tests {
                 shared: GpuSet::All,
             },
         );
-        devices[0].device.taints = Some(vec![crate::dra::health::taint(Some(79))]);
+        devices[0].device.taints = Some(vec![crate::health::taint(Some(79))]);
         let wanted = slice("node-a", "uid-a", 3, &devices);
         let mut stored = wanted.clone();
         let device = &mut stored.spec.devices.as_mut().unwrap()[0];

@@ -1,5 +1,8 @@
-//! The DRA driver role (`gpu-node-agent dra-driver`): the kubelet plugin of driver `gpu.nvidia.com` for this node.
+//! The DRA driver, `gpu-dra-driver`: the kubelet plugin of driver `gpu.nvidia.com` for this node (`run`), and the
+//! placement planner behind `plan`. Built on `node-runtime`, as the node agent and the device plugin are, and
+//! independent of both.
 //!
+//! - [`cli`]: the command line the operator's DaemonSet renders (`crates/operator/src/render/dra_driver.rs`).
 //! - [`slices`] (pure): the devices and the ResourceSlice for the node's GPUs under its partition.
 //! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
@@ -10,7 +13,8 @@
 //! - [`authority`]: the front that lets the kubelet's registration requests through (their `:authority` is the
 //!   socket's path, which HTTP/2 servers in Rust refuse).
 //! - [`status`] (pure): the driver's part of GPUNode status.
-//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`dra-plan`): its allocation in `planner`, requests in `planner::request`, the tables in `planner::table`.
+//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`plan`): its allocation
+//!   in `planner`, requests in `planner::request`, the tables in `planner::table`.
 
 use std::sync::Arc;
 
@@ -20,11 +24,12 @@ use node_runtime::backend::{GpuSource, Gpus};
 use node_runtime::start::NodeRole;
 use tokio::sync::{Notify, watch};
 
-use crate::cli::{DraDriverArgs, DraPlanArgs};
+use crate::cli::{PlanArgs, RunArgs};
 
 pub mod authority;
 pub mod cdi;
 pub mod claims;
+pub mod cli;
 pub mod health;
 pub mod planner;
 pub mod publish;
@@ -54,7 +59,7 @@ pub mod registration {
 ///
 /// # Errors
 /// When the node or its GPUs cannot be read at start, the checkpoint is unreadable, or a server stops.
-pub async fn run(args: DraDriverArgs, source: &GpuSource) -> anyhow::Result<()> {
+pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     let role = NodeRole::start(source, &args.node.node_name).await?;
     let host = claims::HostPaths {
         cdi_dir: args.cdi_root.clone(),
@@ -127,11 +132,11 @@ async fn gpu_node_writer(role: &NodeRole) -> node_runtime::gpunode::GpuNodeWrite
     }
 }
 
-/// `dra-plan`: the devices of each node as the driver would publish them, and where the requests land.
+/// `plan`: the devices of each node as the driver would publish them, and where the requests land.
 ///
 /// # Errors
 /// When a node's GPUs cannot be read or a `--node` is not `NAME=GPUS`.
-pub fn plan(args: &DraPlanArgs, source: &GpuSource) -> anyhow::Result<planner::Plan> {
+pub fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<planner::Plan> {
     let partition = Partition {
         dra: args.gpus.clone(),
         shared: args.shared_gpus.clone(),
@@ -171,8 +176,8 @@ pub fn plan(args: &DraPlanArgs, source: &GpuSource) -> anyhow::Result<planner::P
 mod tests {
     use super::*;
 
-    fn args(nodes: &[&str], shared: &str, requests: &[&str]) -> DraPlanArgs {
-        DraPlanArgs {
+    fn args(nodes: &[&str], shared: &str, requests: &[&str]) -> PlanArgs {
+        PlanArgs {
             nodes: nodes.iter().map(|node| (*node).to_owned()).collect(),
             gpus: crd::dra::GpuSet::All,
             shared_gpus: shared.parse().unwrap(),

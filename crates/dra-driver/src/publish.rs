@@ -23,10 +23,10 @@ use node_runtime::run_loop::run_on_changes;
 use tokio::sync::{Notify, watch};
 use tracing::info;
 
-use super::claims::Claims;
-use super::health;
-use super::slices::{self, DriverDevice};
-use super::status;
+use crate::claims::Claims;
+use crate::health;
+use crate::slices::{self, DriverDevice};
+use crate::status;
 
 /// What a pass works from: the Node and the slice as stored (a change of the prepared claims sends them again).
 #[derive(Debug, Clone)]

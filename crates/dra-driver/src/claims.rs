@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tracing::{info, warn};
 
-use super::cdi::{self, PreparedDevice, ShareLimits};
-use super::slices::DriverDevice;
+use crate::cdi::{self, PreparedDevice, ShareLimits};
+use crate::slices::DriverDevice;
 use crd::quantity::parse_bytes as parse_quantity;
 
 /// Reads a ResourceClaim: the API in the driver, a map in tests.

@@ -14,7 +14,7 @@ use node_runtime::testing::simulated;
 use tempfile::TempDir;
 
 use super::*;
-use crate::dra::claims::HostPaths;
+use crate::claims::HostPaths;
 
 const SLICE: &str = "/apis/resource.k8s.io/v1/resourceslices/node-1-gpu.nvidia.com";
 

@@ -3,8 +3,8 @@
 
 use crd::gpu_node::{DraDevice, DraStatus};
 
-use super::claims::Checkpoint;
-use super::slices::DriverDevice;
+use crate::claims::Checkpoint;
+use crate::slices::DriverDevice;
 
 /// What enforces shared claims' limits on this node.
 #[must_use]
@@ -56,7 +56,7 @@ pub fn status(
                 memory_free_mib: device.memory_mib.saturating_sub(memory),
                 cores_allocated: cores,
                 cores_free: crd::dra::CORES_TOTAL.saturating_sub(cores),
-                unhealthy: super::health::unhealthy_reason(device),
+                unhealthy: crate::health::unhealthy_reason(device),
             }
         })
         .collect();
@@ -75,9 +75,9 @@ mod tests {
     use node_runtime::testing::simulated;
 
     use super::*;
-    use crate::dra::cdi::{PreparedDevice, ShareLimits};
-    use crate::dra::claims::PreparedClaim;
-    use crate::dra::slices;
+    use crate::cdi::{PreparedDevice, ShareLimits};
+    use crate::claims::PreparedClaim;
+    use crate::slices;
 
     fn held(device: &str, limits: Option<(u64, u64)>) -> PreparedClaim {
         PreparedClaim {
@@ -110,7 +110,7 @@ mod tests {
                 shared: "1".parse().unwrap(),
             },
         );
-        crate::dra::health::taint_unhealthy(&mut devices, &[(2, Some(79))].into());
+        crate::health::taint_unhealthy(&mut devices, &[(2, Some(79))].into());
         let prepared = Checkpoint {
             claims: [
                 ("a".to_owned(), held("gpu-1", Some((3000, 30)))),
