@@ -31,6 +31,8 @@ const CRDS: &[&str] = &[
 pub enum Operator {
     Ours,
     Nvidia,
+    /// No operator: our DaemonSets and node labels applied directly (`floor.rs`), the cluster's own speed.
+    Floor,
 }
 
 impl Operator {
@@ -42,21 +44,30 @@ impl Operator {
                 "NVIDIA gpu-operator {}",
                 cluster::NVIDIA_GPU_OPERATOR_RELEASE
             ),
+            Self::Floor => "floor (our DaemonSets, no operator)".to_owned(),
         }
+    }
+
+    /// Whether a process of its own runs: the floor has no RSS, CPU, requests or reconciles to report.
+    pub fn runs_a_process(self) -> bool {
+        self != Self::Floor
     }
 
     /// The histogram of its reconcile durations: ours, and controller-runtime's (every controller of NVIDIA's).
-    pub fn reconcile_histogram(self) -> &'static str {
+    pub fn reconcile_histogram(self) -> Option<&'static str> {
         match self {
-            Self::Ours => "gpu_operator_reconcile_duration_seconds",
-            Self::Nvidia => "controller_runtime_reconcile_time_seconds",
+            Self::Ours => Some("gpu_operator_reconcile_duration_seconds"),
+            Self::Nvidia => Some("controller_runtime_reconcile_time_seconds"),
+            Self::Floor => None,
         }
     }
 
-    fn workload(self) -> &'static str {
+    /// The harness's name for its process.
+    fn workload(self) -> Option<&'static str> {
         match self {
-            Self::Ours => "gpu-operator",
-            Self::Nvidia => nvidia::WORKLOAD,
+            Self::Ours => Some("gpu-operator"),
+            Self::Nvidia => Some(nvidia::WORKLOAD),
+            Self::Floor => None,
         }
     }
 }
@@ -152,6 +163,7 @@ impl Contender {
         match self.operator {
             Operator::Ours => operators::start_operator(info, &self.build, identity, metrics_addr),
             Operator::Nvidia => nvidia::start(info, &self.build, metrics_addr),
+            Operator::Floor => anyhow::bail!("the floor runs no operator"),
         }
     }
 
@@ -188,10 +200,17 @@ impl Contender {
                 "--timeout=600s",
             ],
         )?;
-        cluster::stop_workload(info, self.operator.workload())?;
+        if let Some(workload) = self.operator.workload() {
+            cluster::stop_workload(info, workload)?;
+        }
+        self.uninstall(root, &env)
+    }
+
+    /// `helm uninstall` of the chart and removal of its CRDs.
+    pub fn uninstall(&self, root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
         command::run(
             root,
-            &env,
+            env,
             "helm",
             &[
                 "uninstall",
@@ -206,6 +225,6 @@ impl Contender {
         )?;
         let mut delete_crds = vec!["delete", "crd", "--ignore-not-found", "--wait"];
         delete_crds.extend(CRDS);
-        command::run(root, &env, "kubectl", &delete_crds)
+        command::run(root, env, "kubectl", &delete_crds)
     }
 }

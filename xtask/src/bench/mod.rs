@@ -1,11 +1,13 @@
 //! `cargo xtask bench`: our operator and NVIDIA's, one after the other on the same local cluster with N simulated
 //! GPU nodes, measured alike (DESIGN.md, Performance): time to ready, patch propagation, RSS and CPU, and API
-//! requests by verb and resource from the audit log; plus the device plugin's Allocate latency, the GPU memory
+//! requests by verb and resource from the audit log; beside them the floor, our DaemonSets and node labels applied
+//! with no operator (`floor.rs`), which is as fast as the cluster itself goes; plus the device plugin's Allocate latency, the GPU memory
 //! watchdog, fractional GPUs through DRA and a driver upgrade at the largest node count (ours only). Writes
 //! `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
 
 mod contender;
 mod dra;
+mod floor;
 mod observe;
 mod plot;
 mod proc_stats;
@@ -185,16 +187,29 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         }
         for contender in &contenders {
             let label = format!("{} nodes, {}", nodes, contender.operator.label());
-            match measure(root, &info, contender, &policy, nodes) {
-                Ok(row) => {
-                    say(format!(
-                        "{label}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, {} requests/min at rest",
-                        row.ready_s,
-                        row.patch_to_ready_s,
-                        row.steady_rss_mib,
-                        row.at_rest.total()
-                    ));
-                    results.rows.push(row);
+            let measured =
+                measure(root, &info, contender, &policy, nodes).and_then(|(row, captured)| {
+                    let mut rows = vec![row];
+                    if let Some(captured) = captured {
+                        rows.push(measure_floor(root, &info, contender, &captured, nodes)?);
+                    }
+                    Ok(rows)
+                });
+            match measured {
+                Ok(rows) => {
+                    for row in &rows {
+                        say(format!(
+                            "{} nodes, {}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, {} requests/min \
+                             at rest",
+                            row.nodes,
+                            row.operator.label(),
+                            row.ready_s,
+                            row.patch_to_ready_s,
+                            row.steady_rss_mib,
+                            row.at_rest.total()
+                        ));
+                    }
+                    results.rows.extend(rows);
                     write_outputs(&out, &results)?;
                 }
                 Err(error) => {
@@ -363,14 +378,14 @@ fn fresh_cluster(nodes: u32) -> anyhow::Result<ClusterInfo> {
     Ok(info)
 }
 
-/// One operator on the prepared cluster, removed again at the end.
+/// One operator on the prepared cluster, removed again at the end; with ours, what the floor repeats.
 fn measure(
     root: &Path,
     info: &ClusterInfo,
     contender: &Contender,
     policy: &Path,
     nodes: u32,
-) -> anyhow::Result<Row> {
+) -> anyhow::Result<(Row, Option<floor::Captured>)> {
     let operator = contender.operator;
     let env = cluster::env_vars(info);
     say(format!("{}: helm install of its chart", operator.label()));
@@ -388,6 +403,11 @@ fn measure(
     let connection = Connection::open(&info.kubeconfig)?;
     let observer = Observer::new(&connection);
     let audit_log = info.state_dir.join("logs/audit.log");
+    // Our run leaves what the floor's repeats: the labels it writes are what differs from now.
+    let labels_before = match operator {
+        Operator::Ours => Some(floor::node_labels(&connection)?),
+        Operator::Nvidia | Operator::Floor => None,
+    };
 
     say("creating the ClusterPolicy");
     let created = Instant::now();
@@ -397,35 +417,17 @@ fn measure(
         "kubectl",
         &["create", "-f", &policy.display().to_string()],
     )?;
-    let mut first_seen = std::collections::BTreeMap::new();
-    let (mut labelled, mut available) = (None, None);
-    let ready = observer
-        .until(
-            created,
-            TIMEOUT,
-            "the ClusterPolicy to be ready with every operand rolled out",
-            |snapshot, at| {
-                for name in snapshot.daemonsets.keys() {
-                    first_seen.entry(name.clone()).or_insert(at);
-                }
-                if snapshot.labelled(nodes) {
-                    labelled.get_or_insert(at);
-                }
-                if snapshot.available(nodes) {
-                    available.get_or_insert(at);
-                }
-            },
-            |snapshot| snapshot.settled(nodes),
-        )
-        .with_context(|| format!("the operator's log: {}", workload.log.display()))?;
-    let daemonsets: Vec<String> = first_seen.keys().cloned().collect();
-    let daemonsets_at = first_seen.values().max().copied().unwrap_or_default();
-    say(format!(
-        "{} DaemonSets after {:.2} s, ready after {:.2} s",
-        daemonsets.len(),
-        daemonsets_at.as_secs_f64(),
-        ready.as_secs_f64()
-    ));
+    let timeline = time_rollout(
+        &observer,
+        created,
+        nodes,
+        "the ClusterPolicy to be ready with every operand rolled out",
+        |snapshot| snapshot.settled(nodes),
+    )
+    .with_context(|| format!("the operator's log: {}", workload.log.display()))?;
+    let captured = labels_before
+        .map(|before| floor::capture(&connection, &before))
+        .transpose()?;
 
     say(format!("patching toolkit.version to {PATCHED_VERSION}"));
     let rollout_start = AuditMark::now(&audit_log)?;
@@ -443,28 +445,9 @@ fn measure(
             &format!(r#"{{"spec":{{"toolkit":{{"version":"{PATCHED_VERSION}"}}}}}}"#),
         ],
     )?;
-    let suffix = format!(":{PATCHED_VERSION}");
-    let patched_image = |snapshot: &Snapshot| snapshot.runs_image(PATCHED_DAEMONSET, &suffix);
-    let to_daemonset = observer.until(
-        patched,
-        TIMEOUT,
-        "the container toolkit DaemonSet's new image",
-        |_, _| {},
-        patched_image,
-    )?;
-    let to_ready = observer.until(
-        patched,
-        TIMEOUT,
-        "ready again with the new image rolled out",
-        |_, _| {},
-        |snapshot| patched_image(snapshot) && snapshot.settled(nodes),
-    )?;
+    let (to_daemonset, to_ready) =
+        time_patch(&observer, patched, |snapshot| snapshot.settled(nodes))?;
     let rollout = rollout_start.operator_requests()?;
-    say(format!(
-        "DaemonSet after {:.2} s, ready after {:.2} s",
-        to_daemonset.as_secs_f64(),
-        to_ready.as_secs_f64()
-    ));
 
     say(format!(
         "{} s at rest, then {} s of counting requests",
@@ -481,13 +464,13 @@ fn measure(
 
     say(format!("removing {}", operator.label()));
     contender.remove(root, info)?;
-    Ok(Row {
+    let row = Row {
         operator,
         nodes,
-        daemonsets_s: daemonsets_at.as_secs_f64(),
-        labelled_s: labelled.unwrap_or(ready).as_secs_f64(),
-        available_s: available.unwrap_or(ready).as_secs_f64(),
-        ready_s: ready.as_secs_f64(),
+        daemonsets_s: timeline.daemonsets_s,
+        labelled_s: timeline.labelled_s,
+        available_s: timeline.available_s,
+        ready_s: timeline.ready_s,
         patch_to_daemonset_s: to_daemonset.as_secs_f64(),
         patch_to_ready_s: to_ready.as_secs_f64(),
         peak_rss_mib: end.peak_rss_mib,
@@ -497,8 +480,150 @@ fn measure(
         at_rest,
         rollout,
         reconciles,
-        daemonsets,
+        daemonsets: timeline.daemonsets,
+    };
+    Ok((row, captured))
+}
+
+/// The floor at `nodes`: what our operator's run rendered and labelled, applied with no operator.
+fn measure_floor(
+    root: &Path,
+    info: &ClusterInfo,
+    ours: &Contender,
+    captured: &floor::Captured,
+    nodes: u32,
+) -> anyhow::Result<Row> {
+    let label = Operator::Floor.label();
+    say(format!(
+        "{label}: our chart and the labels our operator wrote, in place"
+    ));
+    captured.prepare(root, info, ours)?;
+    let connection = Connection::open(&info.kubeconfig)?;
+    let observer = Observer::new(&connection);
+    say(format!(
+        "{label}: creating {} DaemonSets",
+        captured.daemonsets.len()
+    ));
+    let created = Instant::now();
+    captured.apply(&connection)?;
+    let timeline = time_rollout(
+        &observer,
+        created,
+        nodes,
+        "every operand rolled out",
+        |snapshot| snapshot.rolled_out(nodes),
+    )?;
+    say(format!(
+        "{label}: the container toolkit's image to {PATCHED_VERSION}"
+    ));
+    let patched = Instant::now();
+    captured.retag(&connection, PATCHED_DAEMONSET, PATCHED_VERSION)?;
+    let (to_daemonset, to_ready) =
+        time_patch(&observer, patched, |snapshot| snapshot.rolled_out(nodes))?;
+    say(format!("removing the {label}'s DaemonSets and labels"));
+    captured.remove(root, info, ours)?;
+    Ok(Row {
+        operator: Operator::Floor,
+        nodes,
+        daemonsets_s: timeline.daemonsets_s,
+        labelled_s: timeline.labelled_s,
+        available_s: timeline.available_s,
+        ready_s: timeline.ready_s,
+        patch_to_daemonset_s: to_daemonset.as_secs_f64(),
+        patch_to_ready_s: to_ready.as_secs_f64(),
+        peak_rss_mib: 0.0,
+        steady_rss_mib: 0.0,
+        cpu_s: 0.0,
+        cpu_rest_s: 0.0,
+        at_rest: Requests::default(),
+        rollout: Requests::default(),
+        reconciles: Reconciles::default(),
+        daemonsets: timeline.daemonsets,
     })
+}
+
+/// Seconds from the start of a rollout to each of its milestones.
+struct Timeline {
+    /// The DaemonSets seen.
+    daemonsets: Vec<String>,
+    daemonsets_s: f64,
+    labelled_s: f64,
+    available_s: f64,
+    ready_s: f64,
+}
+
+/// Polls from `since` until `settled`, noting when the DaemonSets appeared, the nodes were labelled and the pods
+/// became available.
+fn time_rollout(
+    observer: &Observer,
+    since: Instant,
+    nodes: u32,
+    what: &str,
+    settled: impl Fn(&Snapshot) -> bool,
+) -> anyhow::Result<Timeline> {
+    let mut first_seen = std::collections::BTreeMap::new();
+    let (mut labelled, mut available) = (None, None);
+    let ready = observer.until(
+        since,
+        TIMEOUT,
+        what,
+        |snapshot, at| {
+            for name in snapshot.daemonsets.keys() {
+                first_seen.entry(name.clone()).or_insert(at);
+            }
+            if snapshot.labelled(nodes) {
+                labelled.get_or_insert(at);
+            }
+            if snapshot.available(nodes) {
+                available.get_or_insert(at);
+            }
+        },
+        settled,
+    )?;
+    let daemonsets_at = first_seen.values().max().copied().unwrap_or_default();
+    say(format!(
+        "{} DaemonSets after {:.2} s, ready after {:.2} s",
+        first_seen.len(),
+        daemonsets_at.as_secs_f64(),
+        ready.as_secs_f64()
+    ));
+    Ok(Timeline {
+        daemonsets: first_seen.into_keys().collect(),
+        daemonsets_s: daemonsets_at.as_secs_f64(),
+        labelled_s: labelled.unwrap_or(ready).as_secs_f64(),
+        available_s: available.unwrap_or(ready).as_secs_f64(),
+        ready_s: ready.as_secs_f64(),
+    })
+}
+
+/// From the patch at `patched`: to the toolkit DaemonSet carrying the patched image, and to `settled` with it.
+fn time_patch(
+    observer: &Observer,
+    patched: Instant,
+    settled: impl Fn(&Snapshot) -> bool,
+) -> anyhow::Result<(Duration, Duration)> {
+    let suffix = format!(":{PATCHED_VERSION}");
+    let patched_image = |snapshot: &Snapshot| snapshot.runs_image(PATCHED_DAEMONSET, &suffix);
+    let to_daemonset = observer.until(
+        patched,
+        TIMEOUT,
+        "the container toolkit DaemonSet's new image",
+        |_, _| {},
+        patched_image,
+    )?;
+    let to_ready = observer.until(
+        patched,
+        TIMEOUT,
+        "ready again with the new image rolled out",
+        |_, _| {},
+        |snapshot| patched_image(snapshot) && settled(snapshot),
+    )?;
+    say(format!(
+        "DaemonSet after {:.2} s, ready after {:.2} s",
+        to_daemonset.as_secs_f64(),
+        to_ready.as_secs_f64()
+    ));
+    Ok((to_daemonset, to_ready))
 }
 
 /// A loopback address with a port nothing listens on now.
@@ -515,8 +640,10 @@ fn reconciles(operator: Operator, metrics_addr: SocketAddr) -> anyhow::Result<Re
         .call()
         .and_then(|response| response.into_body().read_to_string())
         .with_context(|| format!("cannot read {url}"))?;
-    report::reconciles(&text, operator.reconcile_histogram())
-        .with_context(|| format!("{url} has no {}", operator.reconcile_histogram()))
+    let histogram = operator
+        .reconcile_histogram()
+        .context("the floor runs no operator to count reconciles of")?;
+    report::reconciles(&text, histogram).with_context(|| format!("{url} has no {histogram}"))
 }
 
 /// A point in the audit log to count requests from. The API server rotates its log at 100 MB (lumberjack's

@@ -49,7 +49,13 @@ impl Snapshot {
     /// What users wait for: the operator says ready, every operand DaemonSet is rolled out, and the device plugin
     /// runs on all `nodes` (a DaemonSet whose node labels are not in yet reads as rolled out with 0 pods).
     pub fn settled(&self, nodes: u32) -> bool {
-        self.state == "ready" && self.daemonsets.values().all(Rollout::done) && self.labelled(nodes)
+        self.state == "ready" && self.rolled_out(nodes)
+    }
+
+    /// Every operand DaemonSet is rolled out and the device plugin runs on all `nodes`: settled but for the
+    /// operator's word (the floor has no operator to say ready).
+    pub fn rolled_out(&self, nodes: u32) -> bool {
+        self.daemonsets.values().all(Rollout::done) && self.labelled(nodes)
     }
 
     /// The device plugin's DaemonSet wants a pod on every one of `nodes`: the operator has labelled them all.
@@ -209,6 +215,10 @@ mod tests {
 
         snapshot.state = "notReady".into();
         assert!(!snapshot.settled(10));
+        assert!(
+            snapshot.rolled_out(10),
+            "rolled out without the operator's word"
+        );
         snapshot.state = "ready".into();
 
         let plugin = snapshot.daemonsets.get_mut(DEVICE_PLUGIN).unwrap();

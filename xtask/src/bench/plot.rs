@@ -41,6 +41,8 @@ struct Chart {
     title: &'static str,
     y_label: &'static str,
     figures: &'static [Figure],
+    /// Figures of an operator's own process (memory, requests), which the floor has not.
+    of_the_process: bool,
 }
 
 const CHARTS: &[Chart] = &[
@@ -49,6 +51,7 @@ const CHARTS: &[Chart] = &[
         title: "ClusterPolicy created → every operand ready",
         y_label: "seconds",
         figures: &[("ready", |row| row.ready_s)],
+        of_the_process: false,
     },
     Chart {
         file: "patch-propagation.png",
@@ -58,6 +61,7 @@ const CHARTS: &[Chart] = &[
             ("to the DaemonSet", |row| row.patch_to_daemonset_s),
             ("to ready again", |row| row.patch_to_ready_s),
         ],
+        of_the_process: false,
     },
     Chart {
         file: "rss.png",
@@ -67,6 +71,7 @@ const CHARTS: &[Chart] = &[
             ("steady", |row| row.steady_rss_mib),
             ("peak", |row| row.peak_rss_mib),
         ],
+        of_the_process: true,
     },
     Chart {
         file: "requests-at-rest.png",
@@ -76,6 +81,7 @@ const CHARTS: &[Chart] = &[
             ("all requests", |row| row.at_rest.total() as f64),
             ("writes (Leases apart)", |row| row.at_rest.writes() as f64),
         ],
+        of_the_process: true,
     },
 ];
 
@@ -114,7 +120,7 @@ fn load_font() -> anyhow::Result<()> {
         .context("loading the charts' font")
 }
 
-/// One line per operator and figure, in node order; ours in blues, NVIDIA's in reds.
+/// One line per operator and figure, in node order; ours in blues, NVIDIA's in reds, the floor in greys.
 fn series(chart: &Chart, rows: &[Row]) -> Vec<Series> {
     let mut lines = Vec::new();
     for (operator, colors) in [
@@ -123,9 +129,13 @@ fn series(chart: &Chart, rows: &[Row]) -> Vec<Series> {
             Operator::Nvidia,
             [RGBColor(214, 39, 40), RGBColor(255, 152, 100)],
         ),
+        (
+            Operator::Floor,
+            [RGBColor(90, 90, 90), RGBColor(170, 170, 170)],
+        ),
     ] {
         let mut own: Vec<&Row> = rows.iter().filter(|row| row.operator == operator).collect();
-        if own.is_empty() {
+        if own.is_empty() || (chart.of_the_process && !operator.runs_a_process()) {
             continue;
         }
         own.sort_by_key(|row| row.nodes);
@@ -328,6 +338,16 @@ mod tests {
         assert_eq!(patch.len(), 4);
         assert!(patch[3].label.ends_with(": to ready again"));
         assert_eq!(series(&CHARTS[0], &rows[1..3]).len(), 1, "ours alone");
+        let with_floor = [row(Operator::Ours, 10, 1.0), row(Operator::Floor, 10, 0.5)];
+        let ready = series(&CHARTS[0], &with_floor);
+        assert_eq!(ready[1].label, Operator::Floor.label());
+        let memory = series(&CHARTS[2], &with_floor);
+        assert_eq!(
+            memory.len(),
+            2,
+            "the floor has no memory of its own to draw"
+        );
+        assert!(memory.iter().all(|line| !line.label.contains("floor")));
     }
 
     #[test]
