@@ -4,6 +4,7 @@
 
 mod gate;
 mod guarded;
+mod labels_in_flight;
 mod nvidia_drivers;
 mod reconcile;
 #[cfg(test)]
@@ -76,6 +77,8 @@ pub struct Context {
     gate: Gate,
     /// What the probes report: caches synced, the reconcile in flight, failing watches.
     pub health: Arc<Health>,
+    /// Node labels written that the Node cache may not show yet, so that they are not written again.
+    labels_in_flight: labels_in_flight::LabelsInFlight,
 }
 
 /// Waits until every cache a reconcile reads holds its first full list. A reconcile on a half-filled Node
@@ -274,6 +277,7 @@ pub async fn run(
         unknown_fields: Mutex::default(),
         gate: Gate::new(caches_synced, leading),
         health,
+        labels_in_flight: labels_in_flight::LabelsInFlight::default(),
     });
     let caches_context = context.clone();
     tokio::spawn(async move {

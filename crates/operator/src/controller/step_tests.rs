@@ -23,6 +23,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::labels_in_flight::LabelsInFlight;
 use super::nvidia_drivers::DriverObjects;
 use super::reconcile::{apply_operands, cleanup, reconcile_policy};
 use super::writes::{label_nodes, write_status};
@@ -166,6 +167,7 @@ fn context(
         unknown_fields: Mutex::default(),
         gate: Gate::new(caches_synced, leading),
         health: crate::health::Health::new(false),
+        labels_in_flight: LabelsInFlight::default(),
     }
 }
 
@@ -855,6 +857,59 @@ async fn standard_a_conflicting_label_patch_is_retried_by_the_next_reconcile() {
     )
     .await;
     assert_eq!(deploy_label(&fixture), "true");
+}
+
+/// A reconcile that reads the Node from a cache the last label patch has not reached yet does not patch it again;
+/// once the cache holds a newer Node, that is what counts.
+#[tokio::test]
+async fn a_label_patch_the_cache_has_not_shown_yet_is_not_written_again() {
+    let fixture = gpu_node();
+    let mut stale: Node = fixture.api.get(None, "gpu-0").unwrap();
+    stale.metadata.resource_version = Some("7".into());
+    let validated = validate(&policy().spec, &default_images()).unwrap();
+    let drivers = DriverObjects::observe(&validated, &[], &fixture.context.nvidia_drivers);
+    let pass = async |node: &Node| {
+        label_nodes(
+            &validated,
+            &[Arc::new(node.clone())],
+            ContainerRuntime::Containerd,
+            &drivers,
+            &fixture.context,
+        )
+        .await
+    };
+    let first = pass(&stale).await.unwrap();
+    assert_eq!(first[0]["nvidia.com/gpu.deploy.device-plugin"], "true");
+    assert_eq!(
+        fixture
+            .api
+            .take_requests()
+            .iter()
+            .filter(|r| r.is_write())
+            .count(),
+        1
+    );
+
+    let again = pass(&stale).await.unwrap();
+    assert_eq!(again, first, "the labels as the patch left them");
+    assert!(
+        fixture.api.take_requests().is_empty(),
+        "the cache still shows the version the patch was planned at: nothing to write"
+    );
+
+    // An admin removed the label after the patch; the cache now shows their version, which is planned from.
+    let mut admins = stale.clone();
+    admins.metadata.resource_version = Some("9".into());
+    pass(&admins).await.unwrap();
+    assert_eq!(
+        fixture
+            .api
+            .take_requests()
+            .iter()
+            .filter(|r| r.is_write())
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]

@@ -35,10 +35,21 @@ pub(super) async fn label_nodes(
     context: &Context,
 ) -> Result<Vec<BTreeMap<String, String>>, ReconcileError> {
     let api = Api::<Node>::all(context.client.clone());
+    let in_flight = &context.labels_in_flight;
+    in_flight.retain(
+        &nodes
+            .iter()
+            .filter_map(|node| node.meta().name.as_deref())
+            .collect(),
+    );
     let planned: Vec<(String, BTreeMap<String, String>, LabelChanges)> = nodes
         .iter()
         .map(|node| {
-            let labels = node.labels().clone();
+            let labels = in_flight.labels(
+                &node.name_any(),
+                node.resource_version().as_deref(),
+                node.labels(),
+            );
             let runtime = node
                 .status
                 .as_ref()
@@ -68,8 +79,13 @@ pub(super) async fn label_nodes(
         .await?;
     Ok(planned
         .into_iter()
-        .map(|(_, mut labels, changes)| {
+        .zip(nodes)
+        .map(|((name, mut labels, changes), node)| {
+            let patched = !changes.is_empty();
             apply_changes(&mut labels, changes);
+            if patched {
+                in_flight.record(&name, node.resource_version().as_deref(), labels.clone());
+            }
             labels
         })
         .collect())
