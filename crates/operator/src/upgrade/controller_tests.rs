@@ -32,14 +32,17 @@ struct Caches {
     gpu_nodes: Writer<GPUNode>,
 }
 
-/// Replaces a cache's content with the objects under `collection` on the fake server.
-fn fill<K>(writer: &mut Writer<K>, api: &FakeApi, collection: &str)
+/// Replaces a cache's content with the objects under `collection` on the fake server, as `keep` leaves them (what
+/// the controller's watch keeps of each, so that a pass sees no field its cache would not hold).
+fn fill<K>(writer: &mut Writer<K>, api: &FakeApi, collection: &str, keep: fn(&mut K))
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
 {
     writer.apply_watcher_event(&watcher::Event::Init);
     for object in api.objects(collection) {
-        let object: K = serde_json::from_value(object).expect("a stored object reads as its type");
+        let mut object: K =
+            serde_json::from_value(object).expect("a stored object reads as its type");
+        keep(&mut object);
         writer.apply_watcher_event(&watcher::Event::InitApply(object));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
@@ -89,27 +92,37 @@ fn refresh(caches: &mut Caches, api: &FakeApi) {
         &mut caches.policies,
         api,
         "/apis/nvidia.com/v1/clusterpolicies",
+        forget_bookkeeping,
     );
-    fill(&mut caches.nodes, api, "/api/v1/nodes");
+    fill(
+        &mut caches.nodes,
+        api,
+        "/api/v1/nodes",
+        keep_what_upgrades_read,
+    );
     fill(
         &mut caches.daemonsets,
         api,
         &format!("/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"),
+        forget_bookkeeping,
     );
     fill(
         &mut caches.pods,
         api,
         &format!("/api/v1/namespaces/{NAMESPACE}/pods"),
+        keep_what_upgrades_read_of_pods,
     );
     fill(
         &mut caches.revisions,
         api,
         &format!("/apis/apps/v1/namespaces/{NAMESPACE}/controllerrevisions"),
+        forget_bookkeeping,
     );
     fill(
         &mut caches.gpu_nodes,
         api,
         "/apis/nvidia.com/v1alpha1/gpunodes",
+        forget_bookkeeping,
     );
 }
 
