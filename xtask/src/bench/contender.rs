@@ -185,21 +185,7 @@ impl Contender {
         )?;
         // NVIDIA's operand DaemonSets go by garbage collection (owner references), ours by the operator: either
         // way, wait for their pods.
-        command::run(
-            root,
-            &env,
-            "kubectl",
-            &[
-                "delete",
-                "daemonset",
-                "--all",
-                "-n",
-                NAMESPACE,
-                "--cascade=foreground",
-                "--wait",
-                "--timeout=600s",
-            ],
-        )?;
+        delete_operands(root, &env)?;
         if let Some(workload) = self.operator.workload() {
             cluster::stop_workload(info, workload)?;
         }
@@ -227,4 +213,23 @@ impl Contender {
         delete_crds.extend(CRDS);
         command::run(root, env, "kubectl", &delete_crds)
     }
+}
+
+/// Deletes every DaemonSet in the operators' namespace and waits until their pods are gone.
+pub fn delete_operands(root: &Path, env: &[(String, String)]) -> anyhow::Result<()> {
+    command::run(
+        root,
+        env,
+        "kubectl",
+        &[
+            "delete",
+            "daemonset",
+            "--all",
+            "-n",
+            NAMESPACE,
+            "--cascade=foreground",
+            "--wait",
+            "--timeout=600s",
+        ],
+    )
 }

@@ -1,16 +1,17 @@
 //! The floor: how fast the cluster itself runs our operands with no operator in the way. After our operator's run at
-//! a node count, the DaemonSets it rendered and the node labels it wrote are captured. The floor's run installs our
-//! chart (the operands' ServiceAccounts and RuntimeClass), writes those labels beforehand (untimed: a cluster where
-//! they already stand), then creates the DaemonSets at once, and times what the DaemonSet controller, the scheduler
-//! and kwok take. Whatever an operator's time adds to the floor's is the operator's doing.
+//! a node count, the objects it rendered (DaemonSets, and Services such as the exporter's, whose endpoints the
+//! cluster keeps as pods come up) and the node labels it wrote are captured. The floor's run installs our chart (the
+//! operands' ServiceAccounts and RuntimeClass), writes those labels beforehand (untimed: a cluster where they already
+//! stand), then creates the objects at once, and times what the DaemonSet controller, the scheduler and kwok take.
+//! Whatever an operator's time adds to the floor's is the operator's doing.
 //!
-//! Capturing is the I/O half; [`as_applied`] and [`written_labels`] are pure.
+//! Capturing is the I/O half; [`as_applied`], [`service_as_applied`] and [`written_labels`] are pure.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
@@ -18,7 +19,7 @@ use harness::cluster::{self, ClusterInfo, Connection};
 use harness::command;
 use harness::operators::NAMESPACE;
 
-use super::contender::Contender;
+use super::contender::{Contender, delete_operands};
 
 /// Every node's labels, by node name.
 pub type NodeLabels = BTreeMap<String, BTreeMap<String, String>>;
@@ -31,6 +32,8 @@ const MANAGER: &str = "bench-floor";
 pub struct Captured {
     /// Its operand DaemonSets as one would create them.
     pub daemonsets: Vec<DaemonSet>,
+    /// Its Services, likewise.
+    pub services: Vec<Service>,
     /// The labels it added or changed, with the nodes that got exactly those.
     pub labels: Vec<(BTreeMap<String, String>, Vec<String>)>,
 }
@@ -51,34 +54,67 @@ pub fn node_labels(connection: &Connection) -> anyhow::Result<NodeLabels> {
         .collect())
 }
 
-/// The operand DaemonSets and the labels written since `before`, while our operator's run stands ready.
+/// The operator's DaemonSets and Services and the labels written since `before`, while its run stands ready.
 pub fn capture(connection: &Connection, before: &NodeLabels) -> anyhow::Result<Captured> {
+    let rendered = ListParams::default().labels(RENDERED);
     let daemonsets: Api<DaemonSet> = Api::namespaced(connection.client.clone(), NAMESPACE);
-    let list = connection.request(daemonsets.list(&ListParams::default()))?;
+    let services: Api<Service> = Api::namespaced(connection.client.clone(), NAMESPACE);
     Ok(Captured {
-        daemonsets: list.items.into_iter().map(as_applied).collect(),
+        daemonsets: connection
+            .request(daemonsets.list(&rendered))?
+            .items
+            .into_iter()
+            .map(as_applied)
+            .collect(),
+        services: connection
+            .request(services.list(&rendered))?
+            .items
+            .into_iter()
+            .map(service_as_applied)
+            .collect(),
         labels: written_labels(before, &node_labels(connection)?),
     })
 }
 
-/// A DaemonSet as read back, reduced to what creating it takes: its name, namespace, labels, annotations and spec.
-/// The owner reference to the ClusterPolicy goes (no ClusterPolicy exists in the floor's run, and the garbage
-/// collector would delete what it owned).
+/// What the operator renders carries this label (the chart's own objects are Helm's).
+const RENDERED: &str = "app.kubernetes.io/managed-by=gpu-operator";
+
+/// Metadata as creating an object takes it: name, namespace, labels and annotations. The owner reference to the
+/// ClusterPolicy goes (no ClusterPolicy exists in the floor's run, and the garbage collector would delete what it
+/// owned), and so does what the API server writes.
+fn applied_metadata(metadata: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: metadata.labels,
+        annotations: metadata.annotations.map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(key, _)| !key.starts_with("deprecated.daemonset.template.generation"))
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A Service as read back, reduced to what creating it takes: its cluster IPs are the API server's to allocate.
+pub fn service_as_applied(service: Service) -> Service {
+    Service {
+        metadata: applied_metadata(service.metadata),
+        spec: service.spec.map(|mut spec| {
+            spec.cluster_ip = None;
+            spec.cluster_ips = None;
+            spec
+        }),
+        status: None,
+    }
+}
+
+/// A DaemonSet as read back, reduced to what creating it takes: its metadata as [`applied_metadata`] keeps it and
+/// its spec.
 pub fn as_applied(daemonset: DaemonSet) -> DaemonSet {
-    let metadata = daemonset.metadata;
     DaemonSet {
-        metadata: ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            labels: metadata.labels,
-            annotations: metadata.annotations.map(|annotations| {
-                annotations
-                    .into_iter()
-                    .filter(|(key, _)| !key.starts_with("deprecated.daemonset.template.generation"))
-                    .collect()
-            }),
-            ..ObjectMeta::default()
-        },
+        metadata: applied_metadata(daemonset.metadata),
         spec: daemonset.spec,
         status: None,
     }
@@ -135,13 +171,18 @@ impl Captured {
         Ok(())
     }
 
-    /// Creates every DaemonSet, one server-side apply each.
+    /// Creates every DaemonSet and Service, one server-side apply each.
     pub fn apply(&self, connection: &Connection) -> anyhow::Result<()> {
-        let api: Api<DaemonSet> = Api::namespaced(connection.client.clone(), NAMESPACE);
         let params = PatchParams::apply(MANAGER).force();
+        let daemonsets: Api<DaemonSet> = Api::namespaced(connection.client.clone(), NAMESPACE);
         for daemonset in &self.daemonsets {
             let name = daemonset.metadata.name.clone().unwrap_or_default();
-            connection.request(api.patch(&name, &params, &Patch::Apply(daemonset)))?;
+            connection.request(daemonsets.patch(&name, &params, &Patch::Apply(daemonset)))?;
+        }
+        let services: Api<Service> = Api::namespaced(connection.client.clone(), NAMESPACE);
+        for service in &self.services {
+            let name = service.metadata.name.clone().unwrap_or_default();
+            connection.request(services.patch(&name, &params, &Patch::Apply(service)))?;
         }
         Ok(())
     }
@@ -170,22 +211,17 @@ impl Captured {
         Ok(())
     }
 
-    /// Deletes the DaemonSets (waiting for their pods), the labels and the chart: the cluster is as before.
+    /// Deletes the DaemonSets (waiting for their pods), the Services, the labels and the chart: the cluster is as
+    /// before.
     pub fn remove(&self, root: &Path, info: &ClusterInfo, ours: &Contender) -> anyhow::Result<()> {
         let env = cluster::env_vars(info);
+        delete_operands(root, &env)?;
         command::run(
             root,
             &env,
             "kubectl",
             &[
-                "delete",
-                "daemonset",
-                "--all",
-                "-n",
-                NAMESPACE,
-                "--cascade=foreground",
-                "--wait",
-                "--timeout=600s",
+                "delete", "service", "-n", NAMESPACE, "-l", RENDERED, "--wait",
             ],
         )?;
         for (labels, nodes) in &self.labels {
@@ -258,6 +294,23 @@ mod tests {
             vec![(labels(&[("nfd", "false")]), vec!["a".to_owned()])],
             "a changed value is written"
         );
+    }
+
+    #[test]
+    fn a_service_is_applied_without_its_cluster_ips() {
+        let read: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator", "uid": "1",
+                         "ownerReferences": [{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "name": "cluster-policy", "uid": "5678"}]},
+            "spec": {"clusterIP": "10.0.0.7", "clusterIPs": ["10.0.0.7"], "ports": [{"name": "metrics", "port": 9400}]},
+            "status": {"loadBalancer": {}}
+        }))
+        .unwrap();
+        let applied = service_as_applied(read);
+        let spec = applied.spec.unwrap();
+        assert!(spec.cluster_ip.is_none() && spec.cluster_ips.is_none());
+        assert_eq!(spec.ports.unwrap()[0].port, 9400);
+        assert!(applied.metadata.owner_references.is_none() && applied.metadata.uid.is_none());
+        assert!(applied.status.is_none());
     }
 
     #[test]

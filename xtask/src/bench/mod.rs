@@ -66,6 +66,10 @@ pub struct Args {
     /// bench.json.
     #[arg(long)]
     upgrade_only: bool,
+    /// Measure only the operators and the floor at each node count, keeping the other results of bench.json; its
+    /// rows of the same operator and node count are replaced.
+    #[arg(long)]
+    operators_only: bool,
 }
 
 fn say(message: impl AsRef<str>) {
@@ -149,20 +153,29 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         contenders.push(Contender::nvidia(cluster::nvidia_gpu_operator()?));
     }
 
-    say(format!("Allocate latency, {} calls", args.calls));
-    let allocate = allocate_latency(root, args.calls)?;
-    say(format!(
-        "Allocate p50 {} µs, p99 {} µs",
-        allocate.p50_us, allocate.p99_us
-    ));
-
-    let mut results = Results {
-        environment: environment(root, args.ours_only)?,
-        rows: Vec::new(),
-        allocate: Some(allocate),
-        watchdog: None,
-        dra: None,
-        upgrade: None,
+    let mut results = if args.operators_only {
+        let earlier = std::fs::read(out.join("bench.json")).context(
+            "--operators-only keeps the other results of bench.json, which does not exist yet",
+        )?;
+        Results {
+            environment: environment(root, args.ours_only)?,
+            ..serde_json::from_slice(&earlier)?
+        }
+    } else {
+        say(format!("Allocate latency, {} calls", args.calls));
+        let allocate = allocate_latency(root, args.calls)?;
+        say(format!(
+            "Allocate p50 {} µs, p99 {} µs",
+            allocate.p50_us, allocate.p99_us
+        ));
+        Results {
+            environment: environment(root, args.ours_only)?,
+            rows: Vec::new(),
+            allocate: Some(allocate),
+            watchdog: None,
+            dra: None,
+            upgrade: None,
+        }
     };
     let mut outcome = Ok(());
     'counts: for nodes in counts {
@@ -197,7 +210,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
                 });
             match measured {
                 Ok(rows) => {
-                    for row in &rows {
+                    for row in rows {
                         say(format!(
                             "{} nodes, {}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, {} requests/min \
                              at rest",
@@ -208,8 +221,11 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
                             row.steady_rss_mib,
                             row.at_rest.total()
                         ));
+                        results.rows.retain(|earlier| {
+                            (earlier.operator, earlier.nodes) != (row.operator, row.nodes)
+                        });
+                        results.rows.push(row);
                     }
-                    results.rows.extend(rows);
                     write_outputs(&out, &results)?;
                 }
                 Err(error) => {
@@ -219,14 +235,16 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             }
         }
     }
-    if outcome.is_ok() {
+    // Everything but the operators, unless only they are measured.
+    let rest = !args.operators_only;
+    if outcome.is_ok() && rest {
         let info = cluster::ensure_up()?;
         match watchdog::measure(root, &info, &results.environment) {
             Ok(usage) => results.watchdog = Some(usage),
             Err(error) => outcome = Err(error.context("measuring the watchdog failed")),
         }
     }
-    if outcome.is_ok() {
+    if outcome.is_ok() && rest {
         cluster::down()?;
         let info = cluster::ensure_up()?;
         match dra::measure(root, &info, &results.environment) {
@@ -236,7 +254,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             }
         }
     }
-    if outcome.is_ok() {
+    if outcome.is_ok() && rest {
         let measured = fresh_cluster(upgrade_nodes).and_then(|info| {
             upgrade::measure(
                 root,
@@ -465,14 +483,6 @@ fn measure(
     say(format!("removing {}", operator.label()));
     contender.remove(root, info)?;
     let row = Row {
-        operator,
-        nodes,
-        daemonsets_s: timeline.daemonsets_s,
-        labelled_s: timeline.labelled_s,
-        available_s: timeline.available_s,
-        ready_s: timeline.ready_s,
-        patch_to_daemonset_s: to_daemonset.as_secs_f64(),
-        patch_to_ready_s: to_ready.as_secs_f64(),
         peak_rss_mib: end.peak_rss_mib,
         steady_rss_mib: steady.rss_mib,
         cpu_s: end.cpu_s,
@@ -480,7 +490,7 @@ fn measure(
         at_rest,
         rollout,
         reconciles,
-        daemonsets: timeline.daemonsets,
+        ..timeline.row(operator, nodes, to_daemonset, to_ready)
     };
     Ok((row, captured))
 }
@@ -501,8 +511,9 @@ fn measure_floor(
     let connection = Connection::open(&info.kubeconfig)?;
     let observer = Observer::new(&connection);
     say(format!(
-        "{label}: creating {} DaemonSets",
-        captured.daemonsets.len()
+        "{label}: creating {} DaemonSets and {} Services",
+        captured.daemonsets.len(),
+        captured.services.len()
     ));
     let created = Instant::now();
     captured.apply(&connection)?;
@@ -520,26 +531,9 @@ fn measure_floor(
     captured.retag(&connection, PATCHED_DAEMONSET, PATCHED_VERSION)?;
     let (to_daemonset, to_ready) =
         time_patch(&observer, patched, |snapshot| snapshot.rolled_out(nodes))?;
-    say(format!("removing the {label}'s DaemonSets and labels"));
+    say("removing the floor's DaemonSets and labels");
     captured.remove(root, info, ours)?;
-    Ok(Row {
-        operator: Operator::Floor,
-        nodes,
-        daemonsets_s: timeline.daemonsets_s,
-        labelled_s: timeline.labelled_s,
-        available_s: timeline.available_s,
-        ready_s: timeline.ready_s,
-        patch_to_daemonset_s: to_daemonset.as_secs_f64(),
-        patch_to_ready_s: to_ready.as_secs_f64(),
-        peak_rss_mib: 0.0,
-        steady_rss_mib: 0.0,
-        cpu_s: 0.0,
-        cpu_rest_s: 0.0,
-        at_rest: Requests::default(),
-        rollout: Requests::default(),
-        reconciles: Reconciles::default(),
-        daemonsets: timeline.daemonsets,
-    })
+    Ok(timeline.row(Operator::Floor, nodes, to_daemonset, to_ready))
 }
 
 /// Seconds from the start of a rollout to each of its milestones.
@@ -550,6 +544,37 @@ struct Timeline {
     labelled_s: f64,
     available_s: f64,
     ready_s: f64,
+}
+
+impl Timeline {
+    /// The row of these times and the patch's, without the figures of an operator's process (the floor's row;
+    /// an operator's adds them).
+    fn row(
+        self,
+        operator: Operator,
+        nodes: u32,
+        to_daemonset: Duration,
+        to_ready: Duration,
+    ) -> Row {
+        Row {
+            operator,
+            nodes,
+            daemonsets_s: self.daemonsets_s,
+            labelled_s: self.labelled_s,
+            available_s: self.available_s,
+            ready_s: self.ready_s,
+            patch_to_daemonset_s: to_daemonset.as_secs_f64(),
+            patch_to_ready_s: to_ready.as_secs_f64(),
+            peak_rss_mib: 0.0,
+            steady_rss_mib: 0.0,
+            cpu_s: 0.0,
+            cpu_rest_s: 0.0,
+            at_rest: Requests::default(),
+            rollout: Requests::default(),
+            reconciles: Reconciles::default(),
+            daemonsets: self.daemonsets,
+        }
+    }
 }
 
 /// Polls from `since` until `settled`, noting when the DaemonSets appeared, the nodes were labelled and the pods

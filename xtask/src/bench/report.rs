@@ -195,9 +195,9 @@ pub fn render(results: &Results) -> String {
          Requests: the API server's audit log (every request of the operator's ServiceAccount, watches counted when \
          they start), over 60 s at rest and over the rollout (scaled to a minute). Between the operators the \
          ClusterPolicy is deleted with the operator running, the chart uninstalled and the CRDs removed. **floor**: after \
-         our operator's run, its DaemonSets (without their owner) and the node labels it wrote are kept; with our \
-         chart installed again and no operator started, the labels are written first, untimed, then the DaemonSets \
-         are created (one server-side apply each) and timed to rolled out on all N nodes; its patch sets the toolkit \
+         our operator's run, its DaemonSets and Services (without their owner) and the node labels it wrote are kept; \
+         with our chart installed again and no operator started, the labels are written first, untimed, then the \
+         objects are created (one server-side apply each) and timed to rolled out on all N nodes; its patch sets the toolkit \
          DaemonSet's image tag directly.\n",
     );
     if let Some(allocate) = &results.allocate {
@@ -330,7 +330,8 @@ fn render_floor(results: &Results, text: &mut String) {
     }
     text.push_str(
         "\n## Against the floor (an operator's time ÷ the floor's)\n\n\
-         The floor is our operator's DaemonSets created directly, on nodes that already carry the labels it wrote: \
+         The floor is our operator's DaemonSets and Services created directly, on nodes that already carry the \
+         labels it wrote: \
          what the API server, the DaemonSet controller, the scheduler and kwok take with no operator in the way. \
          Goals: ours ready within 5 % of the floor from 1000 nodes on; a patch in every DaemonSet within 1 s.\n\n\
          | nodes | floor ready s | ours ÷ floor, ready | ours ÷ floor, patch→ready | ours patch→DaemonSet s | NVIDIA ÷ floor, ready | goals |\n\
