@@ -70,6 +70,9 @@ pub struct Args {
     /// rows of the same operator and node count are replaced.
     #[arg(long)]
     operators_only: bool,
+    /// Measure nothing: write bench.md and the charts again from bench.json (after a change to the report).
+    #[arg(long)]
+    report_only: bool,
 }
 
 fn say(message: impl AsRef<str>) {
@@ -80,6 +83,14 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     let counts = report::parse_node_counts(&args.nodes)?;
     let out = args.out.clone().unwrap_or_else(|| root.join("docs/bench"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    if args.report_only {
+        let results: Results = serde_json::from_slice(
+            &std::fs::read(out.join("bench.json")).context("--report-only reads bench.json")?,
+        )?;
+        write_outputs(&out, &results)?;
+        print!("{}", report::render(&results));
+        return Ok(());
+    }
 
     say(
         "building our operator, the node agent, the DRA driver and the benchmarks' examples (release)",
