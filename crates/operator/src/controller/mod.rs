@@ -342,7 +342,7 @@ fn keep_field_managers(daemonset: &mut DaemonSet) {
 
 /// Drops what the watch caches hold but no reconcile reads: the managed fields (server-side apply's bookkeeping,
 /// about half of a Node's size), so that the caches of a 1000-node cluster stay small.
-fn forget_bookkeeping<K: Resource>(object: &mut K) {
+pub(crate) fn forget_bookkeeping<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 

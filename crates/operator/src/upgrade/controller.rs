@@ -21,7 +21,7 @@ use crd::nvidia_driver::NVIDIADriver;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -39,10 +39,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
 use super::facts::{self, OwnedDaemonSet, PodContext};
 use super::groups::{self, Governor, Group};
+use super::kept::{keep_what_upgrades_read, keep_what_upgrades_read_of_pods};
 use super::settings::{Settings, StepTimeouts};
 use crate::controller::{
-    Gate, GateClosed, WatchesBackOffThemselves, active_policy, guarded_watcher, publish_event,
-    retry_delay,
+    Gate, GateClosed, WatchesBackOffThemselves, active_policy, forget_bookkeeping, guarded_watcher,
+    publish_event, retry_delay,
 };
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -270,54 +271,6 @@ fn every_policy<K>(
             .map(|policy| ObjectRef::from_obj(policy.as_ref()))
             .collect()
     }
-}
-
-fn forget_bookkeeping<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-}
-
-/// What the upgrade reads of its own pods (drivers and validators): metadata, the node and the Ready condition.
-/// Containers, volumes and statuses are dropped before the pod is cached: they are most of a pod's size, and a
-/// validator runs on every GPU node (at 1000 nodes the cached pods' specs were tens of MiB).
-fn keep_what_upgrades_read_of_pods(pod: &mut Pod) {
-    forget_bookkeeping(pod);
-    pod.metadata.annotations = None;
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        node_name: spec.node_name,
-        ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-}
-
-/// What the upgrade reads of a Node: metadata, `spec.unschedulable` and the Ready condition.
-fn keep_what_upgrades_read(node: &mut Node) {
-    forget_bookkeeping(node);
-    node.spec = node.spec.take().map(|spec| NodeSpec {
-        unschedulable: spec.unschedulable,
-        ..NodeSpec::default()
-    });
-    node.status = node.status.take().map(|status| NodeStatus {
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .map(|mut c| {
-                    // Heartbeats rewrite these every few seconds; only the status is read.
-                    c.last_heartbeat_time = None;
-                    c
-                })
-                .collect()
-        }),
-        ..NodeStatus::default()
-    });
 }
 
 /// What of a Node wakes a pass: labels (state, skip, pools), annotations, cordon and readiness; not heartbeats.

@@ -14,4 +14,5 @@ pub mod decide;
 mod decide_tests;
 pub mod facts;
 pub mod groups;
+mod kept;
 pub mod settings;

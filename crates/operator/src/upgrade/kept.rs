@@ -1,0 +1,50 @@
+//! What the upgrade controller's watch caches keep of Nodes and of its own pods: what its passes read, so that the
+//! caches hold a few fields per node rather than whole objects.
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus};
+
+use crate::controller::forget_bookkeeping;
+
+/// What the upgrade reads of its own pods (drivers and validators): metadata, the node and the Ready condition.
+/// Containers, volumes and statuses are dropped before the pod is cached: they are most of a pod's size, and a
+/// validator runs on every GPU node (at 1000 nodes the cached pods' specs were tens of MiB).
+pub(super) fn keep_what_upgrades_read_of_pods(pod: &mut Pod) {
+    forget_bookkeeping(pod);
+    pod.metadata.annotations = None;
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
+
+/// What the upgrade reads of a Node: metadata, `spec.unschedulable` and the Ready condition.
+pub(super) fn keep_what_upgrades_read(node: &mut Node) {
+    forget_bookkeeping(node);
+    node.spec = node.spec.take().map(|spec| NodeSpec {
+        unschedulable: spec.unschedulable,
+        ..NodeSpec::default()
+    });
+    node.status = node.status.take().map(|status| NodeStatus {
+        conditions: status.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .map(|mut c| {
+                    // Heartbeats rewrite these every few seconds; only the status is read.
+                    c.last_heartbeat_time = None;
+                    c
+                })
+                .collect()
+        }),
+        ..NodeStatus::default()
+    });
+}
