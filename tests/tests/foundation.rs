@@ -206,6 +206,12 @@ fn cel_cases() -> Vec<(&'static str, Value, &'static str)> {
             json!({"draDriver": {"sharedGPUs": "1-"}}),
             "draDriver.sharedGPUs must be all, none, or GPU indices and ranges such as 0,2-3",
         ),
+        (
+            // Ours.
+            "DRA driver dynamic MIG GPU set",
+            json!({"draDriver": {"dynamicMIG": "some"}}),
+            "draDriver.dynamicMIG must be all, none, or GPU indices and ranges such as 0,2-3",
+        ),
     ]
 }
 
@@ -232,7 +238,7 @@ fn cel_rules_reject_bad_input_with_their_message() {
         "daemonsets": {"updateStrategy": "OnDelete", "rollingUpdate": {"maxUnavailable": "25%"}},
         "mig": {"strategy": "mixed"}, "migManager": {"config": {"default": ""}},
         "watchdog": {"enabled": true, "dryRun": true, "intervalSeconds": 1, "gracePeriodSeconds": 0, "killGracePeriodSeconds": 600, "defaultBudget": "none"},
-        "draDriver": {"enabled": true, "gpus": "0,2-3", "sharedGPUs": "all"}
+        "draDriver": {"enabled": true, "gpus": "0,2-3", "sharedGPUs": "all", "dynamicMIG": "2-3"}
     }});
     let result = kubectl_apply(&valid.to_string(), &["--dry-run=server"]);
     assert!(result.success, "valid policy rejected: {}", result.stderr);

@@ -271,7 +271,7 @@ fn values_schema(spec: &Value) -> anyhow::Result<Value> {
 /// The draDriver section: ours (a string of GPU indices) beside NVIDIA's (its DRA driver's, where `gpus` is an
 /// object), whose keys are accepted and ignored.
 fn dra_driver_keys(values: &mut Value) -> anyhow::Result<()> {
-    for key in ["gpus", "sharedGPUs"] {
+    for key in ["gpus", "sharedGPUs", "dynamicMIG"] {
         let schema = schema_at_mut(values, &["draDriver", key])?;
         let description = schema.get("description").cloned().unwrap_or_default();
         *schema = json!({

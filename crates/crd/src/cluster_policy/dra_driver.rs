@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{ContainerSpec, ImageSpec};
 
-/// GPU set written as `all`, `none`, or indices and ranges: the CEL rule both GPU fields share.
+/// GPU set written as `all`, `none`, or indices and ranges: the CEL rule the GPU fields share.
 const GPU_SET_RULE: &str =
     "self == 'all' || self == 'none' || self.matches('^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$')";
 
@@ -31,6 +31,15 @@ pub struct DraDriverSpec {
     #[x_kube(validation = Rule::new(GPU_SET_RULE).message("draDriver.sharedGPUs must be all, none, or GPU indices and ranges such as 0,2-3"))]
     #[serde(rename = "sharedGPUs")]
     pub shared_gpus: Option<String>,
+    /// MIG on demand: which of the driver's GPUs it publishes as MIG partitions (every profile and placement,
+    /// consuming the GPU's shared counters) and whose instances it creates when a claim is prepared and destroys
+    /// when it is unprepared. none (the default), all, or indices. The GPUs need MIG mode on (for example the node
+    /// label nvidia.com/mig.config=all-enabled); a GPU with MIG off is published whole. A node's
+    /// nvidia.com/dra.dynamic-mig-gpus label overrides this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(GPU_SET_RULE).message("draDriver.dynamicMIG must be all, none, or GPU indices and ranges such as 0,2-3"))]
+    #[serde(rename = "dynamicMIG")]
+    pub dynamic_mig: Option<String>,
     /// DRA driver image (this operator's gpu-dra-driver unless set).
     #[serde(flatten)]
     pub image: ImageSpec,
@@ -56,5 +65,11 @@ impl DraDriverSpec {
     #[must_use]
     pub fn shared_gpus(&self) -> &str {
         self.shared_gpus.as_deref().unwrap_or("all")
+    }
+
+    /// The GPUs served as MIG on demand, as the driver's flag takes them.
+    #[must_use]
+    pub fn dynamic_mig(&self) -> &str {
+        self.dynamic_mig.as_deref().unwrap_or("none")
     }
 }

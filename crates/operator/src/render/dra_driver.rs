@@ -43,6 +43,7 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
         node_name_env(),
         env("DRA_GPUS", spec.gpus()),
         env("DRA_SHARED_GPUS", spec.shared_gpus()),
+        env("DRA_DYNAMIC_MIG_GPUS", spec.dynamic_mig()),
     ];
     env.extend(gpu_access_env());
     ds.main.env = Some(env);

@@ -618,7 +618,7 @@ fn watchdog_enabled_with_defaults_and_with_every_setting() {
 
 #[test]
 fn dra_driver_takes_its_gpus_from_the_device_plugin() {
-    let spec = json!({"draDriver": {"enabled": true, "gpus": "2-3", "sharedGPUs": "3"}});
+    let spec = json!({"draDriver": {"enabled": true, "gpus": "2-3", "sharedGPUs": "3", "dynamicMIG": "2"}});
     let drivers = render_component(spec.clone(), &one_node(), Component::DraDriver);
     assert_eq!(names(&drivers), ["nvidia-dra-driver-gpu"]);
     let pod = &drivers[0]["spec"]["template"]["spec"];
@@ -633,6 +633,7 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
     };
     assert_eq!(env(main, "DRA_GPUS"), Some(json!("2-3")));
     assert_eq!(env(main, "DRA_SHARED_GPUS"), Some(json!("3")));
+    assert_eq!(env(main, "DRA_DYNAMIC_MIG_GPUS"), Some(json!("2")));
     let mounts: Vec<&str> = main["volumeMounts"]
         .as_array()
         .unwrap()
@@ -648,6 +649,19 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
         assert!(mounts.contains(&path), "{path} in {mounts:?}");
     }
     snapshot("dra_driver_enabled", &drivers);
+    let defaults = render_component(
+        json!({"draDriver": {"enabled": true}}),
+        &one_node(),
+        Component::DraDriver,
+    );
+    let main = &defaults[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env(main, "DRA_GPUS"), Some(json!("all")));
+    assert_eq!(env(main, "DRA_SHARED_GPUS"), Some(json!("all")));
+    assert_eq!(
+        env(main, "DRA_DYNAMIC_MIG_GPUS"),
+        Some(json!("none")),
+        "no GPU is MIG on demand unless asked"
+    );
 
     let plugins = render_component(spec, &one_node(), Component::DevicePlugin);
     let plugin = &plugins[0]["spec"]["template"]["spec"]["containers"][0];
