@@ -95,6 +95,9 @@ pub const LABEL_DRA_GPUS: &str = "nvidia.com/dra.gpus";
 /// Node label naming which of the DRA driver's GPUs are shared (consumable memory and cores); it overrides the
 /// ClusterPolicy's `draDriver.sharedGPUs`.
 pub const LABEL_DRA_SHARED_GPUS: &str = "nvidia.com/dra.shared-gpus";
+/// Node label naming which of the DRA driver's GPUs it serves as MIG on demand (every profile and placement
+/// published, instances made at prepare); it overrides the ClusterPolicy's `draDriver.dynamicMIG`.
+pub const LABEL_DRA_DYNAMIC_MIG_GPUS: &str = "nvidia.com/dra.dynamic-mig-gpus";
 
 /// A set of a node's GPUs by index: `all`, `none`, or a list of indices and ranges such as `0,2-3`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -192,13 +195,16 @@ impl fmt::Display for GpuSet {
     }
 }
 
-/// Which of a node's GPUs the DRA driver takes and which of those it shares.
+/// Which of a node's GPUs the DRA driver takes, which of those it shares, and which it serves as MIG on demand.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Partition {
     /// GPUs the DRA driver publishes; the device plugin leaves them out.
     pub dra: GpuSet,
     /// GPUs of `dra` published as shared (consumable memory and cores).
     pub shared: GpuSet,
+    /// GPUs of `dra` published as MIG on demand: every profile and placement, consuming the GPU's counters. It
+    /// takes precedence over `shared` (a MIG instance is isolated, not shared).
+    pub dynamic_mig: GpuSet,
 }
 
 impl Partition {
@@ -211,7 +217,13 @@ impl Partition {
     /// Whether the DRA driver publishes this GPU as shared.
     #[must_use]
     pub fn shares(&self, index: u32) -> bool {
-        self.dra.contains(index) && self.shared.contains(index)
+        self.dra.contains(index) && self.shared.contains(index) && !self.dynamic_mig.contains(index)
+    }
+
+    /// Whether the DRA driver serves this GPU as MIG on demand (when its MIG mode is on).
+    #[must_use]
+    pub fn dynamic_mig(&self, index: u32) -> bool {
+        self.dra.contains(index) && self.dynamic_mig.contains(index)
     }
 }
 
@@ -234,13 +246,16 @@ pub fn partition(
     let chosen = Partition {
         dra: pick(LABEL_DRA_GPUS, &defaults.dra),
         shared: pick(LABEL_DRA_SHARED_GPUS, &defaults.shared),
+        dynamic_mig: pick(LABEL_DRA_DYNAMIC_MIG_GPUS, &defaults.dynamic_mig),
     };
     (chosen, errors)
 }
 
-/// What a device of the DRA driver's slices is, by its name: a whole GPU `gpu-<index>`, or a MIG device
-/// `gpu-<index>-mig-<gpu instance>-<compute instance>`. The exporter reads names back into GPUs this way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a device of the DRA driver's slices is, by its name: a whole GPU `gpu-<index>`, a MIG device that exists
+/// `gpu-<index>-mig-<gpu instance>-<compute instance>`, or a MIG placement made on demand
+/// `gpu-<index>-mig-<profile>-<profile id>-<placement start>` (NVIDIA's DRA driver's form, the profile without its
+/// dots and plus sign: `gpu-0-mig-1g10gbme-20-3`). The exporter reads names back into GPUs this way.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceName {
     /// A whole GPU, by index.
     Gpu(u32),
@@ -253,6 +268,26 @@ pub enum DeviceName {
         /// The compute instance.
         compute_instance: u32,
     },
+    /// A MIG placement, whose instance exists while a claim holds it.
+    MigPlacement {
+        /// The GPU's index.
+        gpu: u32,
+        /// The profile's name as a DNS label part: `1g.10gb+me` is `1g10gbme`.
+        profile: String,
+        /// The GPU-instance profile id.
+        profile_id: u32,
+        /// The first memory slice of the placement.
+        start: u32,
+    },
+}
+
+/// A MIG profile's name as it may appear in a device name (a DNS label): its letters and digits.
+#[must_use]
+pub fn profile_label(profile: &str) -> String {
+    profile
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect()
 }
 
 impl DeviceName {
@@ -262,13 +297,28 @@ impl DeviceName {
         let rest = name.strip_prefix("gpu-")?;
         match rest.split_once("-mig-") {
             None => rest.parse().ok().map(Self::Gpu),
-            Some((gpu, instances)) => {
-                let (gpu_instance, compute_instance) = instances.split_once('-')?;
-                Some(Self::Mig {
-                    gpu: gpu.parse().ok()?,
-                    gpu_instance: gpu_instance.parse().ok()?,
-                    compute_instance: compute_instance.parse().ok()?,
-                })
+            Some((gpu, rest)) => {
+                let gpu = gpu.parse().ok()?;
+                let parts: Vec<&str> = rest.split('-').collect();
+                match parts[..] {
+                    [gpu_instance, compute_instance] => Some(Self::Mig {
+                        gpu,
+                        gpu_instance: gpu_instance.parse().ok()?,
+                        compute_instance: compute_instance.parse().ok()?,
+                    }),
+                    [profile, profile_id, start]
+                        if !profile.is_empty()
+                            && profile.chars().all(|c| c.is_ascii_alphanumeric()) =>
+                    {
+                        Some(Self::MigPlacement {
+                            gpu,
+                            profile: profile.to_owned(),
+                            profile_id: profile_id.parse().ok()?,
+                            start: start.parse().ok()?,
+                        })
+                    }
+                    _ => None,
+                }
             }
         }
     }
@@ -283,6 +333,12 @@ impl fmt::Display for DeviceName {
                 gpu_instance,
                 compute_instance,
             } => write!(f, "gpu-{gpu}-mig-{gpu_instance}-{compute_instance}"),
+            Self::MigPlacement {
+                gpu,
+                profile,
+                profile_id,
+                start,
+            } => write!(f, "gpu-{gpu}-mig-{profile}-{profile_id}-{start}"),
         }
     }
 }
@@ -291,7 +347,7 @@ impl fmt::Display for DeviceName {
 mod tests {
     #[test]
     fn device_names_read_back() {
-        for name in ["gpu-3", "gpu-0-mig-7-0"] {
+        for name in ["gpu-3", "gpu-0-mig-7-0", "gpu-2-mig-1g10gbme-20-3"] {
             assert_eq!(DeviceName::parse(name).unwrap().to_string(), name);
         }
         assert_eq!(
@@ -302,7 +358,24 @@ mod tests {
                 compute_instance: 0
             })
         );
-        for other in ["gpu", "gpu-x", "nic-0", "gpu-1-mig-2"] {
+        assert_eq!(
+            DeviceName::parse("gpu-1-mig-3g40gb-9-4"),
+            Some(DeviceName::MigPlacement {
+                gpu: 1,
+                profile: "3g40gb".into(),
+                profile_id: 9,
+                start: 4
+            })
+        );
+        assert_eq!(profile_label("1g.10gb+me"), "1g10gbme");
+        for other in [
+            "gpu",
+            "gpu-x",
+            "nic-0",
+            "gpu-1-mig-2",
+            "gpu-1-mig-1g.5gb-9-4",
+            "gpu-1-mig-a-b-c-d",
+        ] {
             assert_eq!(DeviceName::parse(other), None, "{other}");
         }
     }
@@ -342,6 +415,7 @@ mod tests {
         let defaults = Partition {
             dra: GpuSet::All,
             shared: GpuSet::None,
+            dynamic_mig: GpuSet::None,
         };
         let labels = BTreeMap::from([
             (LABEL_DRA_GPUS.to_owned(), "1-3".to_owned()),
@@ -354,10 +428,18 @@ mod tests {
         assert_eq!(errors[0].0, LABEL_DRA_SHARED_GPUS);
         assert!(chosen.plugin_owns(0) && !chosen.plugin_owns(2));
         let shared = Partition {
-            dra: "1".parse().unwrap(),
+            dra: "1-2".parse().unwrap(),
             shared: GpuSet::All,
+            dynamic_mig: "2".parse().unwrap(),
         };
         assert!(shared.shares(1) && !shared.shares(0));
+        assert!(
+            !shared.shares(2) && shared.dynamic_mig(2) && !shared.dynamic_mig(1),
+            "MIG on demand takes precedence over sharing"
+        );
+        let labels = BTreeMap::from([(LABEL_DRA_DYNAMIC_MIG_GPUS.to_owned(), "0".to_owned())]);
+        let (chosen, errors) = partition(&defaults, &labels);
+        assert!(errors.is_empty() && chosen.dynamic_mig(0) && !chosen.dynamic_mig(1));
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub fn choice(
         let defaults = Partition {
             dra: dra_gpus.clone(),
             shared: GpuSet::None,
+            dynamic_mig: GpuSet::None,
         };
         chosen.dra_gpus = crd::dra::partition(&defaults, watched.node.labels()).0.dra;
     }

@@ -38,6 +38,12 @@ pub struct PreparedDevice {
     pub device_nodes: Vec<String>,
     /// On a shared GPU, the limits the claim was allocated, and its MPS daemon's pipe directory on the host.
     pub limits: Option<ShareLimits>,
+    /// A MIG placement made on demand: what to create for the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<crate::dynamic_mig::OnDemand>,
+    /// The MIG instance created for the claim, once it exists (destroyed at unprepare).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_instance: Option<crate::dynamic_mig::MigInstance>,
 }
 
 /// What a claim was allocated on a shared GPU.
@@ -167,6 +173,8 @@ mod tests {
                 cores,
                 mps_dir: PathBuf::from("/run/nvidia/mps/claim-1/gpu-1"),
             }),
+            on_demand: None,
+            mig_instance: None,
         }
     }
 

@@ -2,12 +2,14 @@
 //!
 //! The kubelet names a claim by namespace, name and UID; its allocation is read from the API. [`devices_of`] (pure)
 //! turns the allocation results for this node's pool into [`PreparedDevice`]s; [`Claims`] then makes them real in
-//! this order: MPS daemon directories (and daemons, on real GPUs), the claim's CDI spec, and last the checkpoint
-//! entry. A driver stopped anywhere before the checkpoint is written prepares the claim again from the start when
-//! the kubelet retries (every step overwrites what an earlier try left); one stopped after it answers from the
-//! checkpoint and never prepares twice. Calls are serialized, as NVIDIA's driver does.
+//! this order: MIG instances of placements served on demand, MPS daemon directories (and daemons, on real GPUs), the
+//! claim's CDI spec, and last the checkpoint entry. A prepare that fails destroys the MIG instances it created. A
+//! driver stopped anywhere before the checkpoint is written prepares the claim again from the start when the
+//! kubelet retries (every step overwrites what an earlier try left, and the instances it left are destroyed when the
+//! driver starts: [`Claims::reconcile_instances`]); one stopped after it answers from the checkpoint and never
+//! prepares twice. Calls are serialized, as NVIDIA's driver does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,8 +23,10 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use crate::cdi::{self, PreparedDevice, ShareLimits};
+use crate::dynamic_mig;
 use crate::slices::DriverDevice;
 use crd::quantity::parse_bytes as parse_quantity;
+use node_runtime::backend::Gpus;
 
 /// Reads a ResourceClaim: the API in the driver, a map in tests.
 pub trait ClaimReader: Send + Sync {
@@ -195,6 +199,8 @@ pub fn devices_of(
             uuid: device.uuid.clone(),
             device_nodes: host.device_nodes(device.gpu_index, exists),
             limits,
+            on_demand: device.on_demand,
+            mig_instance: None,
         });
     }
     Ok(prepared)
@@ -316,6 +322,8 @@ pub struct ClaimRef {
 pub struct Claims {
     pool: String,
     host: HostPaths,
+    /// The GPUs, where MIG instances are made on demand.
+    gpus: Gpus,
     /// False on simulated GPUs: no MPS daemon is started (it needs the driver).
     start_mps: bool,
     state: Mutex<Checkpoint>,
@@ -329,6 +337,7 @@ impl Claims {
     pub fn open(
         pool: &str,
         host: HostPaths,
+        gpus: Gpus,
         start_mps: bool,
         boot_id: &str,
     ) -> Result<Self, StateFileError> {
@@ -336,6 +345,7 @@ impl Claims {
         Ok(Self {
             pool: pool.to_owned(),
             host,
+            gpus,
             start_mps,
             state: Mutex::new(checkpoint),
         })
@@ -386,7 +396,7 @@ impl Claims {
             });
         }
         let exists = |path: &str| Path::new(path).exists();
-        let devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
+        let mut devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
         let read_time = started.elapsed();
         let mut state = self.state.lock().await;
         // Prepared meanwhile by a call for another pod that shares the claim.
@@ -397,26 +407,35 @@ impl Claims {
             claim: key.clone(),
             reason,
         };
-        for (device, limits) in devices
-            .iter()
-            .filter_map(|device| Some((device, device.limits.as_ref()?)))
-        {
-            self.start_daemon(device, limits).await.map_err(host)?;
+        self.create_instances(&mut devices).await.map_err(host)?;
+        let prepared = async {
+            for (device, limits) in devices
+                .iter()
+                .filter_map(|device| Some((device, device.limits.as_ref()?)))
+            {
+                self.start_daemon(device, limits).await?;
+            }
+            let spec = cdi::spec(&claim.uid, &devices);
+            cdi::write(&self.host.cdi_dir, &claim.uid, &spec)
+                .map_err(|error| format!("writing its CDI spec: {error}"))?;
+            state.claims.insert(
+                claim.uid.clone(),
+                PreparedClaim {
+                    namespace: claim.namespace.clone(),
+                    name: claim.name.clone(),
+                    devices: devices.clone(),
+                },
+            );
+            state.save(&self.host.checkpoint).map_err(|error| {
+                state.claims.remove(&claim.uid);
+                format!("writing the checkpoint: {error}")
+            })
         }
-        let spec = cdi::spec(&claim.uid, &devices);
-        cdi::write(&self.host.cdi_dir, &claim.uid, &spec)
-            .map_err(|error| host(format!("writing its CDI spec: {error}")))?;
-        state.claims.insert(
-            claim.uid.clone(),
-            PreparedClaim {
-                namespace: claim.namespace.clone(),
-                name: claim.name.clone(),
-                devices: devices.clone(),
-            },
-        );
-        state
-            .save(&self.host.checkpoint)
-            .map_err(|error| host(format!("writing the checkpoint: {error}")))?;
+        .await;
+        if let Err(reason) = prepared {
+            let _ = cdi::remove(&self.host.cdi_dir, &claim.uid);
+            return Err(host(self.undo_instances(&devices, reason).await));
+        }
         info!(
             claim = %key,
             devices = devices.len(),
@@ -435,6 +454,18 @@ impl Claims {
     pub async fn unprepare(&self, claim_uid: &str) -> Result<(), String> {
         let mut state = self.state.lock().await;
         if let Some(prepared) = state.claims.get(claim_uid) {
+            // The claim's containers are gone; an instance still in use (a process left in it) fails the
+            // unprepare, which the kubelet retries, and the claim stays checkpointed so that its instance is
+            // neither forgotten nor destroyed by the next start's reconcile while in use.
+            for instance in prepared
+                .devices
+                .iter()
+                .filter_map(|device| device.mig_instance.clone())
+            {
+                self.destroy_instance(instance)
+                    .await
+                    .map_err(|error| format!("claim {claim_uid}: {error}"))?;
+            }
             for limits in prepared
                 .devices
                 .iter()
@@ -460,6 +491,79 @@ impl Claims {
             info!(claim = claim_uid, "unprepared");
         }
         Ok(())
+    }
+
+    /// Creates the MIG instances of the devices served on demand, in order; when one fails, destroys those created
+    /// before it and says why.
+    async fn create_instances(&self, devices: &mut [PreparedDevice]) -> Result<(), String> {
+        for index in 0..devices.len() {
+            let device = &devices[index];
+            let Some(on_demand) = device.on_demand else {
+                continue;
+            };
+            let gpus = self.gpus.clone();
+            let created = tokio::task::spawn_blocking(move || {
+                dynamic_mig::create(gpus.backend(), &on_demand)
+            })
+            .await
+            .map_err(|error| error.to_string())
+            .and_then(|created| created);
+            match created {
+                Ok((instance, uuid)) => {
+                    info!(device = %devices[index].device, gpu_instance = instance.gpu_instance, %uuid, "MIG instance created");
+                    devices[index].uuid = uuid;
+                    devices[index].mig_instance = Some(instance);
+                }
+                Err(reason) => {
+                    return Err(self.undo_instances(&devices[..index], reason).await);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Destroys the instances a failed prepare created; returns its reason with what could not be undone.
+    async fn undo_instances(&self, devices: &[PreparedDevice], reason: String) -> String {
+        let mut reason = reason;
+        for instance in devices
+            .iter()
+            .filter_map(|device| device.mig_instance.clone())
+        {
+            if let Err(error) = self.destroy_instance(instance).await {
+                reason.push_str(&format!("; and undoing it failed: {error}"));
+            }
+        }
+        reason
+    }
+
+    async fn destroy_instance(&self, instance: dynamic_mig::MigInstance) -> Result<(), String> {
+        let gpus = self.gpus.clone();
+        tokio::task::spawn_blocking(move || {
+            dynamic_mig::destroy(gpus.backend(), instance.gpu, instance.gpu_instance)
+        })
+        .await
+        .map_err(|error| error.to_string())?
+    }
+
+    /// Destroys the MIG instances on the GPUs served on demand that no prepared claim holds: called once when the
+    /// driver starts, before the kubelet can prepare anything. Returns what it could not destroy.
+    pub async fn reconcile_instances(&self, on_demand_gpus: Vec<u32>) -> Vec<String> {
+        let held: BTreeSet<(u32, u32)> = self
+            .state
+            .lock()
+            .await
+            .claims
+            .values()
+            .flat_map(|claim| &claim.devices)
+            .filter_map(|device| device.mig_instance.as_ref())
+            .map(|instance| (instance.gpu, instance.gpu_instance))
+            .collect();
+        let gpus = self.gpus.clone();
+        tokio::task::spawn_blocking(move || {
+            dynamic_mig::reconcile(gpus.backend(), &on_demand_gpus, &held).1
+        })
+        .await
+        .unwrap_or_else(|error| vec![error.to_string()])
     }
 
     /// Starts again the MPS daemons of the claims prepared before this driver started: a daemon runs in the

@@ -10,6 +10,7 @@ use node_runtime::testing::simulated;
 
 use super::*;
 use crate::slices;
+use node_runtime::backend::Gpus;
 
 /// Claims by namespace/name, as the API would answer.
 #[derive(Default)]
@@ -73,6 +74,7 @@ fn reference(uid: &str) -> ClaimRef {
 
 struct Node {
     _gpus: tempfile::TempDir,
+    simulator: std::sync::Arc<gpu::Simulator>,
     host_dir: tempfile::TempDir,
     published: Vec<DriverDevice>,
 }
@@ -85,11 +87,13 @@ impl Node {
         let partition = Partition {
             dra: GpuSet::All,
             shared: "1".parse().unwrap(),
+            dynamic_mig: GpuSet::None,
         };
         Self {
             _gpus: gpus,
+            simulator,
             host_dir: tempfile::tempdir().unwrap(),
-            published: slices::devices(&views, &partition),
+            published: slices::devices(&views, &partition, &[]),
         }
     }
 
@@ -108,7 +112,14 @@ impl Node {
     }
 
     fn claims_in_boot(&self, boot_id: &str) -> Claims {
-        Claims::open("node-1", self.host(), false, boot_id).unwrap()
+        Claims::open(
+            "node-1",
+            self.host(),
+            Gpus::from_simulator(self.simulator.clone()),
+            false,
+            boot_id,
+        )
+        .unwrap()
     }
 }
 
@@ -491,4 +502,171 @@ async fn a_checkpoint_without_a_boot_keeps_its_claims_as_this_boots() {
 
     let upgraded = node.claims_in_boot("boot-2");
     assert_eq!(upgraded.prepared().await.claims["a"].devices, first);
+}
+
+/// An H100 served as MIG on demand: its published placements, and the claims of a driver on it.
+struct OnDemandNode {
+    node: Node,
+}
+
+impl OnDemandNode {
+    fn new() -> Self {
+        use gpu::GpuBackend as _;
+        let (gpus, simulator) = simulated("h100-80gb:1", &[]);
+        simulator.set_mig_mode(0, true).unwrap();
+        simulator.reset(0).unwrap();
+        let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: GpuSet::None,
+            dynamic_mig: GpuSet::All,
+        };
+        let (dynamic, _) =
+            crate::dynamic_mig::observe(simulator.as_ref(), &views, &partition).unwrap();
+        Self {
+            node: Node {
+                _gpus: gpus,
+                simulator,
+                host_dir: tempfile::tempdir().unwrap(),
+                published: slices::devices(&views, &partition, &dynamic),
+            },
+        }
+    }
+
+    fn device(&self, profile: &str, start: u32) -> String {
+        self.node
+            .published
+            .iter()
+            .find(|device| {
+                device
+                    .on_demand
+                    .is_some_and(|on_demand| on_demand.placement.start == start)
+                    && device.name.contains(&format!("-mig-{profile}-"))
+            })
+            .unwrap()
+            .name
+            .clone()
+    }
+}
+
+/// Three claims of 1g.10gb, 2g.20gb and 3g.40gb each get an instance of their own, made at prepare, whose MIG
+/// device their CDI spec names; unpreparing one destroys its instance only.
+#[tokio::test]
+async fn claims_of_placements_get_instances_made_at_prepare_and_destroyed_at_unprepare() {
+    use gpu::GpuBackend as _;
+    let on_demand = OnDemandNode::new();
+    let node = &on_demand.node;
+    let wanted = [("a", "1g10gb", 6), ("b", "2g20gb", 4), ("c", "3g40gb", 0)];
+    let api = Api(wanted
+        .iter()
+        .map(|(uid, profile, start)| {
+            (
+                format!("team/claim-{uid}"),
+                claim(
+                    uid,
+                    vec![result("mig", &on_demand.device(profile, *start), &[])],
+                ),
+            )
+        })
+        .collect());
+    let claims = node.claims();
+    let mut uuids = Vec::new();
+    for (uid, _, _) in wanted {
+        let devices = claims
+            .prepare(&api, &reference(uid), &node.published)
+            .await
+            .unwrap();
+        let instance = devices[0].mig_instance.clone().unwrap();
+        assert!(devices[0].uuid.starts_with("MIG-"), "{}", devices[0].uuid);
+        let spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cdi::path(&node.host().cdi_dir, uid)).unwrap())
+                .unwrap();
+        let env = spec["devices"][0]["containerEdits"]["env"].to_string();
+        assert!(
+            env.contains(&format!("NVIDIA_VISIBLE_DEVICES={}", devices[0].uuid)),
+            "{env}"
+        );
+        uuids.push((devices[0].uuid.clone(), instance));
+    }
+    let listed: Vec<String> = node
+        .simulator
+        .mig_devices(0)
+        .unwrap()
+        .into_iter()
+        .map(|device| device.uuid)
+        .collect();
+    assert_eq!(listed.len(), 3);
+
+    claims.unprepare("b").await.unwrap();
+    let left: BTreeSet<u32> = node
+        .simulator
+        .gpu_instances(0)
+        .unwrap()
+        .iter()
+        .map(|instance| instance.id)
+        .collect();
+    assert_eq!(
+        left,
+        BTreeSet::from([uuids[0].1.gpu_instance, uuids[2].1.gpu_instance])
+    );
+    let still: BTreeSet<String> = node
+        .simulator
+        .mig_devices(0)
+        .unwrap()
+        .into_iter()
+        .map(|device| device.uuid)
+        .collect();
+    assert_eq!(
+        still,
+        BTreeSet::from([uuids[0].0.clone(), uuids[2].0.clone()]),
+        "the others' devices are untouched"
+    );
+
+    // A driver started again keeps the instances its checkpoint holds and destroys one nobody does.
+    let stray = node
+        .published
+        .iter()
+        .find(|device| device.name == on_demand.device("1g10gb", 4))
+        .unwrap();
+    node.simulator
+        .create_gpu_instance(
+            0,
+            stray.on_demand.unwrap().profile_id,
+            stray.on_demand.unwrap().placement,
+        )
+        .unwrap();
+    let restarted = node.claims();
+    assert!(restarted.reconcile_instances(vec![0]).await.is_empty());
+    assert_eq!(node.simulator.gpu_instances(0).unwrap().len(), 2);
+}
+
+/// A placement taken behind the scheduler's back (an instance the driver did not make) fails the prepare with
+/// the GPU's reason, and nothing is left made or checkpointed.
+#[tokio::test]
+async fn a_placement_that_cannot_be_made_fails_the_prepare_and_leaves_nothing() {
+    use gpu::GpuBackend as _;
+    let on_demand = OnDemandNode::new();
+    let node = &on_demand.node;
+    let seven = on_demand.device("7g80gb", 0);
+    let one = on_demand.device("1g10gb", 6);
+    let api = Api(BTreeMap::from([(
+        "team/claim-a".to_owned(),
+        claim(
+            "a",
+            vec![result("small", &one, &[]), result("whole", &seven, &[])],
+        ),
+    )]));
+    let claims = node.claims();
+    let error = claims
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("creating the GPU instance"), "{error}");
+    assert!(
+        node.simulator.gpu_instances(0).unwrap().is_empty(),
+        "the 1g instance made first is undone"
+    );
+    assert!(claims.prepared().await.claims.is_empty());
+    assert!(!cdi::path(&node.host().cdi_dir, "a").exists());
 }

@@ -64,6 +64,11 @@ pub struct RunArgs {
     /// `nvidia.com/dra.shared-gpus` label says otherwise.
     #[arg(long, env = "DRA_SHARED_GPUS", default_value = "none")]
     pub shared_gpus: crd::dra::GpuSet,
+    /// Which of the driver's GPUs it serves as MIG on demand (every profile and placement published, instances made
+    /// when claims are prepared), unless the node's `nvidia.com/dra.dynamic-mig-gpus` label says otherwise. Their
+    /// MIG mode must be on.
+    #[arg(long, env = "DRA_DYNAMIC_MIG_GPUS", default_value = "none")]
+    pub dynamic_mig_gpus: crd::dra::GpuSet,
     /// When GPUs are Unhealthy (their devices tainted, and reported so to the kubelet); `DP_DISABLE_HEALTHCHECKS`
     /// applies as in the device plugin.
     #[command(flatten)]

@@ -179,10 +179,12 @@ mod tests {
         let partition = Partition {
             dra: GpuSet::All,
             shared: GpuSet::All,
+            dynamic_mig: GpuSet::None,
         };
         slices::devices(
             &node_runtime::inventory::read(simulator.as_ref()).unwrap(),
             &partition,
+            &[],
         )
     }
 

@@ -6,6 +6,7 @@
 //! - [`slices`] (pure): the devices and the ResourceSlice for the node's GPUs under its partition.
 //! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
+//! - [`dynamic_mig`]: MIG on demand: the counters and placements published, the instances made and destroyed.
 //! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
 //! - [`service`]: plugin registration and the `v1.DRAPlugin` and `v1.DRAResourceHealth` gRPC services on unix
 //!   sockets.
@@ -30,6 +31,7 @@ pub mod authority;
 pub mod cdi;
 pub mod claims;
 pub mod cli;
+pub mod dynamic_mig;
 pub mod health;
 pub mod planner;
 pub mod publish;
@@ -71,8 +73,14 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     let start_mps = role.gpus.simulator().is_none();
     let boot_id = node_runtime::state_file::boot_id()?;
     let claims = Arc::new(
-        claims::Claims::open(&args.node.node_name, host, start_mps, &boot_id)
-            .map_err(anyhow::Error::msg)?,
+        claims::Claims::open(
+            &args.node.node_name,
+            host,
+            role.gpus.clone(),
+            start_mps,
+            &boot_id,
+        )
+        .map_err(anyhow::Error::msg)?,
     );
     let faults = watch::channel(node_runtime::health::Faults::new()).0;
     let publisher = publish::Publisher {
@@ -82,6 +90,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         defaults: Partition {
             dra: args.gpus.clone(),
             shared: args.shared_gpus.clone(),
+            dynamic_mig: args.dynamic_mig_gpus.clone(),
         },
         devices: watch::channel(Vec::new()).0,
         faults: faults.subscribe(),
@@ -89,11 +98,18 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         gpu_node: gpu_node_writer(&role).await,
         events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
         reported: std::collections::BTreeSet::new(),
+        written: Vec::new(),
     };
     claims.restore_daemons().await;
     // The devices are known before the kubelet can call: a claim is never refused for want of them.
-    let (devices, _) = publisher.devices(&role.node)?;
-    publisher.devices.send_replace(devices);
+    let publication = publisher.publication(&role.node)?;
+    for failure in claims
+        .reconcile_instances(publication.on_demand_gpus.clone())
+        .await
+    {
+        tracing::warn!(%failure, "a MIG instance no claim holds is left on a GPU served on demand");
+    }
+    publisher.devices.send_replace(publication.devices);
     let changed = Arc::new(Notify::new());
     let driver = service::Driver {
         reader: role.client.clone(),
@@ -140,12 +156,14 @@ pub fn plan(args: &PlanArgs, source: &GpuSource) -> anyhow::Result<planner::Plan
     let partition = Partition {
         dra: args.gpus.clone(),
         shared: args.shared_gpus.clone(),
+        dynamic_mig: crd::dra::GpuSet::None,
     };
     let published = |name: &str, gpus: &Gpus| -> anyhow::Result<planner::NodeDevices> {
         let views = node_runtime::inventory::read(gpus.backend())?;
         Ok(planner::NodeDevices {
             node: name.to_owned(),
-            devices: slices::devices(&views, &partition)
+            // The planner places HAMi's shares; MIG on demand is the scheduler's (through the counters).
+            devices: slices::devices(&views, &partition, &[])
                 .into_iter()
                 .map(|device| device.device)
                 .collect(),

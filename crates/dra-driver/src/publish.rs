@@ -24,9 +24,24 @@ use tokio::sync::{Notify, watch};
 use tracing::info;
 
 use crate::claims::Claims;
+use crate::dynamic_mig;
 use crate::health;
 use crate::slices::{self, DriverDevice};
 use crate::status;
+
+/// What the driver publishes: its devices, the counter sets of the GPUs served as MIG on demand, and the
+/// warnings about the node's labels and GPUs (each names what to fix).
+#[derive(Debug, Clone, Default)]
+pub struct Publication {
+    /// The devices, in slice order.
+    pub devices: Vec<DriverDevice>,
+    /// One counter set per GPU served as MIG on demand.
+    pub counter_sets: Vec<k8s_openapi::api::resource::v1::CounterSet>,
+    /// The GPUs served as MIG on demand.
+    pub on_demand_gpus: Vec<u32>,
+    /// What is wrong with the node's labels or GPUs.
+    pub warnings: Vec<String>,
+}
 
 /// What a pass works from: the Node and the slice as stored (a change of the prepared claims sends them again).
 #[derive(Debug, Clone)]
@@ -57,6 +72,9 @@ pub struct Publisher {
     pub events: NodeEvents,
     /// Label errors already reported by an Event (each is reported once).
     pub reported: BTreeSet<String>,
+    /// The slices after the first as last written: the watch follows the first slice only (the kubelet deletes
+    /// them all together), so these are compared with what was written.
+    pub written: Vec<ResourceSlice>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -68,22 +86,30 @@ impl std::fmt::Debug for Publisher {
 }
 
 impl Publisher {
-    /// The devices of the node as labelled now, and the label errors (each names the label and the fix).
+    /// What the node as labelled now publishes.
     ///
     /// # Errors
     /// When the GPUs cannot be read.
-    pub fn devices(&self, node: &Node) -> anyhow::Result<(Vec<DriverDevice>, Vec<String>)> {
+    pub fn publication(&self, node: &Node) -> anyhow::Result<Publication> {
         let (partition, errors) = crd::dra::partition(&self.defaults, node.labels());
-        let warnings = errors
+        let mut warnings: Vec<String> = errors
             .iter()
             .map(|(label, error)| {
                 format!("label {label}: {error}; using the ClusterPolicy's default")
             })
             .collect();
-        let views = node_runtime::inventory::read(self.gpus.backend())?;
-        let mut devices = slices::devices(&views, &partition);
+        let backend = self.gpus.backend();
+        let views = node_runtime::inventory::read(backend)?;
+        let (dynamic, dynamic_warnings) = dynamic_mig::observe(backend, &views, &partition)?;
+        warnings.extend(dynamic_warnings);
+        let mut devices = slices::devices(&views, &partition, &dynamic);
         health::taint_unhealthy(&mut devices, &self.faults.borrow());
-        Ok((devices, warnings))
+        Ok(Publication {
+            devices,
+            counter_sets: dynamic.iter().map(dynamic_mig::counter_set).collect(),
+            on_demand_gpus: dynamic.iter().map(|gpu| gpu.index).collect(),
+            warnings,
+        })
     }
 
     /// Runs until the watches end: one pass per change, and every minute.
@@ -102,7 +128,12 @@ impl Publisher {
     }
 
     async fn pass(&mut self, inputs: &Inputs) -> anyhow::Result<()> {
-        let (devices, warnings) = self.devices(&inputs.node)?;
+        let Publication {
+            devices,
+            counter_sets,
+            warnings,
+            ..
+        } = self.publication(&inputs.node)?;
         for warning in &warnings {
             if self.reported.insert(warning.clone()) {
                 self.events.publish(true, "InvalidDRALabel", warning).await;
@@ -118,19 +149,30 @@ impl Publisher {
         let uid = inputs.node.uid().unwrap_or_default();
         let stored = inputs.slice.as_ref();
         let generation = stored.map_or(0, |slice| slice.spec.pool.generation);
-        let wanted = slices::slice(&self.node, &uid, generation, &devices);
-        let same = stored.is_some_and(|slice| slices::same_slice(slice, &wanted));
+        let wanted = slices::slices(&self.node, &uid, generation, &devices, &counter_sets);
+        let same = stored.is_some_and(|slice| slices::same_slice(slice, &wanted[0]))
+            && self.written.len() + 1 == wanted.len()
+            && self
+                .written
+                .iter()
+                .zip(&wanted[1..])
+                .all(|(written, wanted)| slices::same_slice(written, wanted));
         if !same {
-            // A new generation tells the scheduler to forget the pool's older slices.
-            let wanted = slices::slice(&self.node, &uid, generation + 1, &devices);
+            // A new generation tells the scheduler to forget the pool's older slices; the first slice goes last,
+            // so that the watch sees it once the pool is whole.
+            let wanted = slices::slices(&self.node, &uid, generation + 1, &devices, &counter_sets);
             let params = PatchParams::apply(crd::gpu_node::field_manager::DRA_DRIVER).force();
-            let name = slices::slice_name(&self.node);
-            Api::<ResourceSlice>::all(self.client.clone())
-                .patch(&name, &params, &Patch::Apply(&wanted))
-                .await
-                .with_context(|| format!("publishing ResourceSlice {name}"))?;
+            let api = Api::<ResourceSlice>::all(self.client.clone());
+            for slice in wanted[1..].iter().chain(&wanted[..1]) {
+                let name = slice.metadata.name.clone().unwrap_or_default();
+                api.patch(&name, &params, &Patch::Apply(slice))
+                    .await
+                    .with_context(|| format!("publishing ResourceSlice {name}"))?;
+            }
+            self.written = wanted[1..].to_vec();
             info!(
                 devices = devices.len(),
+                slices = wanted.len(),
                 generation = generation + 1,
                 "ResourceSlice published"
             );

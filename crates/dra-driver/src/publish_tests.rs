@@ -45,17 +45,28 @@ impl Fixture {
         let publisher = Publisher {
             client: client.clone(),
             node: "node-1".into(),
-            gpus: Gpus::from_simulator(simulator),
+            gpus: Gpus::from_simulator(simulator.clone()),
             defaults: Partition {
                 dra: GpuSet::All,
                 shared: "1".parse().unwrap(),
+                dynamic_mig: GpuSet::None,
             },
             devices: watch::channel(Vec::new()).0,
             faults: watch::channel(node_runtime::health::Faults::new()).1,
-            claims: Arc::new(Claims::open("node-1", paths, false, "boot-1").unwrap()),
+            claims: Arc::new(
+                Claims::open(
+                    "node-1",
+                    paths,
+                    Gpus::from_simulator(simulator.clone()),
+                    false,
+                    "boot-1",
+                )
+                .unwrap(),
+            ),
             gpu_node: GpuNodeWriter::new(client.clone(), "node-1", DRA_DRIVER),
             events: NodeEvents::new(client, DRA_DRIVER, &node),
             reported: BTreeSet::new(),
+            written: Vec::new(),
         };
         Self {
             api,

@@ -1,5 +1,8 @@
-//! What the DRA driver publishes for its node (pure): one ResourceSlice, in a pool named after the node, with a
-//! device per GPU the node's partition gives the driver, or per MIG device where MIG is on.
+//! What the DRA driver publishes for its node (pure): a pool named after the node, with a device per GPU the node's
+//! partition gives the driver, per MIG device where MIG is on, or per MIG placement on the GPUs it serves as MIG on
+//! demand ([`crate::dynamic_mig`]). Without MIG on demand the pool is one ResourceSlice; with it, the devices that
+//! consume counters go 64 to a slice and the counter sets into slices of their own (the API allows no more, and
+//! no slice holds both).
 //!
 //! Device names and attributes follow NVIDIA's DRA driver, so claims and DeviceClasses written for it select the same
 //! devices here: whole GPUs `gpu-<index>`, MIG devices `gpu-<index>-mig-<gpu instance>-<compute instance>`.
@@ -15,14 +18,22 @@ use crd::dra::{
     ATTRIBUTE_DRIVER_VERSION, ATTRIBUTE_INDEX, ATTRIBUTE_MIG_PROFILE, ATTRIBUTE_PARENT_UUID,
     ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_CORES, CAPACITY_MEMORY,
     CORES_TOTAL, DRIVER, DeviceName, MEMORY_STEP_BYTES, Partition, TYPE_GPU, TYPE_MIG,
+    profile_label,
 };
 use k8s_openapi::api::resource::v1::{
-    CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
-    ResourcePool, ResourceSlice, ResourceSliceSpec,
+    CapacityRequestPolicy, CapacityRequestPolicyRange, CounterSet, Device, DeviceAttribute,
+    DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use node_runtime::inventory::GpuView;
+
+use crate::dynamic_mig::{self, COUNTER_MULTIPROCESSORS, DynamicGpu, OnDemand};
+
+/// Devices in one slice when any of them consumes counters (`ResourceSliceMaxDevicesWithAdvancedFeatures`).
+const DEVICES_PER_SLICE_WITH_COUNTERS: usize = 64;
+/// Counter sets in one slice (`ResourceSliceMaxCounterSets`).
+const COUNTER_SETS_PER_SLICE: usize = 8;
 
 /// One device the driver publishes, with what preparing it needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,14 +48,22 @@ pub struct DriverDevice {
     pub memory_mib: u64,
     /// Whether it allows multiple allocations with consumable memory and cores.
     pub shared: bool,
+    /// A MIG placement whose instance is created when a claim is prepared (its `uuid` is the parent GPU's until
+    /// then).
+    pub on_demand: Option<OnDemand>,
     /// The slice entry.
     pub device: Device,
 }
 
 /// The devices the node's GPUs give the driver under `partition`, in index order (the scheduler allocates first
-/// fit in this order, so fractional claims fill a node's first shared GPU before the next).
+/// fit in this order, so fractional claims fill a node's first shared GPU before the next). The GPUs in `dynamic`
+/// are published as their MIG placements.
 #[must_use]
-pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
+pub fn devices(
+    gpus: &[GpuView],
+    partition: &Partition,
+    dynamic: &[DynamicGpu],
+) -> Vec<DriverDevice> {
     let mut devices = Vec::new();
     for gpu in gpus {
         let inventory = &gpu.inventory;
@@ -71,6 +90,42 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
             ),
             (ATTRIBUTE_INDEX, integer(inventory.index)),
         ]);
+        if let Some(dynamic) = dynamic.iter().find(|gpu| gpu.index == inventory.index) {
+            common.insert(ATTRIBUTE_TYPE, text(TYPE_MIG));
+            common.insert(ATTRIBUTE_PARENT_UUID, text(&inventory.uuid));
+            for placement in dynamic_mig::placements(dynamic) {
+                let profile = placement.profile.name.to_string();
+                let mut attributes = common.clone();
+                attributes.insert(ATTRIBUTE_MIG_PROFILE, text(&profile));
+                let name = DeviceName::MigPlacement {
+                    gpu: inventory.index,
+                    profile: profile_label(&profile),
+                    profile_id: placement.on_demand.profile_id,
+                    start: placement.on_demand.placement.start,
+                }
+                .to_string();
+                let mut capacity = memory(placement.profile.memory_mib, false);
+                capacity.insert(
+                    COUNTER_MULTIPROCESSORS.to_owned(),
+                    DeviceCapacity {
+                        value: Quantity(placement.profile.sm_count.to_string()),
+                        request_policy: None,
+                    },
+                );
+                let mut entry = device(&name, attributes, capacity, false);
+                entry.consumes_counters = Some(vec![placement.consumes]);
+                devices.push(DriverDevice {
+                    device: entry,
+                    name,
+                    uuid: inventory.uuid.clone(),
+                    gpu_index: inventory.index,
+                    memory_mib: placement.profile.memory_mib,
+                    shared: false,
+                    on_demand: Some(placement.on_demand),
+                });
+            }
+            continue;
+        }
         if inventory.mig_mode.is_some_and(|mode| mode.current) {
             common.insert(ATTRIBUTE_TYPE, text(TYPE_MIG));
             common.insert(ATTRIBUTE_PARENT_UUID, text(&inventory.uuid));
@@ -93,6 +148,7 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
                     gpu_index: inventory.index,
                     memory_mib: mig.memory_mib,
                     shared: false,
+                    on_demand: None,
                 });
             }
             continue;
@@ -126,22 +182,63 @@ pub fn devices(gpus: &[GpuView], partition: &Partition) -> Vec<DriverDevice> {
             gpu_index: inventory.index,
             memory_mib: inventory.memory_mib,
             shared,
+            on_demand: None,
         });
     }
     devices
 }
 
-/// The driver's slice for `node`: name `<node>-gpu.nvidia.com`, pool `<node>`, owned by the Node (deleted with it).
+/// The driver's slices for `node`, all in pool `<node>` at `generation`, owned by the Node (deleted with it). The
+/// first is `<node>-gpu.nvidia.com` and holds the first devices (all of them without MIG on demand); more devices
+/// go to `<node>-gpu.nvidia.com-<n>`, and the counter sets to `<node>-gpu.nvidia.com-counters[-<n>]`.
 #[must_use]
-pub fn slice(
+pub fn slices(
     node: &str,
     node_uid: &str,
     generation: i64,
     devices: &[DriverDevice],
-) -> ResourceSlice {
+    counter_sets: &[CounterSet],
+) -> Vec<ResourceSlice> {
+    let entries: Vec<Device> = devices.iter().map(|device| device.device.clone()).collect();
+    let device_chunks: Vec<Vec<Device>> = if counter_sets.is_empty() || entries.is_empty() {
+        vec![entries]
+    } else {
+        entries
+            .chunks(DEVICES_PER_SLICE_WITH_COUNTERS)
+            .map(<[Device]>::to_vec)
+            .collect()
+    };
+    let counter_chunks: Vec<Vec<CounterSet>> = counter_sets
+        .chunks(COUNTER_SETS_PER_SLICE)
+        .map(<[CounterSet]>::to_vec)
+        .collect();
+    let count = i64::try_from(device_chunks.len() + counter_chunks.len()).unwrap_or(i64::MAX);
+    let mut slices = Vec::new();
+    for (index, chunk) in device_chunks.into_iter().enumerate() {
+        let name = match index {
+            0 => slice_name(node),
+            n => format!("{}-{n}", slice_name(node)),
+        };
+        let mut slice = slice(node, node_uid, &name, generation, count);
+        slice.spec.devices = Some(chunk);
+        slices.push(slice);
+    }
+    for (index, chunk) in counter_chunks.into_iter().enumerate() {
+        let name = match index {
+            0 => format!("{}-counters", slice_name(node)),
+            n => format!("{}-counters-{n}", slice_name(node)),
+        };
+        let mut slice = slice(node, node_uid, &name, generation, count);
+        slice.spec.shared_counters = Some(chunk);
+        slices.push(slice);
+    }
+    slices
+}
+
+fn slice(node: &str, node_uid: &str, name: &str, generation: i64, count: i64) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
-            name: Some(slice_name(node)),
+            name: Some(name.to_owned()),
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Node".into(),
@@ -158,9 +255,8 @@ pub fn slice(
             pool: ResourcePool {
                 name: node.to_owned(),
                 generation,
-                resource_slice_count: 1,
+                resource_slice_count: count,
             },
-            devices: Some(devices.iter().map(|device| device.device.clone()).collect()),
             ..ResourceSliceSpec::default()
         },
     }
@@ -176,20 +272,40 @@ pub fn same_slice(stored: &ResourceSlice, wanted: &ResourceSlice) -> bool {
         slice.spec.devices.iter().flatten().map(canonical).collect()
     };
     devices(stored) == devices(wanted)
+        && canonical_counters(stored) == canonical_counters(wanted)
+        && stored.spec.pool.resource_slice_count == wanted.spec.pool.resource_slice_count
         && stored.metadata.owner_references == wanted.metadata.owner_references
+}
+
+/// The slice's counter sets with every value as a plain number.
+fn canonical_counters(slice: &ResourceSlice) -> Vec<CounterSet> {
+    let mut sets = slice.spec.shared_counters.clone().unwrap_or_default();
+    for counter in sets.iter_mut().flat_map(|set| set.counters.values_mut()) {
+        counter.value = number(&counter.value);
+    }
+    sets
+}
+
+fn number(quantity: &Quantity) -> Quantity {
+    Quantity(
+        crd::quantity::parse_bytes(&quantity.0)
+            .map_or_else(|_| quantity.0.clone(), |value| value.to_string()),
+    )
 }
 
 /// A device with every capacity quantity written as a plain number, and its taints without the time they were added.
 fn canonical(device: &Device) -> Device {
-    let number = |quantity: &Quantity| {
-        Quantity(
-            crd::quantity::parse_bytes(&quantity.0)
-                .map_or_else(|_| quantity.0.clone(), |value| value.to_string()),
-        )
-    };
     let mut device = device.clone();
     for taint in device.taints.iter_mut().flatten() {
         taint.time_added = None;
+    }
+    for counter in device
+        .consumes_counters
+        .iter_mut()
+        .flatten()
+        .flat_map(|consumption| consumption.counters.values_mut())
+    {
+        counter.value = number(&counter.value);
     }
     for capacity in device.capacity.iter_mut().flat_map(BTreeMap::values_mut) {
         capacity.value = number(&capacity.value);
@@ -305,8 +421,9 @@ mod tests {
         let partition = Partition {
             dra: GpuSet::All,
             shared: "1".parse().unwrap(),
+            dynamic_mig: GpuSet::None,
         };
-        let devices = devices(&gpus, &partition);
+        let devices = devices(&gpus, &partition, &[]);
         assert_eq!(devices.len(), 2);
         let (whole, shared) = (&devices[0], &devices[1]);
         assert_eq!((whole.name.as_str(), whole.shared), ("gpu-0", false));
@@ -376,8 +493,9 @@ mod tests {
         let partition = Partition {
             dra: "2-3".parse().unwrap(),
             shared: GpuSet::All,
+            dynamic_mig: GpuSet::None,
         };
-        let names: Vec<String> = devices(&gpus, &partition)
+        let names: Vec<String> = devices(&gpus, &partition, &[])
             .into_iter()
             .map(|d| d.name)
             .collect();
@@ -390,8 +508,9 @@ mod tests {
         let partition = Partition {
             dra: GpuSet::All,
             shared: GpuSet::All,
+            dynamic_mig: GpuSet::None,
         };
-        let devices = devices(&gpus, &partition);
+        let devices = devices(&gpus, &partition, &[]);
         assert_eq!(devices.len(), 7);
         let first = &devices[0];
         assert!(first.name.starts_with("gpu-0-mig-"), "{}", first.name);
@@ -423,10 +542,12 @@ mod tests {
             &Partition {
                 dra: GpuSet::All,
                 shared: GpuSet::All,
+                dynamic_mig: GpuSet::None,
             },
+            &[],
         );
         devices[0].device.taints = Some(vec![crate::health::taint(Some(79))]);
-        let wanted = slice("node-a", "uid-a", 3, &devices);
+        let wanted = slices("node-a", "uid-a", 3, &devices, &[]).remove(0);
         let mut stored = wanted.clone();
         let device = &mut stored.spec.devices.as_mut().unwrap()[0];
         let memory = device
@@ -461,6 +582,79 @@ mod tests {
         assert!(!same_slice(&orphan, &wanted));
     }
 
+    /// Four H100s served on demand and one published whole: the placements go 64 to a slice (the API's limit for
+    /// devices that consume counters), the four counter sets into a slice of their own, and every slice of the
+    /// pool says how many there are.
+    #[test]
+    fn gpus_served_on_demand_publish_placements_over_several_slices_and_their_counters_apart() {
+        use gpu::GpuBackend as _;
+        let (_dir, simulator) = simulated("h100-80gb:5", &[]);
+        for gpu in 0..4 {
+            simulator.set_mig_mode(gpu, true).unwrap();
+            simulator.reset(gpu).unwrap();
+        }
+        let gpus = node_runtime::inventory::read(simulator.as_ref()).unwrap();
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: GpuSet::None,
+            dynamic_mig: GpuSet::All,
+        };
+        let (dynamic, warnings) =
+            dynamic_mig::observe(simulator.as_ref(), &gpus, &partition).unwrap();
+        assert_eq!(warnings.len(), 1, "GPU 4 has MIG off: {warnings:?}");
+        let devices = devices(&gpus, &partition, &dynamic);
+        let per_gpu = dynamic_mig::placements(&dynamic[0]).len();
+        assert_eq!(devices.len(), 4 * per_gpu + 1);
+        let first = &devices[0];
+        assert_eq!(first.name, "gpu-0-mig-1g10gb-19-6");
+        assert_eq!(
+            first.on_demand.unwrap().placement,
+            gpu::Placement { start: 6, size: 1 }
+        );
+        assert_eq!(
+            attribute(&first.device, ATTRIBUTE_MIG_PROFILE)
+                .string
+                .as_deref(),
+            Some("1g.10gb")
+        );
+        assert_eq!(
+            first.device.consumes_counters.as_ref().unwrap()[0].counter_set,
+            "gpu-0-counter-set"
+        );
+        assert!(devices[4 * per_gpu].on_demand.is_none(), "GPU 4 is whole");
+        assert_eq!(devices[4 * per_gpu].name, "gpu-4");
+
+        let counter_sets: Vec<CounterSet> = dynamic.iter().map(dynamic_mig::counter_set).collect();
+        let published = slices("node-a", "uid-a", 2, &devices, &counter_sets);
+        let device_slices = (devices.len()).div_ceil(DEVICES_PER_SLICE_WITH_COUNTERS);
+        assert_eq!(published.len(), device_slices + 1);
+        let names: Vec<&str> = published
+            .iter()
+            .map(|slice| slice.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names[0], "node-a-gpu.nvidia.com");
+        assert_eq!(names[1], "node-a-gpu.nvidia.com-1");
+        assert_eq!(*names.last().unwrap(), "node-a-gpu.nvidia.com-counters");
+        for slice in &published {
+            assert_eq!(
+                slice.spec.pool.resource_slice_count,
+                i64::try_from(published.len()).unwrap()
+            );
+            assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));
+            let devices = slice.spec.devices.as_ref().map_or(0, Vec::len);
+            let sets = slice.spec.shared_counters.as_ref().map_or(0, Vec::len);
+            assert!(
+                (devices == 0) != (sets == 0),
+                "a slice holds devices or counters"
+            );
+            assert!(devices <= DEVICES_PER_SLICE_WITH_COUNTERS);
+        }
+        assert!(same_slice(&published[1], &published[1].clone()));
+        let mut fewer = published.last().unwrap().clone();
+        fewer.spec.shared_counters.as_mut().unwrap().pop();
+        assert!(!same_slice(&fewer, published.last().unwrap()));
+    }
+
     #[test]
     fn versions_become_semver() {
         assert_eq!(version("535.104.05").version.as_deref(), Some("535.104.5"));
@@ -475,9 +669,11 @@ mod tests {
             &Partition {
                 dra: GpuSet::All,
                 shared: GpuSet::None,
+                dynamic_mig: GpuSet::None,
             },
+            &[],
         );
-        let slice = slice("node-a", "uid-1", 3, &devices);
+        let slice = slices("node-a", "uid-1", 3, &devices, &[]).remove(0);
         assert_eq!(
             slice.metadata.name.as_deref(),
             Some("node-a-gpu.nvidia.com")

@@ -95,6 +95,8 @@ mod tests {
                     cores,
                     mps_dir: PathBuf::new(),
                 }),
+                on_demand: None,
+                mig_instance: None,
             }],
         }
     }
@@ -108,7 +110,9 @@ mod tests {
             &Partition {
                 dra: GpuSet::All,
                 shared: "1".parse().unwrap(),
+                dynamic_mig: GpuSet::None,
             },
+            &[],
         );
         crate::health::taint_unhealthy(&mut devices, &[(2, Some(79))].into());
         let prepared = Checkpoint {

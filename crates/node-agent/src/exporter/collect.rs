@@ -66,22 +66,26 @@ pub fn read_gpus(backend: &dyn GpuBackend) -> gpu::Result<GpuPass> {
             GpuDetails::default()
         });
         let mig = inventory.mig_mode.is_some_and(|mode| mode.current);
-        let (devices, processes) = if mig {
-            match (backend.mig_devices(index), backend.processes(index)) {
-                (Ok(devices), Ok(processes)) => (devices, processes),
-                (Err(error), _) | (_, Err(error)) => {
+        let (devices, processes, instances) = if mig {
+            match (
+                backend.mig_devices(index),
+                backend.processes(index),
+                backend.gpu_instances(index),
+            ) {
+                (Ok(devices), Ok(processes), Ok(instances)) => (devices, processes, instances),
+                (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
                     problems.insert(format!(
-                        "GPU {index}: reading MIG devices and processes: {error}"
+                        "GPU {index}: reading MIG devices, instances and processes: {error}"
                     ));
-                    (Vec::new(), Vec::new())
+                    (Vec::new(), Vec::new(), Vec::new())
                 }
             }
         } else {
             // Without MIG the GPU's telemetry already has its memory use: no need to list processes.
-            (Vec::new(), Vec::new())
+            (Vec::new(), Vec::new(), Vec::new())
         };
         gpus.push(GpuReading::new(
-            inventory, telemetry, details, &devices, &processes,
+            inventory, telemetry, details, &devices, &processes, &instances,
         ));
     }
     Ok(GpuPass {

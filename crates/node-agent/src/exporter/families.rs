@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crd::config::device_plugin::device_uuid;
-use gpu::{GpuDetails, GpuInventory, GpuProcess, MigDevice, Telemetry};
+use gpu::{GpuDetails, GpuInstance, GpuInventory, GpuProcess, MigDevice, Telemetry};
 use node_runtime::inventory::profile_name;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -53,6 +53,9 @@ pub struct InstanceReading {
     pub memory_mib: u64,
     /// Memory its processes use in MiB; `None` when a process's use is not reported.
     pub used_memory_mib: Option<u64>,
+    /// Its profile id and first memory slice, which name the DRA driver's MIG placement made on demand; `None`
+    /// when the GPU did not list its instances.
+    pub placement: Option<(u32, u32)>,
 }
 
 /// One GPU as read at one collection.
@@ -70,7 +73,8 @@ pub struct GpuReading {
 
 impl GpuReading {
     /// A GPU's reading from what the backend reported: its MIG devices grouped into GPU instances (several
-    /// compute instances may share one, and its memory), with the memory use of the processes in each.
+    /// compute instances may share one, and its memory), with the memory use of the processes in each and the
+    /// placement of each instance.
     #[must_use]
     pub fn new(
         inventory: GpuInventory,
@@ -78,6 +82,7 @@ impl GpuReading {
         details: GpuDetails,
         devices: &[MigDevice],
         processes: &[GpuProcess],
+        gpu_instances: &[GpuInstance],
     ) -> Self {
         let model = inventory.model();
         let mut instances: BTreeMap<u32, InstanceReading> = BTreeMap::new();
@@ -102,6 +107,10 @@ impl GpuReading {
                             })
                             .map(|process| process.used_memory_mib)
                             .sum(),
+                        placement: gpu_instances
+                            .iter()
+                            .find(|instance| instance.id == device.gpu_instance_id)
+                            .map(|instance| (instance.profile_id, instance.placement.start)),
                     });
             instance.device_uuids.push(device.uuid.clone());
         }
@@ -195,6 +204,19 @@ fn claimed_uuids(device: &str, gpus: &[GpuReading]) -> Vec<String> {
                 gpu.instances
                     .iter()
                     .find(|instance| instance.id == gpu_instance)
+            })
+            .map(|instance| instance.device_uuids.clone())
+            .unwrap_or_default(),
+        Some(DeviceName::MigPlacement {
+            gpu: index,
+            profile_id,
+            start,
+            ..
+        }) => gpu(index)
+            .and_then(|gpu| {
+                gpu.instances
+                    .iter()
+                    .find(|instance| instance.placement == Some((profile_id, start)))
             })
             .map(|instance| instance.device_uuids.clone())
             .unwrap_or_default(),

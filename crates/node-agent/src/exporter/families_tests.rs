@@ -265,6 +265,11 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
         GpuDetails::default(),
         &[device("MIG-a", 0), device("MIG-b", 1)],
         &[process(1, 0, Some(100)), process(2, 1, Some(200))],
+        &[gpu::GpuInstance {
+            id: 1,
+            profile_id: 9,
+            placement: gpu::Placement { start: 4, size: 4 },
+        }],
     );
     assert_eq!(
         reading.instances,
@@ -274,6 +279,7 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
             device_uuids: vec!["MIG-a".into(), "MIG-b".into()],
             memory_mib: 19968,
             used_memory_mib: Some(300),
+            placement: Some((9, 4)),
         }]
     );
     // One process whose use the driver does not report makes the instance's use unknown, not smaller.
@@ -283,8 +289,19 @@ fn compute_instances_sharing_a_gpu_instance_make_one_series() {
         GpuDetails::default(),
         &[device("MIG-a", 0)],
         &[process(1, 0, Some(100)), process(2, 0, None)],
+        &[],
     );
     assert_eq!(unknown.instances[0].used_memory_mib, None);
+    // The DRA driver names an instance it made on demand by profile and placement; both name this one.
+    let readings = [reading];
+    for device in ["gpu-0-mig-3g20gb-9-4", "gpu-0-mig-1-0"] {
+        assert_eq!(
+            claimed_uuids(device, &readings),
+            ["MIG-a", "MIG-b"],
+            "{device}"
+        );
+    }
+    assert!(claimed_uuids("gpu-0-mig-3g20gb-9-0", &readings).is_empty());
     let xids = XidGauge::new(Duration::from_secs(1));
     let families = families(
         &NodeReading {
