@@ -12,6 +12,7 @@
 pub mod agents;
 #[cfg(test)]
 mod agreement;
+pub mod dra;
 pub mod kubelet;
 pub mod plugin;
 pub mod prometheus;

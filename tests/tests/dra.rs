@@ -6,18 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use e2e::agents::{NodeAgent, add_simulated_node, dra_driver_bin, node_agent_bin};
-use e2e::kubelet::{Kubelet, delete_pod, gpu_pod, pod_on};
+use e2e::agents::{NodeAgent, add_simulated_node, node_agent_bin};
+use e2e::dra::{Cleanup, checkpoint, claim_of, claim_pod, slice_of, wait_unschedulable};
+use e2e::kubelet::{Kubelet, delete_pod, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 const KUBELET_NODE: &str = "e2e-dra-kubelet";
-/// How long the driver under test keeps a GPU Unhealthy after its last XID.
-const HEALTH_RECOVERY: Duration = Duration::from_secs(30);
-/// The ServiceAccount the operator's DRA driver DaemonSet runs as.
-const DRIVER_ACCOUNT: &str = "nvidia-dra-driver-gpu";
 
 /// A ResourceClaimTemplate for part of a shared GPU.
 fn share_template(name: &str, memory: &str, cores: Option<u32>) -> String {
@@ -34,16 +31,6 @@ fn share_template(name: &str, memory: &str, cores: Option<u32>) -> String {
         }]}}}
     })
     .to_string()
-}
-
-/// A pod on `node` whose one container takes the claim made from `template`.
-fn claim_pod(name: &str, node: &str, template: &str) -> String {
-    pod_on(
-        name,
-        node,
-        &json!({"claims": [{"name": "gpu"}]}),
-        &[("gpu", template)],
-    )
 }
 
 /// A quantity's value: the API server writes consumed capacity in its own form (`3000Mi` comes back `3145728k`).
@@ -66,86 +53,20 @@ fn bytes(quantity: &Value) -> u64 {
     number.parse::<u64>().expect("an integer quantity") * factor
 }
 
-/// The driver for `node` as a local process under the chart's ServiceAccount, with the DaemonSet's command line.
+/// The driver for `node` with its GPUs in `gpus` all shared, as the chart's defaults share them.
 fn start_driver(node: &str, state: &Path, root: &Path, host: &Path, gpus: &str) -> NodeAgent {
-    let (root, cdi, mps, dev) = (
-        root.display().to_string(),
-        host.join("cdi").display().to_string(),
-        host.join("mps").display().to_string(),
-        host.join("dev").display().to_string(),
-    );
-    NodeAgent::start(
-        &dra_driver_bin(),
+    e2e::dra::start_driver(
         node,
-        DRIVER_ACCOUNT,
         state,
-        &[
-            "run",
-            "--kubelet-root",
-            &root,
-            "--cdi-root",
-            &cdi,
-            "--mps-root",
-            &mps,
-            "--dev-root",
-            &dev,
-            // Short enough that the test sees a GPU recover, long enough that it sees it Unhealthy first.
-            "--health-recovery-seconds",
-            &HEALTH_RECOVERY.as_secs().to_string(),
-        ],
+        root,
+        host,
         &[("DRA_GPUS", gpus), ("DRA_SHARED_GPUS", "all")],
     )
-}
-
-/// The driver's slice of `node`, once published.
-fn slice_of(node: &str) -> Option<Value> {
-    let got = run(
-        "kubectl",
-        &[
-            "get",
-            "resourceslice",
-            &format!("{node}-gpu.nvidia.com"),
-            "-o",
-            "json",
-        ],
-    );
-    got.success
-        .then(|| serde_json::from_str(&got.stdout).expect("kubectl printed JSON"))
 }
 
 /// The pod once Running, else a panic with its description and `logs`.
 fn wait_running(name: &str, logs: &dyn Fn() -> String) -> Value {
     e2e::kubelet::wait_running(name, WAIT, logs)
-}
-
-/// The claim generated for the pod's first claim entry, or else the one the scheduler made for its extended
-/// resources (`nvidia.com/gpu` served through the `gpu.nvidia.com` class).
-fn claim_of(pod: &Value) -> String {
-    pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        .as_str()
-        .or_else(|| pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"].as_str())
-        .unwrap_or_else(|| panic!("the pod has no claim: {pod:#}"))
-        .to_owned()
-}
-
-/// The driver's checkpoint of prepared claims.
-fn checkpoint(root: &Path) -> Value {
-    let path = root.join("plugins/gpu.nvidia.com/checkpoint.json");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// Deletes pods and templates when dropped, also when an assertion fails.
-struct Cleanup(Vec<(&'static str, String)>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for (kind, name) in &self.0 {
-            clean_up(&[kind, name, "-n", "default", "--wait=false"]);
-        }
-    }
 }
 
 #[test]
@@ -695,21 +616,6 @@ fn placement(name: &str) -> (String, Vec<Value>) {
             .to_owned(),
         results,
     )
-}
-
-/// The pod's PodScheduled condition once the scheduler gave up on it for now.
-fn wait_unschedulable(name: &str) -> Value {
-    eventually(WAIT, || {
-        let pod = kubectl_json(&["get", "pod", name, "-n", "default"]);
-        let condition = pod["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|condition| condition["type"] == "PodScheduled" && condition["status"] == "False")
-            .cloned();
-        Ok(condition.filter(|condition| condition["reason"] == "Unschedulable"))
-    })
-    .unwrap_or_else(|error| panic!("pod {name} was never reported unschedulable: {error:#}"))
 }
 
 /// Removes the webhook configuration and the test's nodes and pods when dropped.
