@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::dra::{ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_UUID, CORES_TOTAL, attribute_expression};
+use crate::dra::{ATTRIBUTE_PRODUCT_NAME, CORES_TOTAL, attribute_expression};
 use crate::quantity::parse_bytes;
 
 /// Bytes in a MiB, HAMi's unit of memory.
@@ -281,14 +281,15 @@ impl Selection {
             && !listed(&self.nouse_uuids)
     }
 
-    /// The CEL selectors of DRA devices with the same meaning as [`Selection::admits`], one per list given.
+    /// The CEL selectors of DRA devices with the same meaning as [`Selection::admits`], one per list given. A GPU's
+    /// UUID is the device attribute `uuid_attribute`: `uuid` on whole GPUs, `parentUUID` on MIG devices.
     #[must_use]
-    pub fn cel_selectors(&self) -> Vec<String> {
+    pub fn cel_selectors(&self, uuid_attribute: &str) -> Vec<String> {
         let product = format!(
             "{}.lowerAscii()",
             attribute_expression(ATTRIBUTE_PRODUCT_NAME)
         );
-        let uuid = attribute_expression(ATTRIBUTE_UUID);
+        let uuid = attribute_expression(uuid_attribute);
         let contains_any = |types: &[String]| {
             types
                 .iter()
@@ -355,6 +356,7 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dra::ATTRIBUTE_UUID;
 
     #[test]
     fn a_selection_reads_hamis_annotations_and_matches_as_hami_does() {
@@ -370,7 +372,7 @@ mod tests {
         assert!(!selection.admits("NVIDIA A100-SXM4-40GB", Some("GPU-b")));
         assert!(!selection.admits("NVIDIA H100 80GB HBM3", Some("GPU-a")));
         assert_eq!(
-            selection.cel_selectors(),
+            selection.cel_selectors(ATTRIBUTE_UUID),
             [
                 "device.attributes[\"gpu.nvidia.com\"].productName.lowerAscii().contains(\"a100\") || \
                  device.attributes[\"gpu.nvidia.com\"].productName.lowerAscii().contains(\"v100\")",

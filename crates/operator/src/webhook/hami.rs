@@ -38,6 +38,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::claim_sharing::{self, Ask, Runs};
+use super::hami_mig;
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// HAMi's whole-GPU count (its chart's default `resourceName`).
@@ -240,10 +241,13 @@ pub struct DraGpu {
     pub product_name: String,
     /// Its UUID.
     pub uuid: String,
-    /// Its memory in bytes.
+    /// Its memory in bytes (on a GPU served as MIG on demand, its largest profile's).
     pub memory_bytes: u64,
     /// Whether claims share it (the shared class).
     pub shared: bool,
+    /// The memory in bytes of each MIG profile the driver makes on demand on it, smallest first; empty for a GPU
+    /// published whole.
+    pub mig_on_demand: Vec<u64>,
 }
 
 /// What admission does to a HAMi pod.
@@ -296,13 +300,11 @@ pub enum HamiError {
         /// What asked for it.
         why: String,
     },
-    /// The pod asks for an isolation the conversion cannot give.
-    #[error("annotation {VGPU_MODE} {value:?}: {why}")]
+    /// The pod asks for a mode HAMi does not have.
+    #[error("annotation {VGPU_MODE} {value:?}: HAMi's modes are hami-core, mps and mig")]
     Mode {
         /// The annotation's value.
         value: String,
-        /// Why it cannot be given, and what to do.
-        why: &'static str,
     },
     /// No GPU of the cluster can hold the request.
     #[error(
@@ -347,6 +349,17 @@ pub fn convert(
     // The asking containers, by their index in `containers`, and when each runs.
     let mut asking: Vec<usize> = Vec::new();
     let mut asks: Vec<(Runs, Ask)> = Vec::new();
+    let mig = match annotations.get(VGPU_MODE) {
+        Some(mode) => is_mig(mode)?,
+        None => false,
+    };
+    let template_for = |container: &str, ask: &Ask, warnings: &mut BTreeSet<String>| {
+        if mig {
+            hami_mig::template_for(container, ask, &selection, gpus, names, warnings)
+        } else {
+            template_for(container, ask, &selection, gpus, names)
+        }
+    };
     for (index, container) in containers.iter().enumerate() {
         let Some(ask) = ask_of(container, !selection.is_empty(), names, &mut warnings)? else {
             continue;
@@ -364,11 +377,11 @@ pub fn convert(
         if shared.members.len() > 1 {
             // Each member's own ask first, so that the error names the container that asks too much.
             for &member in &shared.members {
-                template_for(&name_of(member), &asks[member].1, &selection, gpus, names)?;
+                template_for(&name_of(member), &asks[member].1, &mut warnings)?;
             }
         }
         let lead = name_of(shared.lead);
-        let template = template_for(&lead, &shared.ask, &selection, gpus, names)?;
+        let template = template_for(&lead, &shared.ask, &mut warnings)?;
         let template_name = template.metadata.name.clone().unwrap_or_default();
         let entry = claim_entry_name(&lead);
         for &member in &shared.members {
@@ -399,9 +412,6 @@ pub fn convert(
     if claims.is_empty() {
         return Ok(None);
     }
-    if let Some(mode) = annotations.get(VGPU_MODE) {
-        check_mode(mode)?;
-    }
     spec.resource_claims
         .get_or_insert_with(Vec::new)
         .extend(claims);
@@ -428,25 +438,18 @@ pub fn convert(
     }))
 }
 
-/// Whether the pod's `nvidia.com/vgpu-mode` can be given. Shares here are MPS-limited slices of whole GPUs, which is
-/// what `mps` asks for and bounds memory as `hami-core` does. `mig` asks for the hardware isolation of a MIG instance
-/// per pod (HAMi's dynamic MIG), which this version does not create: the pod is refused rather than given weaker
-/// isolation than it asked for.
-fn check_mode(mode: &str) -> Result<(), HamiError> {
-    let why = match mode.trim().to_ascii_lowercase().as_str() {
-        "hami-core" | "mps" => return Ok(()),
-        "mig" => {
-            "a MIG instance made for the pod (HAMi's dynamic MIG) is not offered, and the shares here are MPS-limited \
-             slices of whole GPUs, not MIG's hardware isolation. For MIG, give the node a MIG geometry (node label \
-             nvidia.com/mig.config, MIG strategy mixed) and ask for nvidia.com/mig-<profile> as HAMi's \
-             mig_example.yaml does; or remove the annotation to run on an MPS-limited share"
-        }
-        _ => "HAMi's modes are hami-core, mps and mig",
-    };
-    Err(HamiError::Mode {
-        value: mode.to_owned(),
-        why,
-    })
+/// Whether the pod's `nvidia.com/vgpu-mode` asks for MIG. Shares here are MPS-limited slices of whole GPUs, which
+/// is what `mps` asks for and bounds memory as `hami-core` does; `mig` asks for the hardware isolation of a MIG
+/// instance per GPU (HAMi's dynamic MIG), which the GPUs served as MIG on demand give ([`hami_mig`]), and which is
+/// refused where none is, rather than replaced by weaker isolation.
+fn is_mig(mode: &str) -> Result<bool, HamiError> {
+    match mode.trim().to_ascii_lowercase().as_str() {
+        "hami-core" | "mps" => Ok(false),
+        "mig" => Ok(true),
+        _ => Err(HamiError::Mode {
+            value: mode.to_owned(),
+        }),
+    }
 }
 
 /// What a container asks for, or `None` when it is not the webhook's.
@@ -602,6 +605,7 @@ fn template_for(
     let kind = if ask.share { "shared GPU" } else { "GPU" };
     let eligible: Vec<&DraGpu> = gpus
         .iter()
+        .filter(|gpu| gpu.mig_on_demand.is_empty())
         .filter(|gpu| gpu.shared || !ask.share)
         .filter(|gpu| selection.admits(&gpu.product_name, Some(&gpu.uuid)))
         .collect();
@@ -610,17 +614,7 @@ fn template_for(
             "no {kind} matches its GPU type and UUID annotations"
         )));
     }
-    let mut per_node: BTreeMap<&str, u32> = BTreeMap::new();
-    for gpu in &eligible {
-        *per_node.entry(gpu.node.as_str()).or_default() += 1;
-    }
-    let most = per_node.values().copied().max().unwrap_or(0);
-    if ask.count > most {
-        return Err(unsatisfiable(format!(
-            "it asks for {} {kind}s on one node, and no node has more than {most} that match",
-            ask.count
-        )));
-    }
+    check_count(ask.count, &eligible, kind).map_err(unsatisfiable)?;
     if let Memory::Bytes(bytes) = ask.memory {
         let largest = eligible
             .iter()
@@ -645,7 +639,7 @@ fn template_for(
     } else {
         CLASS_GPU
     };
-    let mut selectors = selection.cel_selectors();
+    let mut selectors = selection.cel_selectors(ATTRIBUTE_UUID);
     let capacity = |memory: Option<u64>| {
         let mut requests = BTreeMap::new();
         if let Some(bytes) = memory {
@@ -659,18 +653,6 @@ fn template_for(
         }
         (!requests.is_empty()).then_some(CapacityRequirements {
             requests: Some(requests),
-        })
-    };
-    let cel = |expressions: &[String]| {
-        (!expressions.is_empty()).then(|| {
-            expressions
-                .iter()
-                .map(|expression| DeviceSelector {
-                    cel: Some(CELDeviceSelector {
-                        expression: expression.clone(),
-                    }),
-                })
-                .collect()
         })
     };
     let count = Some(i64::from(ask.count));
@@ -733,17 +715,50 @@ fn template_for(
             match_attribute: None,
         }]
     });
-    let spec = ResourceClaimSpec {
+    Ok(named_template(ResourceClaimSpec {
         devices: Some(DeviceClaim {
             requests: Some(vec![request]),
             constraints,
             config: None,
         }),
-    };
+    }))
+}
+
+/// That no node has fewer than `count` of the `eligible` GPUs, or why.
+pub(super) fn check_count(count: u32, eligible: &[&DraGpu], kind: &str) -> Result<(), String> {
+    let mut per_node: BTreeMap<&str, u32> = BTreeMap::new();
+    for gpu in eligible {
+        *per_node.entry(gpu.node.as_str()).or_default() += 1;
+    }
+    let most = per_node.values().copied().max().unwrap_or(0);
+    if count > most {
+        return Err(format!(
+            "it asks for {count} {kind}s on one node, and no node has more than {most} that match"
+        ));
+    }
+    Ok(())
+}
+
+/// The CEL selectors of `expressions`, or none.
+pub(super) fn cel(expressions: &[String]) -> Option<Vec<DeviceSelector>> {
+    (!expressions.is_empty()).then(|| {
+        expressions
+            .iter()
+            .map(|expression| DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: expression.clone(),
+                }),
+            })
+            .collect()
+    })
+}
+
+/// The webhook's template of `spec`: named by a hash of what it asks for, so that pods asking alike share it.
+pub(super) fn named_template(spec: ResourceClaimSpec) -> ResourceClaimTemplate {
     let digest = serde_json::to_vec(&spec)
         .map(|bytes| fnv1a(&bytes))
         .unwrap_or(0);
-    Ok(ResourceClaimTemplate {
+    ResourceClaimTemplate {
         metadata: ObjectMeta {
             name: Some(format!("hami-gpu-{digest:016x}")),
             labels: Some(BTreeMap::from([(
@@ -756,29 +771,29 @@ fn template_for(
             metadata: None,
             spec: Some(spec),
         }),
-    })
+    }
 }
 
 /// What the cluster's DRA GPUs are, for error messages: `2 × NVIDIA A100-SXM4-40GB (40960 MiB, shared)`.
-fn summary(gpus: &[DraGpu]) -> String {
+pub(super) fn summary(gpus: &[DraGpu]) -> String {
     if gpus.is_empty() {
         return "none (is the DRA driver enabled, draDriver.enabled in the ClusterPolicy?)"
             .to_owned();
     }
-    let mut kinds: BTreeMap<(String, u64, bool), usize> = BTreeMap::new();
+    let mut kinds: BTreeMap<(String, u64, &str), usize> = BTreeMap::new();
     for gpu in gpus {
+        let kind = match (gpu.mig_on_demand.is_empty(), gpu.shared) {
+            (false, _) => "MIG on demand",
+            (true, true) => "shared",
+            (true, false) => "whole",
+        };
         *kinds
-            .entry((gpu.product_name.clone(), gpu.memory_bytes >> 20, gpu.shared))
+            .entry((gpu.product_name.clone(), gpu.memory_bytes >> 20, kind))
             .or_default() += 1;
     }
     kinds
         .iter()
-        .map(|((product, mib, shared), count)| {
-            format!(
-                "{count} × {product} ({mib} MiB, {})",
-                if *shared { "shared" } else { "whole" }
-            )
-        })
+        .map(|((product, mib, kind), count)| format!("{count} × {product} ({mib} MiB, {kind})"))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -11,6 +11,7 @@ fn cluster() -> Vec<DraGpu> {
         uuid: format!("GPU-{node}-{index}"),
         memory_bytes: mib << 20,
         shared,
+        mig_on_demand: Vec::new(),
     };
     vec![
         gpu("a100", "NVIDIA A100-SXM4-40GB", 40960, 0, true),
@@ -468,6 +469,7 @@ fn a_whole_gpu_may_come_from_a_whole_or_a_shared_gpu_but_a_share_only_from_a_sha
         uuid: "GPU-1".into(),
         memory_bytes: 40 << 30,
         shared: false,
+        mig_on_demand: Vec::new(),
     }];
     let typed = hami_pod(
         json!({"nvidia.com/use-gputype": "a100"}),
@@ -854,24 +856,146 @@ fn a_renamed_resource_name_must_be_a_resource_name_and_unique() {
     );
 }
 
-/// HAMi's dynamic_mig_example.yaml (HAMi commit 41563e0), unchanged: the pod asks for a MIG instance of its own,
-/// which is not offered; given an MPS-limited share instead it would silently lose the isolation it asked for.
+/// The cluster of [`cluster`] plus a node of two H100-80GB served as MIG on demand (the H100's profiles).
+fn cluster_with_mig_on_demand() -> Vec<DraGpu> {
+    let profiles: Vec<u64> = [9856, 19968, 20096, 40448, 40448, 80896]
+        .iter()
+        .map(|mib| mib << 20)
+        .collect();
+    let mut gpus = cluster();
+    for index in 0..2 {
+        gpus.push(DraGpu {
+            node: "mig".into(),
+            product_name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: format!("GPU-mig-{index}"),
+            memory_bytes: 80896 << 20,
+            shared: false,
+            mig_on_demand: profiles.clone(),
+        });
+    }
+    gpus
+}
+
+/// HAMi's dynamic_mig_example.yaml (HAMi commit 41563e0), unchanged: the pod asks for a MIG instance of its own on
+/// each of 2 GPUs. Where GPUs are served as MIG on demand it gets two instances whose memory holds its 8000 MiB, on
+/// distinct GPUs (the driver's smallest-first order makes that the smallest such profile); where none is, it is
+/// refused: an MPS-limited share instead would silently lose the isolation it asked for.
 #[test]
-fn hamis_dynamic_mig_pod_is_refused_naming_the_annotation_and_the_way_to_mig() {
+fn hamis_dynamic_mig_pod_gets_instances_made_on_demand_or_is_refused_with_the_way_to_them() {
     let [pod] = hami_examples("dynamic_mig_example.yaml")
         .try_into()
         .expect("one pod");
+    let conversion = convert(
+        &pod,
+        &cluster_with_mig_on_demand(),
+        &ResourceNames::default(),
+    )
+    .unwrap()
+    .unwrap();
+    let spec = serde_json::to_value(
+        conversion.templates[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let request = &spec["devices"]["requests"][0]["exactly"];
+    assert_eq!(request["deviceClassName"], "mig.nvidia.com");
+    assert_eq!(request["count"], 2);
+    assert_eq!(
+        request["selectors"][0]["cel"]["expression"],
+        "device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"8000Mi\")) >= 0"
+    );
+    assert_eq!(
+        spec["devices"]["constraints"][0]["distinctAttribute"],
+        "gpu.nvidia.com/parentUUID"
+    );
+
     let error = convert(&pod, &cluster(), &ResourceNames::default())
         .unwrap_err()
         .to_string();
     assert!(
-        error.starts_with(
-            "annotation nvidia.com/vgpu-mode \"mig\": a MIG instance made for the pod"
-        ),
+        error.contains("nvidia.com/vgpu-mode mig asks for a MIG instance made for the pod"),
         "{error}"
     );
-    assert!(error.contains("nvidia.com/mig-<profile>"), "{error}");
+    assert!(error.contains("draDriver.dynamicMIG"), "{error}");
     assert!(error.contains("remove the annotation"), "{error}");
+
+    // More memory than any profile holds, and a type no GPU served on demand is.
+    let mut big = pod.clone();
+    big.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .limits
+        .as_mut()
+        .unwrap()
+        .insert(GPUMEM.into(), Quantity("90000".into()));
+    let error = convert(
+        &big,
+        &cluster_with_mig_on_demand(),
+        &ResourceNames::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("at most 80896 MiB"), "{error}");
+    let mut a100 = pod.clone();
+    a100.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(USE_GPUTYPE.into(), "A100".into());
+    assert!(
+        convert(
+            &a100,
+            &cluster_with_mig_on_demand(),
+            &ResourceNames::default()
+        )
+        .is_err(),
+        "no A100 is served on demand"
+    );
+
+    // Without gpumem, the whole GPU: each model's largest profile.
+    let mut whole = pod.clone();
+    whole.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .limits
+        .as_mut()
+        .unwrap()
+        .remove(GPUMEM);
+    whole
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(USE_GPUTYPE.into(), "H100".into());
+    let conversion = convert(
+        &whole,
+        &cluster_with_mig_on_demand(),
+        &ResourceNames::default(),
+    )
+    .unwrap()
+    .unwrap();
+    let spec = serde_json::to_value(
+        conversion.templates[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let expressions = spec["devices"]["requests"][0]["firstAvailable"][0]["selectors"].to_string();
+    assert!(
+        expressions.contains("quantity(\\\"80896Mi\\\")) >= 0"),
+        "{expressions}"
+    );
 
     // The modes an MPS-limited share does give, and one HAMi does not have.
     let with_mode = |mode: &str| {
@@ -890,6 +1014,10 @@ fn hamis_dynamic_mig_pod_is_refused_naming_the_annotation_and_the_way_to_mig() {
         error,
         "annotation nvidia.com/vgpu-mode \"vgpu\": HAMi's modes are hami-core, mps and mig"
     );
+    // A share converted in MPS mode never lands on a GPU served as MIG on demand.
+    let mps = with_mode("mps").unwrap().unwrap();
+    let template = serde_json::to_string(&mps.templates[0]).unwrap();
+    assert!(!template.contains("mig.nvidia.com"), "{template}");
 }
 
 /// HAMi's mig_example.yaml (HAMi commit e717e18), unchanged: a MIG device of a geometry the MIG manager applied, as

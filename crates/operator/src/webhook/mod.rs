@@ -33,6 +33,7 @@ pub mod certs;
 mod claim_sharing;
 pub mod eviction;
 pub mod hami;
+mod hami_mig;
 pub mod quota;
 pub mod review;
 pub mod server;

@@ -8,7 +8,12 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use crd::dra::{ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY, TYPE_GPU};
+use std::collections::BTreeMap;
+
+use crd::dra::{
+    ATTRIBUTE_PARENT_UUID, ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_MEMORY,
+    TYPE_GPU, TYPE_MIG,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaimSpec, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::jiff::Timestamp;
@@ -43,23 +48,58 @@ impl std::fmt::Debug for Admission {
     }
 }
 
-/// The whole GPUs the driver's slices publish, shared or not (pure).
+/// The GPUs the driver's slices publish: whole, shared, or served as MIG on demand (pure).
 #[must_use]
 pub fn dra_gpus(slices: &[Arc<ResourceSlice>]) -> Vec<DraGpu> {
-    crd::dra::driver_devices(slices.iter().map(AsRef::as_ref))
-        .filter_map(|(slice, device)| {
-            let text = |name: &str| crd::dra::text_attribute(device, name).map(str::to_owned);
-            (text(ATTRIBUTE_TYPE)? == TYPE_GPU).then_some(())?;
-            let memory = device.capacity.as_ref()?.get(CAPACITY_MEMORY)?;
-            Some(DraGpu {
-                node: slice.spec.node_name.clone().unwrap_or_default(),
-                product_name: text(ATTRIBUTE_PRODUCT_NAME)?,
-                uuid: text(ATTRIBUTE_UUID)?,
-                memory_bytes: crd::quantity::parse_bytes(&memory.value.0).ok()?,
+    let mut gpus = Vec::new();
+    // GPUs served as MIG on demand, by their UUID: their placements' devices consume the GPU's counters.
+    let mut on_demand: BTreeMap<String, DraGpu> = BTreeMap::new();
+    for (slice, device) in crd::dra::driver_devices(slices.iter().map(AsRef::as_ref)) {
+        let text = |name: &str| crd::dra::text_attribute(device, name).map(str::to_owned);
+        let Some(memory) = device
+            .capacity
+            .as_ref()
+            .and_then(|capacity| capacity.get(CAPACITY_MEMORY))
+            .and_then(|memory| crd::quantity::parse_bytes(&memory.value.0).ok())
+        else {
+            continue;
+        };
+        let (Some(kind), Some(product_name)) = (text(ATTRIBUTE_TYPE), text(ATTRIBUTE_PRODUCT_NAME))
+        else {
+            continue;
+        };
+        let node = slice.spec.node_name.clone().unwrap_or_default();
+        if kind == TYPE_GPU
+            && let Some(uuid) = text(ATTRIBUTE_UUID)
+        {
+            gpus.push(DraGpu {
+                node,
+                product_name,
+                uuid,
+                memory_bytes: memory,
                 shared: device.allow_multiple_allocations == Some(true),
-            })
-        })
-        .collect()
+                mig_on_demand: Vec::new(),
+            });
+        } else if kind == TYPE_MIG
+            && device.consumes_counters.is_some()
+            && let Some(uuid) = text(ATTRIBUTE_PARENT_UUID)
+        {
+            let gpu = on_demand.entry(uuid.clone()).or_insert_with(|| DraGpu {
+                node,
+                product_name,
+                uuid,
+                memory_bytes: 0,
+                shared: false,
+                mig_on_demand: Vec::new(),
+            });
+            gpu.memory_bytes = gpu.memory_bytes.max(memory);
+            if let Err(at) = gpu.mig_on_demand.binary_search(&memory) {
+                gpu.mig_on_demand.insert(at, memory);
+            }
+        }
+    }
+    gpus.extend(on_demand.into_values());
+    gpus
 }
 
 /// Why a pod's ResourceClaimTemplate cannot be used.
@@ -526,5 +566,63 @@ mod tests {
         );
         assert_eq!(gpus[0].memory_bytes, 40 << 30);
         assert_eq!(gpus[0].node, "node-a");
+    }
+
+    /// A GPU served as MIG on demand publishes its placements (MIG devices consuming its counters, named after their
+    /// parent): admission sees one GPU with each profile's memory once; a MIG device that exists already (no
+    /// counters) is not a GPU to make instances on.
+    #[test]
+    fn placements_made_on_demand_count_as_their_gpu_with_its_profiles() {
+        let placement = |name: &str, memory: &str, counters: bool| {
+            let mut device = device(name, "NVIDIA H100 80GB HBM3", memory, false);
+            let attributes = device.attributes.as_mut().unwrap();
+            attributes.remove(ATTRIBUTE_UUID);
+            attributes.insert(
+                ATTRIBUTE_TYPE.to_owned(),
+                DeviceAttribute {
+                    string: Some(TYPE_MIG.into()),
+                    ..DeviceAttribute::default()
+                },
+            );
+            attributes.insert(
+                ATTRIBUTE_PARENT_UUID.to_owned(),
+                DeviceAttribute {
+                    string: Some("GPU-h100".into()),
+                    ..DeviceAttribute::default()
+                },
+            );
+            device.consumes_counters = counters.then(|| {
+                vec![k8s_openapi::api::resource::v1::DeviceCounterConsumption {
+                    counter_set: "gpu-0-counter-set".into(),
+                    ..Default::default()
+                }]
+            });
+            device
+        };
+        let slices = [Arc::new(ResourceSlice {
+            metadata: Default::default(),
+            spec: ResourceSliceSpec {
+                driver: DRIVER.into(),
+                node_name: Some("node-m".into()),
+                pool: ResourcePool {
+                    name: "node-m".into(),
+                    generation: 1,
+                    resource_slice_count: 2,
+                },
+                devices: Some(vec![
+                    placement("gpu-0-mig-1g10gb-19-6", "9856Mi", true),
+                    placement("gpu-0-mig-1g10gb-19-5", "9856Mi", true),
+                    placement("gpu-0-mig-7g80gb-0-0", "80896Mi", true),
+                    placement("gpu-1-mig-1-0", "9856Mi", false),
+                ]),
+                ..ResourceSliceSpec::default()
+            },
+        })];
+        let gpus = dra_gpus(&slices);
+        assert_eq!(gpus.len(), 1, "{gpus:?}");
+        assert_eq!(gpus[0].uuid, "GPU-h100");
+        assert_eq!(gpus[0].mig_on_demand, [9856 << 20, 80896 << 20]);
+        assert_eq!(gpus[0].memory_bytes, 80896 << 20);
+        assert!(!gpus[0].shared);
     }
 }

@@ -1,0 +1,152 @@
+//! HAMi's dynamic MIG (`nvidia.com/vgpu-mode: mig`) on DRA (pure): each GPU a container asks for becomes a MIG
+//! instance that the DRA driver makes on demand (class `mig.nvidia.com`), of a profile whose memory holds the
+//! container's `nvidia.com/gpumem`. The driver publishes each GPU's profiles smallest first, so the scheduler's
+//! first fit takes the smallest profile that holds the memory: HAMi's choice of template. Several GPUs
+//! (`nvidia.com/gpu: 2`) are instances on distinct physical GPUs (`parentUUID`), as HAMi gives each of a
+//! container's vGPUs its own card.
+//!
+//! Memory as HAMi reads it ([`crd::hami`]): MiB or bytes hold for every GPU; a percentage (or none, the whole
+//! memory) depends on the GPU, so each model present gets a `firstAvailable` sub-request with its own size, the
+//! size of its largest profile. `nvidia.com/gpucores` has no meaning for an instance, whose compute is its
+//! profile's: it is ignored with a warning.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crd::dra::{
+    ATTRIBUTE_PARENT_UUID, ATTRIBUTE_PRODUCT_NAME, CAPACITY_MEMORY, CLASS_MIG, DRIVER,
+    attribute_expression, capacity_expression,
+};
+use crd::hami::{Memory, Selection};
+use k8s_openapi::api::resource::v1::{
+    DeviceClaim, DeviceConstraint, DeviceRequest, DeviceSubRequest, ExactDeviceRequest,
+    ResourceClaimSpec, ResourceClaimTemplate,
+};
+
+use super::claim_sharing::Ask;
+use super::hami::{
+    DraGpu, HamiError, ResourceNames, VGPU_MODE, cel, check_count, named_template, summary,
+};
+
+/// The claim's one request.
+const REQUEST: &str = "gpu";
+
+/// The template of one container's ask for MIG instances, checked against the cluster's GPUs served as MIG on
+/// demand.
+pub(super) fn template_for(
+    container: &str,
+    ask: &Ask,
+    selection: &Selection,
+    gpus: &[DraGpu],
+    names: &ResourceNames,
+    warnings: &mut BTreeSet<String>,
+) -> Result<ResourceClaimTemplate, HamiError> {
+    let unsatisfiable = |why: String| HamiError::Unsatisfiable {
+        container: container.to_owned(),
+        why,
+        have: summary(gpus),
+    };
+    let eligible: Vec<&DraGpu> = gpus
+        .iter()
+        .filter(|gpu| !gpu.mig_on_demand.is_empty())
+        .filter(|gpu| selection.admits(&gpu.product_name, Some(&gpu.uuid)))
+        .collect();
+    if eligible.is_empty() {
+        return Err(unsatisfiable(format!(
+            "{VGPU_MODE} mig asks for a MIG instance made for the pod, and no GPU that matches its GPU type and UUID \
+             annotations is served as MIG on demand (draDriver.dynamicMIG in the ClusterPolicy, or the node label \
+             nvidia.com/dra.dynamic-mig-gpus, on GPUs with MIG mode on); remove the annotation to run on an \
+             MPS-limited share, which does not isolate as MIG does"
+        )));
+    }
+    check_count(ask.count, &eligible, "GPUs served as MIG on demand").map_err(unsatisfiable)?;
+    if ask.cores.is_some() {
+        warnings.insert(format!(
+            "{} is ignored with {VGPU_MODE} mig: a MIG instance has the compute of its profile",
+            names.cores
+        ));
+    }
+    let mut selectors = selection.cel_selectors(ATTRIBUTE_PARENT_UUID);
+    let at_least = |bytes: u64| {
+        format!(
+            "{}.compareTo(quantity(\"{}Mi\")) >= 0",
+            capacity_expression(CAPACITY_MEMORY),
+            bytes.div_ceil(1 << 20)
+        )
+    };
+    let count = Some(i64::from(ask.count));
+    let request = if let Memory::Bytes(bytes) = ask.memory {
+        let largest = eligible
+            .iter()
+            .flat_map(|gpu| gpu.mig_on_demand.iter().copied())
+            .max()
+            .unwrap_or(0);
+        if bytes > largest {
+            return Err(unsatisfiable(format!(
+                "{} {} MiB is more than any MIG profile made on demand holds (at most {} MiB)",
+                names.memory,
+                bytes >> 20,
+                largest >> 20
+            )));
+        }
+        selectors.push(at_least(bytes));
+        DeviceRequest {
+            name: REQUEST.to_owned(),
+            exactly: Some(ExactDeviceRequest {
+                device_class_name: CLASS_MIG.to_owned(),
+                count,
+                selectors: cel(&selectors),
+                ..ExactDeviceRequest::default()
+            }),
+            first_available: None,
+        }
+    } else {
+        let percent = match ask.memory {
+            Memory::Percent(percent) => u64::from(percent),
+            _ => 100,
+        };
+        // Per model, the share of its largest profile (the GPU's memory in MIG mode), as HAMi takes a percentage
+        // of each GPU's own memory.
+        let models: BTreeMap<&str, u64> = eligible
+            .iter()
+            .map(|gpu| (gpu.product_name.as_str(), gpu.memory_bytes))
+            .collect();
+        let first_available = models
+            .iter()
+            .enumerate()
+            .map(|(index, (product, bytes))| {
+                let mut expressions = selectors.clone();
+                expressions.push(format!(
+                    "{} == \"{product}\"",
+                    attribute_expression(ATTRIBUTE_PRODUCT_NAME)
+                ));
+                expressions.push(at_least(bytes * percent / 100));
+                DeviceSubRequest {
+                    name: format!("model-{index}"),
+                    device_class_name: CLASS_MIG.to_owned(),
+                    count,
+                    selectors: cel(&expressions),
+                    ..DeviceSubRequest::default()
+                }
+            })
+            .collect();
+        DeviceRequest {
+            name: REQUEST.to_owned(),
+            first_available: Some(first_available),
+            exactly: None,
+        }
+    };
+    let constraints = (ask.count > 1).then(|| {
+        vec![DeviceConstraint {
+            requests: Some(vec![REQUEST.to_owned()]),
+            distinct_attribute: Some(format!("{DRIVER}/{ATTRIBUTE_PARENT_UUID}")),
+            match_attribute: None,
+        }]
+    });
+    Ok(named_template(ResourceClaimSpec {
+        devices: Some(DeviceClaim {
+            requests: Some(vec![request]),
+            constraints,
+            config: None,
+        }),
+    }))
+}
