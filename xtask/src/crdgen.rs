@@ -22,15 +22,36 @@ const VALUES_SCHEMA: &str = "charts/gpu-operator/values.schema.json";
 pub fn run(check: bool) -> anyhow::Result<()> {
     sync(CRD_DIR, render()?, check)?;
     sync_file(VALUES_SCHEMA, &crate::values_schema::render()?, check)?;
-    let mig = BTreeMap::from([(
-        "default-mig-parted-config.yaml".to_string(),
-        format!(
-            "{}{}",
-            HEADER.replace("the types in crates/crd", "crd::mig::DEFAULT_MIG_CONFIG"),
-            crd::mig::DEFAULT_MIG_CONFIG
+    let mig = BTreeMap::from([
+        (
+            "default-mig-parted-config.yaml".to_string(),
+            format!(
+                "{}{}",
+                HEADER.replace("the types in crates/crd", "crd::mig::DEFAULT_MIG_CONFIG"),
+                crd::mig::DEFAULT_MIG_CONFIG
+            ),
         ),
-    )]);
+        ("mig-profiles.yaml".to_string(), mig_profiles()),
+    ]);
     sync(FILES_DIR, mig, check)
+}
+
+/// The MIG profiles of every model in the catalog that an extended resource can name (`nvidia.com/mig-1g.10gb`;
+/// `+` is not allowed in a resource name, so the attribute profiles are left out): the chart makes one DeviceClass
+/// per profile, which maps the device plugin's resource name onto the DRA driver's MIG devices of that profile.
+fn mig_profiles() -> String {
+    let names: std::collections::BTreeSet<String> = crd::mig::models()
+        .iter()
+        .flat_map(|model| model.profiles)
+        .filter(|profile| profile.name.attribute.is_none())
+        .map(|profile| profile.name.to_string())
+        .collect();
+    let mut text = HEADER.replace("the types in crates/crd", "the MIG catalog in crates/crd");
+    text.push_str("profiles:\n");
+    for name in names {
+        text.push_str(&format!("  - {name}\n"));
+    }
+    text
 }
 
 /// Writes `wanted` into `relative_dir` (removing other YAML files there), or with `check` fails on any drift.
