@@ -7,6 +7,8 @@
 //! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
 //! - [`dynamic_mig`]: MIG on demand: the counters and placements published, the instances made and destroyed.
+//! - [`packing`] (pure): claims arriving and leaving replayed against the scheduler's first fit over our device
+//!   order and NVIDIA's (`cargo xtask bench`).
 //! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
 //! - [`service`]: plugin registration and the `v1.DRAPlugin` and `v1.DRAResourceHealth` gRPC services on unix
 //!   sockets.
@@ -33,6 +35,7 @@ pub mod claims;
 pub mod cli;
 pub mod dynamic_mig;
 pub mod health;
+pub mod packing;
 pub mod planner;
 pub mod publish;
 pub mod service;

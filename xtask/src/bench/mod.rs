@@ -2,13 +2,15 @@
 //! GPU nodes, measured alike (DESIGN.md, Performance): time to ready, patch propagation, RSS and CPU, and API
 //! requests by verb and resource from the audit log; beside them the floor, our DaemonSets and node labels applied
 //! with no operator (`floor.rs`), which is as fast as the cluster itself goes; plus the device plugin's Allocate latency, the GPU memory
-//! watchdog, fractional GPUs through DRA and a driver upgrade at the largest node count (ours only). Writes
-//! `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
+//! watchdog, fractional GPUs through DRA and a driver upgrade at the largest node count (ours only), and MIG on
+//! demand's packing under the scheduler's first fit, our device order against NVIDIA's (`packing.rs`, no cluster).
+//! Writes `bench.md`, `bench.json` and PNG charts to the output directory (`docs/bench` by default).
 
 mod contender;
 mod dra;
 mod floor;
 mod observe;
+mod packing;
 mod plot;
 mod proc_stats;
 mod report;
@@ -70,6 +72,10 @@ pub struct Args {
     /// rows of the same operator and node count are replaced.
     #[arg(long)]
     operators_only: bool,
+    /// Replay only MIG on demand's packing, our device order against NVIDIA's (seconds, no cluster), keeping the
+    /// other results of bench.json.
+    #[arg(long)]
+    packing_only: bool,
     /// Measure nothing: write bench.md and the charts again from bench.json (after a change to the report).
     #[arg(long)]
     report_only: bool,
@@ -87,6 +93,16 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         let results: Results = serde_json::from_slice(
             &std::fs::read(out.join("bench.json")).context("--report-only reads bench.json")?,
         )?;
+        write_outputs(&out, &results)?;
+        print!("{}", report::render(&results));
+        return Ok(());
+    }
+    if args.packing_only {
+        let earlier = std::fs::read(out.join("bench.json")).context(
+            "--packing-only keeps the other results of bench.json, which does not exist yet",
+        )?;
+        let mut results: Results = serde_json::from_slice(&earlier)?;
+        results.packing = Some(packing::measure(&environment(root, args.ours_only)?)?);
         write_outputs(&out, &results)?;
         print!("{}", report::render(&results));
         return Ok(());
@@ -186,6 +202,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             watchdog: None,
             dra: None,
             upgrade: None,
+            packing: None,
         }
     };
     let mut outcome = Ok(());
@@ -248,6 +265,12 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     }
     // Everything but the operators, unless only they are measured.
     let rest = !args.operators_only;
+    if outcome.is_ok() && rest {
+        match packing::measure(&results.environment) {
+            Ok(measured) => results.packing = Some(measured),
+            Err(error) => outcome = Err(error.context("replaying MIG packing failed")),
+        }
+    }
     if outcome.is_ok() && rest {
         let info = cluster::ensure_up()?;
         match watchdog::measure(root, &info, &results.environment) {
@@ -342,6 +365,9 @@ fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
     }
     if let Some(upgrade) = &results.upgrade {
         plot::draw_upgrade(upgrade, out)?;
+    }
+    if let Some(packing) = &results.packing {
+        plot::draw_packing(packing, out)?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The report's PNG charts: one figure against the node count (log scale) per chart, one line per operator and
-//! figure, and the driver upgrade's nodes in flight over time; drawn with plotters and Debian's DejaVu Sans.
+//! figure, the driver upgrade's nodes in flight over time, and the pods each MIG device order refused; drawn with
+//! plotters and Debian's DejaVu Sans.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -9,8 +10,10 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use super::contender::Operator;
+use super::packing::PackingBench;
 use super::report::Row;
 use super::upgrade::UpgradeBench;
+use dra_driver::packing::Order;
 
 const FONT_PACKAGE: &str = "fonts-dejavu-core";
 const FONT_FILE: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -24,6 +27,8 @@ const LIMIT: RGBColor = RGBColor(214, 39, 40);
 
 /// The driver upgrade's chart.
 const UPGRADE_FILE: &str = "driver-upgrade.png";
+/// MIG on demand's packing chart.
+const PACKING_FILE: &str = "mig-packing.png";
 
 /// One line of a chart: a figure of one operator.
 struct Series {
@@ -273,6 +278,133 @@ fn draw_in_flight(upgrade: &UpgradeBench, path: &Path) -> anyhow::Result<()> {
     root.present().map_err(plot_error)
 }
 
+/// The pods each device order refused, and of them those refused for fragmentation: a bar at the median of the
+/// seeds, a whisker from the least to the most; returns the file written to `dir`.
+pub fn draw_packing(packing: &PackingBench, dir: &Path) -> anyhow::Result<PathBuf> {
+    load_font()?;
+    let path = dir.join(PACKING_FILE);
+    draw_refusals(packing, &path)?;
+    Ok(path)
+}
+
+/// One bar of the packing chart: its series, its order's position and its spread.
+struct Bar {
+    label: String,
+    color: RGBColor,
+    x: f64,
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn packing_bars(packing: &PackingBench) -> Vec<Bar> {
+    let mut bars = Vec::new();
+    for (position, order) in Order::ALL.into_iter().enumerate() {
+        let [refused, fragmented] = match order {
+            Order::Ours => [OURS, RGBColor(120, 180, 230)],
+            Order::Nvidia => [RGBColor(214, 39, 40), RGBColor(255, 152, 100)],
+        };
+        let x = position as f64;
+        let name = match order {
+            Order::Ours => "ours",
+            Order::Nvidia => "NVIDIA's",
+        };
+        for (label, color, offset, figure) in [
+            (
+                "refused",
+                refused,
+                -0.2,
+                (|figures| f64::from(figures.refused)) as fn(&super::packing::Figures) -> f64,
+            ),
+            ("of which for fragmentation", fragmented, 0.2, |figures| {
+                f64::from(figures.refused_fragmented)
+            }),
+        ] {
+            let spread = packing.spread(order, figure);
+            bars.push(Bar {
+                label: format!("{name}: {label}"),
+                color,
+                x: x + offset,
+                median: spread.median,
+                min: spread.min,
+                max: spread.max,
+            });
+        }
+    }
+    bars
+}
+
+fn draw_refusals(packing: &PackingBench, path: &Path) -> anyhow::Result<()> {
+    let bars = packing_bars(packing);
+    let y_max = bars.iter().map(|bar| bar.max).fold(1.0, f64::max) * 1.2;
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let title = format!(
+        "MIG on demand: pods refused of {} ({} {}, {} seeds)",
+        packing.arrivals,
+        packing.gpus,
+        packing.model,
+        packing.runs.len()
+    );
+    let mut context = ChartBuilder::on(&root)
+        .caption(title, (FAMILY, 22))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.6..1.6, 0.0..y_max)
+        .map_err(plot_error)?;
+    context
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(12)
+        .x_desc("device order (bar: median; whisker: least to most)")
+        .y_desc("pods")
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 17))
+        .x_label_formatter(&|x: &f64| {
+            let near = |position: f64| (*x - position).abs() < 1e-6;
+            if near(0.0) {
+                "ours".to_owned()
+            } else if near(1.0) {
+                "NVIDIA's".to_owned()
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(plot_error)?;
+    for bar in &bars {
+        let color = bar.color;
+        context
+            .draw_series([Rectangle::new(
+                [(bar.x - 0.17, 0.0), (bar.x + 0.17, bar.median)],
+                color.filled(),
+            )])
+            .map_err(plot_error)?
+            .label(bar.label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 24, y + 6)], color.filled()));
+        context
+            .draw_series([
+                PathElement::new(
+                    vec![(bar.x, bar.min), (bar.x, bar.max)],
+                    BLACK.stroke_width(2),
+                ),
+                PathElement::new(
+                    vec![(bar.x - 0.05, bar.min), (bar.x + 0.05, bar.min)],
+                    BLACK.stroke_width(2),
+                ),
+                PathElement::new(
+                    vec![(bar.x - 0.05, bar.max), (bar.x + 0.05, bar.max)],
+                    BLACK.stroke_width(2),
+                ),
+            ])
+            .map_err(plot_error)?;
+    }
+    draw_legend(&mut context)?;
+    root.present().map_err(plot_error)
+}
+
 fn draw_legend<'a, X, Y>(
     context: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
 ) -> anyhow::Result<()>
@@ -365,6 +497,36 @@ mod tests {
             requests: Requests::default(),
         };
         let file = draw_upgrade(&upgrade, &dir).unwrap();
+        assert!(std::fs::read(&file).unwrap().starts_with(b"\x89PNG"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_packing_chart_has_a_bar_and_whisker_per_order_and_figure() {
+        let packing = crate::bench::packing::tests::bench(&[(190, 200), (180, 170), (210, 230)]);
+        let bars = packing_bars(&packing);
+        let labels: Vec<&str> = bars.iter().map(|bar| bar.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "ours: refused",
+                "ours: of which for fragmentation",
+                "NVIDIA's: refused",
+                "NVIDIA's: of which for fragmentation"
+            ]
+        );
+        assert_eq!(
+            (bars[0].median, bars[0].min, bars[0].max),
+            (190.0, 180.0, 210.0)
+        );
+        assert_eq!(
+            (bars[3].median, bars[3].min, bars[3].max),
+            (66.0, 56.0, 76.0)
+        );
+        assert!(bars.windows(2).all(|pair| pair[0].x < pair[1].x));
+        let dir = std::env::temp_dir().join(format!("xtask-plot-packing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = draw_packing(&packing, &dir).unwrap();
         assert!(std::fs::read(&file).unwrap().starts_with(b"\x89PNG"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::contender::Operator;
+use super::packing::{Figures, PackingBench, Spread};
 use super::upgrade::UpgradeBench;
+use dra_driver::packing::Order;
 use harness::cluster::audit::Requests;
 
 /// What one operator measured with N simulated GPU nodes.
@@ -121,6 +123,9 @@ pub struct Results {
     /// A driver upgrade at the largest node count.
     #[serde(default)]
     pub upgrade: Option<super::upgrade::UpgradeBench>,
+    /// MIG on demand: our device order and NVIDIA's under the scheduler's first fit.
+    #[serde(default)]
+    pub packing: Option<PackingBench>,
 }
 
 impl Results {
@@ -264,7 +269,147 @@ pub fn render(results: &Results) -> String {
     if let Some(upgrade) = &results.upgrade {
         render_upgrade(upgrade, &mut text);
     }
+    if let Some(packing) = &results.packing {
+        render_packing(packing, &mut text);
+    }
     text
+}
+
+/// MIG on demand, packing: both orders' figures over the seeds, and which order is better by how much.
+fn render_packing(packing: &PackingBench, text: &mut String) {
+    let per_node = packing.gpus_per_node.max(1);
+    let nodes = match packing.gpus % per_node {
+        0 => format!("{} nodes of {per_node}", packing.gpus / per_node),
+        rest => format!(
+            "{} nodes of {per_node} and one of {rest}",
+            packing.gpus / per_node
+        ),
+    };
+    let mix: Vec<String> = packing
+        .mix
+        .iter()
+        .map(|(profile, weight)| format!("{profile} {weight} %"))
+        .collect();
+    // The mix's two largest profiles: where fragmentation shows first.
+    let large: Vec<&str> = packing
+        .mix
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(|(profile, _)| profile.as_str())
+        .collect();
+    let _ = write!(
+        text,
+        "\n## MIG on demand: packing\n\n`dra_driver::packing` replays MIG claims arriving and leaving on {} simulated {} \
+         ({nodes} GPUs), with the devices and counters the DRA driver publishes for GPUs served as MIG \
+         on demand, against the scheduler's allocator: for each claim the first device, in slice order, that its \
+         profile selects and whose counters are free, on the first node where there is one (standing for a bin-packing \
+         node score). Only the order of the devices differs: **ours**, each profile's placements from the highest \
+         start down, and **NVIDIA's**, its DynamicMIG devices sorted by name (`gpu-<minor>-mig-<profile>-<id>-<start>`), \
+         so from the lowest start up (kubernetes-sigs/dra-driver-nvidia-gpu, `cmd/gpu-kubelet-plugin/driver.go` and \
+         `mig.go`). Claims: {}; one arrives per tick and lives 1 to {} ticks ({} on average), {} arrivals, means taken \
+         after the first {}; a pod no node can take is refused and dropped. Refused for fragmentation: no placement of \
+         the profile was free anywhere, yet one GPU had as many memory slices free (elsewhere on it) and every other \
+         counter the profile takes. {} seeds: median (least–most).\n\n\
+         | order | pods placed | refused | refused for fragmentation | GPUs in use, mean | GPUs in use, most | \
+         compute slices held |",
+        packing.gpus,
+        packing.model,
+        mix.join(", "),
+        2 * packing.mean_lifetime - 1,
+        packing.mean_lifetime,
+        packing.arrivals,
+        packing.warmup,
+        packing.runs.len(),
+    );
+    for profile in &large {
+        let _ = write!(text, " GPUs free for a {profile}, mean |");
+    }
+    text.push_str("\n|---|---:|---:|---:|---:|---:|---:|");
+    text.push_str(&"---:|".repeat(large.len()));
+    text.push('\n');
+    let whole =
+        |spread: Spread| format!("{:.0} ({:.0}–{:.0})", spread.median, spread.min, spread.max);
+    let tenths =
+        |spread: Spread| format!("{:.1} ({:.1}–{:.1})", spread.median, spread.min, spread.max);
+    for order in Order::ALL {
+        let spread = |figure: fn(&Figures) -> f64| packing.spread(order, figure);
+        let _ = write!(
+            text,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            order.label(),
+            whole(spread(|figures| f64::from(figures.placed))),
+            whole(spread(|figures| f64::from(figures.refused))),
+            whole(spread(|figures| f64::from(figures.refused_fragmented))),
+            tenths(spread(|figures| figures.gpus_used_mean)),
+            whole(spread(|figures| f64::from(figures.gpus_used_max))),
+            tenths(Spread {
+                median: spread(|figures| figures.busy_mean).median * 100.0,
+                min: spread(|figures| figures.busy_mean).min * 100.0,
+                max: spread(|figures| figures.busy_mean).max * 100.0,
+            }) + " %",
+        );
+        for profile in &large {
+            let free = packing.spread(order, |figures| {
+                figures
+                    .can_take_mean
+                    .get(*profile)
+                    .copied()
+                    .unwrap_or_default()
+            });
+            let _ = write!(text, " {} |", tenths(free));
+        }
+        text.push('\n');
+    }
+    let refused = |order| packing.spread(order, |figures| f64::from(figures.refused));
+    let fragmented = |order| packing.spread(order, |figures| f64::from(figures.refused_fragmented));
+    let (ours, nvidia) = (refused(Order::Ours), refused(Order::Nvidia));
+    let (ours_fragmented, nvidia_fragmented) = (fragmented(Order::Ours), fragmented(Order::Nvidia));
+    let (fewer, more) = packing.ours_fewer_more();
+    let seeds = packing.runs.len();
+    let percent = |than: f64, of: f64| (than - of).abs() * 100.0 / than.max(1.0);
+    let _ = if ours.median < nvidia.median {
+        write!(
+            text,
+            "\nOurs is better: it refused {:.1} % fewer pods than NVIDIA's order (median {:.0} against {:.0}; fewer in \
+             {fewer} of {seeds} seeds, more in {more}), and {:.0} for fragmentation against {:.0}.",
+            percent(nvidia.median, ours.median),
+            ours.median,
+            nvidia.median,
+            ours_fragmented.median,
+            nvidia_fragmented.median,
+        )
+    } else if ours.median > nvidia.median {
+        write!(
+            text,
+            "\nNVIDIA's order is better: ours refused {:.1} % more pods (median {:.0} against {:.0}; more in {more} of \
+             {seeds} seeds, fewer in {fewer}), and {:.0} for fragmentation against {:.0}.",
+            percent(nvidia.median, ours.median),
+            ours.median,
+            nvidia.median,
+            ours_fragmented.median,
+            nvidia_fragmented.median,
+        )
+    } else {
+        write!(
+            text,
+            "\nNeither order is better: both refused {:.0} pods (median; ours fewer in {fewer} of {seeds} seeds, more in \
+             {more}), and for fragmentation ours {:.0} against {:.0}.",
+            ours.median, ours_fragmented.median, nvidia_fragmented.median,
+        )
+    };
+    let _ = writeln!(
+        text,
+        " One seed's refusals differ from another's by up to {:.0} (ours) and {:.0} (NVIDIA's). Both orders take a \
+         node's GPUs one after another, so under first fit neither scatters small instances over GPUs; they differ in \
+         which placement of a GPU a profile takes first. The chart `mig-packing.png` shows the refusals. Replayed {} \
+         at commit {}.",
+        ours.max - ours.min,
+        nvidia.max - nvidia.min,
+        packing.date,
+        packing.commit,
+    );
 }
 
 /// The driver upgrade: its figures, then the operator's requests by verb and resource, in all and per node.
@@ -581,6 +726,7 @@ mod tests {
             watchdog: None,
             dra: None,
             upgrade: None,
+            packing: None,
         }
     }
 
@@ -635,6 +781,62 @@ mod tests {
         );
         assert!(text.contains("| `patch nodes` | 32 | 8.00 |"));
         assert!(text.contains("Measured 2026-11-27T10:00:00Z at commit def5678."));
+    }
+
+    #[test]
+    fn renders_the_packing_of_both_orders_and_says_which_is_better() {
+        let mut results = results(Vec::new());
+        results.packing = Some(super::super::packing::tests::bench(&[
+            (190, 200),
+            (180, 170),
+            (210, 230),
+        ]));
+        let text = render(&results);
+        assert!(text.contains("## MIG on demand: packing"), "{text}");
+        assert!(
+            text.contains(
+                "Claims: 1g.10gb 40 %, 2g.20gb 25 %, 3g.40gb 20 %, 4g.40gb 10 %, 7g.80gb 5 %;"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("(12 nodes of 8 and one of 4 GPUs)"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "| {} | 5810 (5790–5820) | 190 (180–210) | 47 (45–52) | 98.5 (98.5–98.5) | 100 (100–100) | \
+                 88.5 (88.5–88.5) % | 3.0 (3.0–3.0) | 1.5 (1.5–1.5) |",
+                Order::Ours.label()
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "| {} | 5800 (5770–5830) | 200 (170–230) |",
+            Order::Nvidia.label()
+        )));
+        assert!(
+            text.contains(
+                "Ours is better: it refused 5.0 % fewer pods than NVIDIA's order (median 190 against 200; fewer in 2 \
+                 of 3 seeds, more in 1), and 47 for fragmentation against 66."
+            ),
+            "{text}"
+        );
+        assert!(text.contains("by up to 30 (ours) and 60 (NVIDIA's)"));
+
+        results.packing = Some(super::super::packing::tests::bench(&[(210, 200)]));
+        let text = render(&results);
+        assert!(
+            text.contains("NVIDIA's order is better: ours refused 5.0 % more pods (median 210 against 200; more in 1 of 1"),
+            "{text}"
+        );
+        results.packing = Some(super::super::packing::tests::bench(&[(200, 200)]));
+        assert!(render(&results).contains("Neither order is better: both refused 200 pods"));
+    }
+
+    #[test]
+    fn an_earlier_bench_json_without_packing_still_loads() {
+        let mut json = serde_json::to_value(results(Vec::new())).unwrap();
+        json.as_object_mut().unwrap().remove("packing");
+        let loaded: Results = serde_json::from_value(json).unwrap();
+        assert_eq!(loaded.packing, None);
     }
 
     #[test]
