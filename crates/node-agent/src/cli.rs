@@ -79,6 +79,13 @@ pub struct MigArgs {
     /// How long to keep evicting the pods that use the GPUs being changed (PodDisruptionBudgets may hold them).
     #[arg(long, value_parser = seconds, default_value = "300")]
     pub eviction_timeout: Duration,
+    /// The GPUs the node's DRA driver takes (`all`, `none`, or indices; the `nvidia.com/dra.gpus` label overrides).
+    #[arg(long, env = "DRA_GPUS", default_value = "none")]
+    pub dra_gpus: crd::dra::GpuSet,
+    /// Which of those it serves as MIG on demand (the `nvidia.com/dra.dynamic-mig-gpus` label overrides): their
+    /// instances are the driver's claims', which a config leaves alone.
+    #[arg(long, env = "DRA_DYNAMIC_MIG_GPUS", default_value = "none")]
+    pub dra_dynamic_mig_gpus: crd::dra::GpuSet,
     /// The kubelet's root directory: its `pod-resources/kubelet.sock` says which pods hold which GPU, so that only
     /// the pods on the GPUs being changed are evicted (without it, every pod that requests a GPU is).
     #[arg(long, env = "KUBELET_ROOT", default_value = KUBELET_ROOT)]

@@ -134,6 +134,22 @@ pub fn assess(
     Ok(changes)
 }
 
+/// The GPUs the DRA driver serves as MIG on demand (`on_demand`) keep their instances: each is a claim's, made
+/// when the claim was prepared and destroyed when it ends. A config that wants MIG on such a GPU only sees to the
+/// mode; one that wants MIG off still turns it off (and its users leave first, as for any change).
+pub fn leave_instances_to_the_dra_driver(
+    changes: &mut [GpuChange],
+    on_demand: impl Fn(u32) -> bool,
+) {
+    for change in changes
+        .iter_mut()
+        .filter(|change| change.enabled && on_demand(change.gpu))
+    {
+        change.devices.clear();
+        change.plan = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use node_runtime::inventory::read;
@@ -195,6 +211,34 @@ mig-configs:
         );
         let disabled = assess(&config(), "all-disabled", &gpus).unwrap();
         assert!(disabled[0].is_noop());
+    }
+
+    /// NVIDIA's all-enabled (MIG on, no devices) on a GPU whose instances the DRA driver made for claims: nothing to
+    /// do there, while the config still destroys the instances of a GPU the driver does not serve so.
+    #[test]
+    fn instances_of_gpus_served_as_mig_on_demand_are_the_dra_drivers() {
+        let (_dir, simulator) = simulated("h100-80gb:2", &[("1g.10gb", 2)]);
+        let gpus = read(simulator.as_ref()).unwrap();
+        let nvidia = crd::config::mig_parted::parse(crd::mig::DEFAULT_MIG_CONFIG).unwrap();
+        let mut changes = assess(&nvidia, "all-enabled", &gpus).unwrap();
+        assert!(
+            changes.iter().all(|change| !change.is_noop()),
+            "{changes:?}"
+        );
+        leave_instances_to_the_dra_driver(&mut changes, |gpu| gpu == 1);
+        assert!(!changes[0].is_noop() && changes[0].disrupts());
+        assert!(
+            changes[1].is_noop() && !changes[1].disrupts(),
+            "{:?}",
+            changes[1]
+        );
+
+        let mut disabled = assess(&nvidia, "all-disabled", &gpus).unwrap();
+        leave_instances_to_the_dra_driver(&mut disabled, |_| true);
+        assert!(
+            disabled.iter().all(|change| !change.is_noop()),
+            "MIG off is still the admin's to ask"
+        );
     }
 
     #[test]

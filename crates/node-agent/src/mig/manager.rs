@@ -43,6 +43,9 @@ pub struct Settings {
     pub clients_timeout: Duration,
     /// How long evictions are retried.
     pub eviction_timeout: Duration,
+    /// The DRA driver's GPUs and those it serves as MIG on demand, whose instances are its own (node labels
+    /// override them).
+    pub dra: crd::dra::Partition,
 }
 
 /// The I/O handles the manager works through.
@@ -185,6 +188,7 @@ impl MigManager {
             watched,
             &source,
             self.settings.default_config.as_deref(),
+            &self.settings.dra,
             &self.report.views,
             self.failed.as_ref(),
         );

@@ -71,6 +71,11 @@ pub async fn run(args: MigArgs, source: &GpuSource) -> anyhow::Result<()> {
         with_reboot: args.with_reboot,
         clients_timeout: args.clients_timeout,
         eviction_timeout: args.eviction_timeout,
+        dra: crd::dra::Partition {
+            dra: args.dra_gpus.clone(),
+            dynamic_mig: args.dra_dynamic_mig_gpus.clone(),
+            ..crd::dra::Partition::default()
+        },
     };
     let mut manager = manager::MigManager::new(
         manager::Parts {

@@ -13,10 +13,11 @@ use gpu::planner::PlanError;
 use kube::ResourceExt;
 use tracing::warn;
 
-use super::assess::{AssessError, GpuChange, assess};
+use super::assess::{AssessError, GpuChange, assess, leave_instances_to_the_dra_driver};
 use super::clients::Progress;
 use super::state::{Assessment, Decision, Observation, Request, decide};
 use crd::config::mig_parted::CONFIG_KEY;
+use crd::dra::Partition;
 use node_runtime::inventory::GpuView;
 use node_runtime::kube_io::{self, Watched};
 
@@ -117,10 +118,13 @@ pub fn observe(
     watched: &Watched,
     file: &ConfigSource,
     default_config: Option<&str>,
+    dra: &Partition,
     gpus: &[GpuView],
     failed: Option<&Request>,
 ) -> Observed {
     let node = &watched.node;
+    // The DRA driver reports a bad partition label; here it falls back to the defaults as there.
+    let (partition, _) = crd::dra::partition(dra, node.labels());
     let config = kube_io::label(node, MIG_CONFIG)
         .or(default_config)
         .map(str::to_owned);
@@ -134,9 +138,12 @@ pub fn observe(
         .and_then(|config_map| kube_io::config_map_value(config_map, CONFIG_KEY));
     let changes = match (parse(file, text), &config) {
         (Err(rejection), _) => Err(rejection),
-        (Ok(parsed), Some(name)) => {
-            assess(&parsed, name, gpus).map_err(|error| Rejection::from_assessment(file, error))
-        }
+        (Ok(parsed), Some(name)) => assess(&parsed, name, gpus)
+            .map(|mut changes| {
+                leave_instances_to_the_dra_driver(&mut changes, |gpu| partition.dynamic_mig(gpu));
+                changes
+            })
+            .map_err(|error| Rejection::from_assessment(file, error)),
         (Ok(_), None) => Ok(Vec::new()),
     };
     let request = config.clone().map(|config| Request {
@@ -238,7 +245,14 @@ mod tests {
                 namespace: "gpu-operator".into(),
                 config_map: "default-mig-parted-config".into(),
             };
-            observe(&watched, &file, default, &self.gpus, failed)
+            observe(
+                &watched,
+                &file,
+                default,
+                &Partition::default(),
+                &self.gpus,
+                failed,
+            )
         }
 
         /// As [`Look::at`] with NVIDIA's file and no default.

@@ -40,6 +40,15 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.main = container("nvidia-mig-manager", command);
     let mut env = vec![node_name_env(), namespace_env(facts)];
     env.extend(gpu_access_env());
+    let dra = &policy.spec.dra_driver;
+    if dra.is_enabled() {
+        // The DRA driver's GPUs served as MIG on demand, whose instances a config leaves to it.
+        env.push(super::common::env("DRA_GPUS", dra.gpus()));
+        env.push(super::common::env(
+            "DRA_DYNAMIC_MIG_GPUS",
+            dra.dynamic_mig(),
+        ));
+    }
     ds.main.env = Some(env);
     // Privileged, as NVIDIA's MIG manager, for a reason that holds on real GPUs: changing MIG geometry needs
     // CAP_SYS_ADMIN and the MIG configuration capability device of every GPU (/dev/nvidia-caps), and a GPU reset

@@ -663,7 +663,7 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
         "no GPU is MIG on demand unless asked"
     );
 
-    let plugins = render_component(spec, &one_node(), Component::DevicePlugin);
+    let plugins = render_component(spec.clone(), &one_node(), Component::DevicePlugin);
     let plugin = &plugins[0]["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         env(plugin, "DRA_GPUS"),
@@ -677,6 +677,12 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
         None,
         "without a DRA driver the plugin keeps every GPU"
     );
+
+    // The MIG manager leaves the instances of the GPUs served as MIG on demand to the driver.
+    let managers = render_component(spec, &one_node(), Component::MigManager);
+    let manager = &managers[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env(manager, "DRA_GPUS"), Some(json!("2-3")));
+    assert_eq!(env(manager, "DRA_DYNAMIC_MIG_GPUS"), Some(json!("2")));
 }
 
 #[test]

@@ -106,6 +106,7 @@ impl Scenario {
             with_reboot: false,
             clients_timeout: Duration::from_secs(5),
             eviction_timeout: Duration::from_secs(5),
+            dra: crd::dra::Partition::default(),
         };
         tune(&mut settings);
         let parts = Parts {
