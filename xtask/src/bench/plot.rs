@@ -336,7 +336,8 @@ fn packing_bars(packing: &PackingBench) -> Vec<Bar> {
 
 fn draw_refusals(packing: &PackingBench, path: &Path) -> anyhow::Result<()> {
     let bars = packing_bars(packing);
-    let y_max = bars.iter().map(|bar| bar.max).fold(1.0, f64::max) * 1.2;
+    // Room above the bars for the legend.
+    let y_max = bars.iter().map(|bar| bar.max).fold(1.0, f64::max) * 1.6;
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     let title = format!(
