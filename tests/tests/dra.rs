@@ -653,7 +653,12 @@ const QUOTA_NAMESPACE: &str = "e2e-hami-quota";
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn hami_pods_are_scheduled_as_dra_claims() {
     let dir = scenario_dir("e2e-hami");
-    let nodes = ["e2e-hami-a100", "e2e-hami-h100", "e2e-hami-pack"];
+    let nodes = [
+        "e2e-hami-a100",
+        "e2e-hami-h100",
+        "e2e-hami-pack",
+        "e2e-hami-mig",
+    ];
     let _cleanup = HamiCleanup(nodes.iter().map(|node| (*node).to_owned()).collect());
     // The operator reconciles the chart's ClusterPolicy too: its own install, restored afterwards, keeps that from
     // the suites that follow.
@@ -870,18 +875,74 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     );
 
     step(
-        "HAMi's dynamic_mig_example.yaml, unchanged (nvidia.com/vgpu-mode: mig): refused at admission, saying that a MIG instance per pod is not offered and how to get MIG, rather than run on an MPS-limited share",
+        "HAMi's dynamic_mig_example.yaml, unchanged (nvidia.com/vgpu-mode: mig): refused at admission while no GPU is served as MIG on demand, saying how to get one, rather than run on an MPS-limited share",
     );
     let refused = kubectl_apply(&hami_file("dynamic_mig_example.yaml"), &[]);
     assert!(!refused.success, "{}", refused.stdout);
     assert!(
         refused
             .stderr
-            .contains("annotation nvidia.com/vgpu-mode \"mig\"")
-            && refused.stderr.contains("nvidia.com/mig-<profile>"),
+            .contains("nvidia.com/vgpu-mode mig asks for a MIG instance made for the pod")
+            && refused.stderr.contains("draDriver.dynamicMIG"),
         "{}",
         refused.stderr
     );
+
+    step(
+        "a node of 2 H100-80GB served as MIG on demand (MIG mode on with NVIDIA's all-enabled): the same example gets a 1g.10gb instance, the smallest that holds its 8000 MiB, on each GPU",
+    );
+    add_simulated_node("gpu-a100-0", "e2e-hami-mig", "h100-80gb:2", &[]);
+    let mig_state = dir.join("e2e-hami-mig.json");
+    let nvidia_config = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/crd/src/mig/default-mig-config.yaml")
+        .display()
+        .to_string();
+    e2e::simulated::run_tool(
+        &node_agent_bin(),
+        "e2e-hami-mig",
+        &mig_state,
+        &["mig", "apply", "-f", &nvidia_config, "-c", "all-enabled"],
+    );
+    let mig_driver = e2e::dra::start_driver(
+        "e2e-hami-mig",
+        &mig_state,
+        &dir.join("e2e-hami-mig-kubelet"),
+        &dir.join("e2e-hami-mig-host"),
+        &[
+            ("DRA_GPUS", "all"),
+            ("DRA_SHARED_GPUS", "none"),
+            ("DRA_DYNAMIC_MIG_GPUS", "all"),
+        ],
+    );
+    eventually(WAIT, || Ok(slice_of("e2e-hami-mig").map(drop))).unwrap_or_else(|error| {
+        panic!(
+            "no slice for e2e-hami-mig: {error:#}\n{}",
+            mig_driver.output()
+        )
+    });
+    // Admission reads the slices from its watch: retried until the webhook has seen them.
+    eventually(WAIT, || {
+        Ok(kubectl_apply(&hami_file("dynamic_mig_example.yaml"), &[])
+            .success
+            .then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("never admitted: {error:#}"));
+    wait_running("gpu-pod", &|| mig_driver.output());
+    let (node, results) = placement("gpu-pod");
+    let mut devices: Vec<&str> = results
+        .iter()
+        .filter_map(|result| result["device"].as_str())
+        .collect();
+    devices.sort_unstable();
+    assert_eq!(node, "e2e-hami-mig");
+    assert_eq!(
+        devices,
+        ["gpu-0-mig-1g10gb-19-6", "gpu-1-mig-1g10gb-19-6"],
+        "{results:#?}"
+    );
+    delete_pod("gpu-pod");
+    mig_driver.kill();
+    clean_up(&["node", "e2e-hami-mig", "--wait=false"]);
 
     step(
         "packing: 13 pods of 3000 MiB run on one 40 GB GPU, the 14th stays Pending with the scheduler's reason",

@@ -10,7 +10,7 @@ use e2e::agents::{NodeAgent, node_agent_bin, simulator_tool};
 use e2e::dra::{
     Cleanup, claim_of, claim_pod, slice_named, slice_of, start_driver, wait_unschedulable,
 };
-use e2e::kubelet::{Kubelet, delete_pod};
+use e2e::kubelet::{Kubelet, delete_pod, gpu_pod};
 use e2e::*;
 use serde_json::{Value, json};
 
@@ -275,5 +275,35 @@ fn mig_on_demand_on_a_real_kubelet() {
     assert_eq!(
         kubectl_json(&["get", "pod", "mig-none", "-n", "default"])["status"]["phase"],
         "Pending"
+    );
+
+    step(
+        "a classic pod asking for nvidia.com/mig-3g.40gb gets the 3g.40gb placement through the chart's DeviceClass",
+    );
+    delete_pod("mig-none");
+    delete_pod("mig-large");
+    eventually(
+        WAIT,
+        || Ok((gpu_instances(&state).len() == 2).then_some(())),
+    )
+    .unwrap_or_else(|error| panic!("the 3g.40gb instance stayed: {error:#}\n{}", logs(&driver)));
+    assert!(
+        kubectl_apply(
+            &gpu_pod("mig-extended", NODE, "nvidia.com/mig-3g.40gb", 1),
+            &[]
+        )
+        .success
+    );
+    let running = e2e::kubelet::wait_running("mig-extended", WAIT, &|| logs(&driver));
+    let claim = kubectl_json(&["get", "resourceclaim", &claim_of(&running), "-n", "default"]);
+    let result = &claim["status"]["allocation"]["devices"]["results"][0];
+    assert_eq!(result["device"], "gpu-0-mig-3g40gb-9-0", "{claim:#}");
+    let container = kubelet.container_of("mig-extended").expect("the container");
+    let uuid = container["env"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        uuid.starts_with("MIG-") && mig_uuids(&state).iter().any(|listed| listed == uuid),
+        "{container}"
     );
 }
