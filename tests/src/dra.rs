@@ -54,6 +54,21 @@ pub fn start_driver(
     )
 }
 
+/// Turns MIG mode on on every GPU of the simulated `node`, as an admin would: NVIDIA's `all-enabled` config (MIG on,
+/// no instance) applied by the MIG manager's admin command.
+pub fn mig_mode_on(node: &str, state: &Path) {
+    let nvidia_config = crate::repo_root()
+        .join("crates/crd/src/mig/default-mig-config.yaml")
+        .display()
+        .to_string();
+    crate::simulated::run_tool(
+        &crate::agents::node_agent_bin(),
+        node,
+        state,
+        &["mig", "apply", "-f", &nvidia_config, "-c", "all-enabled"],
+    );
+}
+
 /// The driver's slice `name` (`<node>-gpu.nvidia.com`, the first of its pool), once published.
 pub fn slice_named(name: &str) -> Option<Value> {
     let got = run("kubectl", &["get", "resourceslice", name, "-o", "json"]);

@@ -893,16 +893,7 @@ fn hami_pods_are_scheduled_as_dra_claims() {
     );
     add_simulated_node("gpu-a100-0", "e2e-hami-mig", "h100-80gb:2", &[]);
     let mig_state = dir.join("e2e-hami-mig.json");
-    let nvidia_config = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crates/crd/src/mig/default-mig-config.yaml")
-        .display()
-        .to_string();
-    e2e::simulated::run_tool(
-        &node_agent_bin(),
-        "e2e-hami-mig",
-        &mig_state,
-        &["mig", "apply", "-f", &nvidia_config, "-c", "all-enabled"],
-    );
+    e2e::dra::mig_mode_on("e2e-hami-mig", &mig_state);
     let mig_driver = e2e::dra::start_driver(
         "e2e-hami-mig",
         &mig_state,

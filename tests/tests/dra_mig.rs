@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::agents::{NodeAgent, node_agent_bin, simulator_tool};
+use e2e::agents::{NodeAgent, simulator_tool};
 use e2e::dra::{
     Cleanup, claim_of, claim_pod, slice_named, slice_of, start_driver, wait_unschedulable,
 };
@@ -111,16 +111,7 @@ fn mig_on_demand_on_a_real_kubelet() {
         "nvidia.com/gpu.simulator=h100-80gb:1",
         "--overwrite",
     ]);
-    let nvidia_config = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crates/crd/src/mig/default-mig-config.yaml")
-        .display()
-        .to_string();
-    e2e::simulated::run_tool(
-        &node_agent_bin(),
-        NODE,
-        &state,
-        &["mig", "apply", "-f", &nvidia_config, "-c", "all-enabled"],
-    );
+    e2e::dra::mig_mode_on(NODE, &state);
     let root = kubelet.root();
     let mut driver = start_driver(NODE, &state, &root, &host, &ON_DEMAND);
     let logs =

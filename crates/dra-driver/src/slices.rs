@@ -190,7 +190,7 @@ pub fn devices(
 
 /// The driver's slices for `node`, all in pool `<node>` at `generation`, owned by the Node (deleted with it). The
 /// first is `<node>-gpu.nvidia.com` and holds the first devices (all of them without MIG on demand); more devices
-/// go to `<node>-gpu.nvidia.com-<n>`, and the counter sets to `<node>-gpu.nvidia.com-counters[-<n>]`.
+/// go to `<node>-gpu.nvidia.com-<nn>`, and the counter sets to `<node>-gpu.nvidia.com-counters[-<nn>]`.
 #[must_use]
 pub fn slices(
     node: &str,
@@ -215,9 +215,10 @@ pub fn slices(
     let count = i64::try_from(device_chunks.len() + counter_chunks.len()).unwrap_or(i64::MAX);
     let mut slices = Vec::new();
     for (index, chunk) in device_chunks.into_iter().enumerate() {
+        // Two digits, so that names sort as the slices are ordered: the allocator takes a pool's slices by name.
         let name = match index {
             0 => slice_name(node),
-            n => format!("{}-{n}", slice_name(node)),
+            n => format!("{}-{n:02}", slice_name(node)),
         };
         let mut slice = slice(node, node_uid, &name, generation, count);
         slice.spec.devices = Some(chunk);
@@ -226,7 +227,7 @@ pub fn slices(
     for (index, chunk) in counter_chunks.into_iter().enumerate() {
         let name = match index {
             0 => format!("{}-counters", slice_name(node)),
-            n => format!("{}-counters-{n}", slice_name(node)),
+            n => format!("{}-counters-{n:02}", slice_name(node)),
         };
         let mut slice = slice(node, node_uid, &name, generation, count);
         slice.spec.shared_counters = Some(chunk);
@@ -633,7 +634,10 @@ mod tests {
             .map(|slice| slice.metadata.name.as_deref().unwrap())
             .collect();
         assert_eq!(names[0], "node-a-gpu.nvidia.com");
-        assert_eq!(names[1], "node-a-gpu.nvidia.com-1");
+        assert_eq!(names[1], "node-a-gpu.nvidia.com-01");
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, names, "the allocator takes slices by name");
         assert_eq!(*names.last().unwrap(), "node-a-gpu.nvidia.com-counters");
         for slice in &published {
             assert_eq!(
