@@ -89,6 +89,9 @@ fn mig_on_demand_on_a_real_kubelet() {
         "mig-large",
         "mig-none",
         "mig-again",
+        "mig-extended",
+        "mig-share-8",
+        "mig-share-16",
     ]
     .iter()
     .map(|pod| ("pod", (*pod).to_owned()))
@@ -97,6 +100,9 @@ fn mig_on_demand_on_a_real_kubelet() {
         profiles
             .iter()
             .map(|profile| ("resourceclaimtemplate", template_name(profile))),
+    );
+    objects.extend(
+        ["mig-share-8", "mig-share-16"].map(|name| ("resourceclaimtemplate", name.to_owned())),
     );
     let _cleanup = Cleanup(objects);
 
@@ -297,4 +303,79 @@ fn mig_on_demand_on_a_real_kubelet() {
         uuid.starts_with("MIG-") && mig_uuids(&state).iter().any(|listed| listed == uuid),
         "{container}"
     );
+
+    step(
+        "the GPU also shared: two pods of 8Gi and 16Gi share one 3g.40gb instance, each with its own MPS memory limit",
+    );
+    for pod in ["mig-small", "mig-again", "mig-extended"] {
+        delete_pod(pod);
+    }
+    eventually(WAIT, || Ok(gpu_instances(&state).is_empty().then_some(())))
+        .unwrap_or_else(|error| panic!("instances stayed: {error:#}\n{}", logs(&driver)));
+    driver.kill();
+    let driver = start_driver(
+        NODE,
+        &state,
+        &root,
+        &host,
+        &[
+            ("DRA_GPUS", "all"),
+            ("DRA_SHARED_GPUS", "all"),
+            ("DRA_DYNAMIC_MIG_GPUS", "all"),
+        ],
+    );
+    eventually(WAIT, || {
+        Ok(slice_of(NODE)
+            .is_some_and(|slice| slice["spec"]["devices"][0]["allowMultipleAllocations"] == true)
+            .then_some(()))
+    })
+    .unwrap_or_else(|error| panic!("the slice never shared: {error:#}\n{}", logs(&driver)));
+    let mut limits = Vec::new();
+    let mut uuids = Vec::new();
+    for (pod, memory) in [("mig-share-8", "8Gi"), ("mig-share-16", "16Gi")] {
+        assert!(kubectl_apply(&share_template(pod, memory), &[]).success);
+        assert!(kubectl_apply(&claim_pod(pod, NODE, pod), &[]).success);
+        e2e::kubelet::wait_running(pod, WAIT, &|| logs(&driver));
+        let container = kubelet.container_of(pod).expect("the container");
+        uuids.push(
+            container["env"]["NVIDIA_VISIBLE_DEVICES"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        limits.push(container["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].clone());
+    }
+    assert!(
+        uuids[0].starts_with("MIG-") && uuids[0] == uuids[1],
+        "{uuids:?}"
+    );
+    assert_eq!(limits, [json!("0=8192M"), json!("0=16384M")]);
+    assert_eq!(gpu_instances(&state).len(), 1, "one instance for both");
+    delete_pod("mig-share-8");
+    assert_eq!(
+        gpu_instances(&state).len(),
+        1,
+        "the other pod still holds it"
+    );
+    delete_pod("mig-share-16");
+    eventually(WAIT, || Ok(gpu_instances(&state).is_empty().then_some(())))
+        .unwrap_or_else(|error| panic!("the shared instance stayed: {error:#}\n{}", logs(&driver)));
+}
+
+/// A ResourceClaimTemplate named `name` for `memory` of a 3g.40gb instance that others may share.
+fn share_template(name: &str, memory: &str) -> String {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": "mig",
+            "exactly": {
+                "deviceClassName": "mig.nvidia.com",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"gpu.nvidia.com\"].profile == \"3g.40gb\""}}],
+                "capacity": {"requests": {"memory": memory}}
+            }
+        }]}}}
+    })
+    .to_string()
 }

@@ -202,8 +202,8 @@ pub struct Partition {
     pub dra: GpuSet,
     /// GPUs of `dra` published as shared (consumable memory and cores).
     pub shared: GpuSet,
-    /// GPUs of `dra` published as MIG on demand: every profile and placement, consuming the GPU's counters. It
-    /// takes precedence over `shared` (a MIG instance is isolated, not shared).
+    /// GPUs of `dra` published as MIG on demand: every profile and placement, consuming the GPU's counters. On a
+    /// GPU also in `shared`, each instance is shared (consumable memory and cores inside it).
     pub dynamic_mig: GpuSet,
 }
 
@@ -214,10 +214,10 @@ impl Partition {
         !self.dra.contains(index)
     }
 
-    /// Whether the DRA driver publishes this GPU as shared.
+    /// Whether the DRA driver publishes this GPU as shared: the whole GPU, or each MIG instance made on demand.
     #[must_use]
     pub fn shares(&self, index: u32) -> bool {
-        self.dra.contains(index) && self.shared.contains(index) && !self.dynamic_mig.contains(index)
+        self.dra.contains(index) && self.shared.contains(index)
     }
 
     /// Whether the DRA driver serves this GPU as MIG on demand (when its MIG mode is on).
@@ -434,8 +434,8 @@ mod tests {
         };
         assert!(shared.shares(1) && !shared.shares(0));
         assert!(
-            !shared.shares(2) && shared.dynamic_mig(2) && !shared.dynamic_mig(1),
-            "MIG on demand takes precedence over sharing"
+            shared.shares(2) && shared.dynamic_mig(2) && !shared.dynamic_mig(1),
+            "a GPU served as MIG on demand may share its instances"
         );
         let labels = BTreeMap::from([(LABEL_DRA_DYNAMIC_MIG_GPUS.to_owned(), "0".to_owned())]);
         let (chosen, errors) = partition(&defaults, &labels);

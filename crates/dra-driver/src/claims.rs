@@ -407,7 +407,10 @@ impl Claims {
             claim: key.clone(),
             reason,
         };
-        self.create_instances(&mut devices).await.map_err(host)?;
+        let created = self
+            .create_instances(&state, &mut devices)
+            .await
+            .map_err(host)?;
         let prepared = async {
             for (device, limits) in devices
                 .iter()
@@ -434,7 +437,7 @@ impl Claims {
         .await;
         if let Err(reason) = prepared {
             let _ = cdi::remove(&self.host.cdi_dir, &claim.uid);
-            return Err(host(self.undo_instances(&devices, reason).await));
+            return Err(host(self.undo_instances(&created, reason).await));
         }
         info!(
             claim = %key,
@@ -456,11 +459,14 @@ impl Claims {
         if let Some(prepared) = state.claims.get(claim_uid) {
             // The claim's containers are gone; an instance still in use (a process left in it) fails the
             // unprepare, which the kubelet retries, and the claim stays checkpointed so that its instance is
-            // neither forgotten nor destroyed by the next start's reconcile while in use.
+            // neither forgotten nor destroyed by the next start's reconcile while in use. A shared instance
+            // another claim still holds stays.
+            let others = instances_held(&state, Some(claim_uid));
             for instance in prepared
                 .devices
                 .iter()
                 .filter_map(|device| device.mig_instance.clone())
+                .filter(|instance| !others.contains(&(instance.gpu, instance.gpu_instance)))
             {
                 self.destroy_instance(instance)
                     .await
@@ -493,42 +499,56 @@ impl Claims {
         Ok(())
     }
 
-    /// Creates the MIG instances of the devices served on demand, in order; when one fails, destroys those created
+    /// Creates the MIG instances of the devices served on demand, in order, and returns them; a shared placement
+    /// whose instance a prepared claim holds already gets that instance. When one fails, destroys those created
     /// before it and says why.
-    async fn create_instances(&self, devices: &mut [PreparedDevice]) -> Result<(), String> {
-        for index in 0..devices.len() {
-            let device = &devices[index];
+    async fn create_instances(
+        &self,
+        prepared: &Checkpoint,
+        devices: &mut [PreparedDevice],
+    ) -> Result<Vec<dynamic_mig::MigInstance>, String> {
+        let mut created = Vec::new();
+        for device in devices.iter_mut() {
             let Some(on_demand) = device.on_demand else {
                 continue;
             };
+            if device.limits.is_some()
+                && let Some(existing) = prepared
+                    .claims
+                    .values()
+                    .flat_map(|claim| &claim.devices)
+                    .find(|held| held.device == device.device && held.mig_instance.is_some())
+            {
+                device.uuid = existing.uuid.clone();
+                device.mig_instance = existing.mig_instance.clone();
+                continue;
+            }
             let gpus = self.gpus.clone();
-            let created = tokio::task::spawn_blocking(move || {
+            let made = tokio::task::spawn_blocking(move || {
                 dynamic_mig::create(gpus.backend(), &on_demand)
             })
             .await
             .map_err(|error| error.to_string())
-            .and_then(|created| created);
-            match created {
+            .and_then(|made| made);
+            match made {
                 Ok((instance, uuid)) => {
-                    info!(device = %devices[index].device, gpu_instance = instance.gpu_instance, %uuid, "MIG instance created");
-                    devices[index].uuid = uuid;
-                    devices[index].mig_instance = Some(instance);
+                    info!(device = %device.device, gpu_instance = instance.gpu_instance, %uuid, "MIG instance created");
+                    device.uuid = uuid;
+                    device.mig_instance = Some(instance.clone());
+                    created.push(instance);
                 }
                 Err(reason) => {
-                    return Err(self.undo_instances(&devices[..index], reason).await);
+                    return Err(self.undo_instances(&created, reason).await);
                 }
             }
         }
-        Ok(())
+        Ok(created)
     }
 
     /// Destroys the instances a failed prepare created; returns its reason with what could not be undone.
-    async fn undo_instances(&self, devices: &[PreparedDevice], reason: String) -> String {
+    async fn undo_instances(&self, created: &[dynamic_mig::MigInstance], reason: String) -> String {
         let mut reason = reason;
-        for instance in devices
-            .iter()
-            .filter_map(|device| device.mig_instance.clone())
-        {
+        for instance in created.iter().cloned() {
             if let Err(error) = self.destroy_instance(instance).await {
                 reason.push_str(&format!("; and undoing it failed: {error}"));
             }
@@ -548,16 +568,7 @@ impl Claims {
     /// Destroys the MIG instances on the GPUs served on demand that no prepared claim holds: called once when the
     /// driver starts, before the kubelet can prepare anything. Returns what it could not destroy.
     pub async fn reconcile_instances(&self, on_demand_gpus: Vec<u32>) -> Vec<String> {
-        let held: BTreeSet<(u32, u32)> = self
-            .state
-            .lock()
-            .await
-            .claims
-            .values()
-            .flat_map(|claim| &claim.devices)
-            .filter_map(|device| device.mig_instance.as_ref())
-            .map(|instance| (instance.gpu, instance.gpu_instance))
-            .collect();
+        let held = instances_held(&*self.state.lock().await, None);
         let gpus = self.gpus.clone();
         tokio::task::spawn_blocking(move || {
             dynamic_mig::reconcile(gpus.backend(), &on_demand_gpus, &held).1
@@ -610,6 +621,18 @@ impl Claims {
             .await
             .map_err(|error| error.to_string())
     }
+}
+
+/// The MIG instances (GPU, GPU instance) the prepared claims hold, but claim `except`.
+fn instances_held(prepared: &Checkpoint, except: Option<&str>) -> BTreeSet<(u32, u32)> {
+    prepared
+        .claims
+        .iter()
+        .filter(|(uid, _)| Some(uid.as_str()) != except)
+        .flat_map(|(_, claim)| &claim.devices)
+        .filter_map(|device| device.mig_instance.as_ref())
+        .map(|instance| (instance.gpu, instance.gpu_instance))
+        .collect()
 }
 
 #[cfg(test)]

@@ -511,6 +511,10 @@ struct OnDemandNode {
 
 impl OnDemandNode {
     fn new() -> Self {
+        Self::with_shared(GpuSet::None)
+    }
+
+    fn with_shared(shared: GpuSet) -> Self {
         use gpu::GpuBackend as _;
         let (gpus, simulator) = simulated("h100-80gb:1", &[]);
         simulator.set_mig_mode(0, true).unwrap();
@@ -518,7 +522,7 @@ impl OnDemandNode {
         let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
         let partition = Partition {
             dra: GpuSet::All,
-            shared: GpuSet::None,
+            shared,
             dynamic_mig: GpuSet::All,
         };
         let (dynamic, _) =
@@ -669,4 +673,70 @@ async fn a_placement_that_cannot_be_made_fails_the_prepare_and_leaves_nothing() 
     );
     assert!(claims.prepared().await.claims.is_empty());
     assert!(!cdi::path(&node.host().cdi_dir, "a").exists());
+}
+
+/// On a GPU that shares its instances, two claims of one placement with their own memory get the one instance,
+/// each with its MPS limits; it stays while either holds it and goes with the last.
+#[tokio::test]
+async fn a_shared_instance_is_made_for_its_first_claim_and_destroyed_with_its_last() {
+    use gpu::GpuBackend as _;
+    let on_demand = OnDemandNode::with_shared(GpuSet::All);
+    let node = &on_demand.node;
+    let three = on_demand.device("3g40gb", 4);
+    assert!(
+        node.published
+            .iter()
+            .any(|device| device.name == three && device.shared)
+    );
+    let api = Api(BTreeMap::from([
+        (
+            "team/claim-a".to_owned(),
+            claim("a", vec![result("mig", &three, &[("memory", "8Gi")])]),
+        ),
+        (
+            "team/claim-b".to_owned(),
+            claim(
+                "b",
+                vec![result(
+                    "mig",
+                    &three,
+                    &[("memory", "16Gi"), ("cores", "50")],
+                )],
+            ),
+        ),
+    ]));
+    let claims = node.claims();
+    let a = claims
+        .prepare(&api, &reference("a"), &node.published)
+        .await
+        .unwrap();
+    let b = claims
+        .prepare(&api, &reference("b"), &node.published)
+        .await
+        .unwrap();
+    assert_eq!(node.simulator.gpu_instances(0).unwrap().len(), 1);
+    assert_eq!(a[0].uuid, b[0].uuid);
+    assert!(a[0].uuid.starts_with("MIG-"), "{}", a[0].uuid);
+    let limits = |device: &PreparedDevice| {
+        let limits = device.limits.as_ref().unwrap();
+        (limits.memory_mib, limits.cores)
+    };
+    assert_eq!((limits(&a[0]), limits(&b[0])), ((8192, 0), (16384, 50)));
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cdi::path(&node.host().cdi_dir, "b")).unwrap())
+            .unwrap();
+    let env = spec["devices"][0]["containerEdits"]["env"].to_string();
+    assert!(
+        env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=16384M"),
+        "{env}"
+    );
+
+    claims.unprepare("a").await.unwrap();
+    assert_eq!(
+        node.simulator.gpu_instances(0).unwrap().len(),
+        1,
+        "b still holds it"
+    );
+    claims.unprepare("b").await.unwrap();
+    assert!(node.simulator.gpu_instances(0).unwrap().is_empty());
 }

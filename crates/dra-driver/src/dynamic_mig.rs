@@ -12,6 +12,11 @@
 //! Our catalog has no engine counts, so copy, decoder and encoder engines are not counters; the memory slices and the
 //! instance limits already refuse every combination the hardware refuses.
 //!
+//! On a GPU the partition also shares, each placement allows multiple allocations with consumable memory and cores
+//! (as a shared GPU does): the scheduler charges the GPU's counters for the placement's first claim only, and the
+//! driver makes the instance for the first claim, hands it to the next ones with their own MPS limits, and destroys
+//! it with the last ([`crate::claims`]).
+//!
 //! Devices are ordered for the scheduler's first fit (it takes the first device whose counters are free): GPU by
 //! GPU, smallest profile first, and each profile's placements from the highest start down, so that small instances
 //! fill a GPU from its top and leave the low placements, where the large profiles start, free.

@@ -104,15 +104,22 @@ pub fn devices(
                     start: placement.on_demand.placement.start,
                 }
                 .to_string();
-                let mut capacity = memory(placement.profile.memory_mib, false);
-                capacity.insert(
-                    COUNTER_MULTIPROCESSORS.to_owned(),
-                    DeviceCapacity {
-                        value: Quantity(placement.profile.sm_count.to_string()),
-                        request_policy: None,
-                    },
-                );
-                let mut entry = device(&name, attributes, capacity, false);
+                // Shared instances: memory and cores consumable inside the instance, as on a shared GPU. The
+                // scheduler charges the GPU's counters once, for the instance's first claim.
+                let shared = partition.shares(inventory.index);
+                let mut capacity = memory(placement.profile.memory_mib, shared);
+                if shared {
+                    capacity.insert(CAPACITY_CORES.to_owned(), cores());
+                } else {
+                    capacity.insert(
+                        COUNTER_MULTIPROCESSORS.to_owned(),
+                        DeviceCapacity {
+                            value: Quantity(placement.profile.sm_count.to_string()),
+                            request_policy: None,
+                        },
+                    );
+                }
+                let mut entry = device(&name, attributes, capacity, shared);
                 entry.consumes_counters = Some(vec![placement.consumes]);
                 devices.push(DriverDevice {
                     device: entry,
@@ -120,7 +127,7 @@ pub fn devices(
                     uuid: inventory.uuid.clone(),
                     gpu_index: inventory.index,
                     memory_mib: placement.profile.memory_mib,
-                    shared: false,
+                    shared,
                     on_demand: Some(placement.on_demand),
                 });
             }
@@ -158,21 +165,7 @@ pub fn devices(
         common.insert(ATTRIBUTE_UUID, text(&inventory.uuid));
         let mut capacity = memory(inventory.memory_mib, shared);
         if shared {
-            capacity.insert(
-                CAPACITY_CORES.to_owned(),
-                DeviceCapacity {
-                    value: Quantity(CORES_TOTAL.to_string()),
-                    request_policy: Some(CapacityRequestPolicy {
-                        default: Some(Quantity("0".into())),
-                        valid_range: Some(CapacityRequestPolicyRange {
-                            min: Quantity("0".into()),
-                            max: Some(Quantity(CORES_TOTAL.to_string())),
-                            step: Some(Quantity("1".into())),
-                        }),
-                        valid_values: None,
-                    }),
-                },
-            );
+            capacity.insert(CAPACITY_CORES.to_owned(), cores());
         }
         let name = DeviceName::Gpu(inventory.index).to_string();
         devices.push(DriverDevice {
@@ -345,6 +338,23 @@ fn device(
         capacity: Some(capacity),
         allow_multiple_allocations: shared.then_some(true),
         ..Device::default()
+    }
+}
+
+/// The `cores` capacity of a shared device: percent of its SMs, consumable, none by default (a memory-only claim
+/// takes no cores).
+fn cores() -> DeviceCapacity {
+    DeviceCapacity {
+        value: Quantity(CORES_TOTAL.to_string()),
+        request_policy: Some(CapacityRequestPolicy {
+            default: Some(Quantity("0".into())),
+            valid_range: Some(CapacityRequestPolicyRange {
+                min: Quantity("0".into()),
+                max: Some(Quantity(CORES_TOTAL.to_string())),
+                step: Some(Quantity("1".into())),
+            }),
+            valid_values: None,
+        }),
     }
 }
 
@@ -654,6 +664,21 @@ mod tests {
             assert!(devices <= DEVICES_PER_SLICE_WITH_COUNTERS);
         }
         assert!(same_slice(&published[1], &published[1].clone()));
+
+        // Shared too: each placement allows multiple allocations, memory and cores consumable inside it.
+        let shared = Partition {
+            shared: GpuSet::All,
+            ..partition
+        };
+        let shared_devices = super::devices(&gpus, &shared, &dynamic);
+        let first = &shared_devices[0];
+        assert!(first.shared && first.on_demand.is_some());
+        assert_eq!(first.device.allow_multiple_allocations, Some(true));
+        let capacity = first.device.capacity.as_ref().unwrap();
+        assert_eq!(capacity[CAPACITY_MEMORY].value.0, "9984Mi");
+        assert!(capacity[CAPACITY_MEMORY].request_policy.is_some());
+        assert_eq!(capacity[CAPACITY_CORES].value.0, "100");
+        assert!(first.device.consumes_counters.is_some());
         let mut fewer = published.last().unwrap().clone();
         fewer.spec.shared_counters.as_mut().unwrap().pop();
         assert!(!same_slice(&fewer, published.last().unwrap()));

@@ -858,7 +858,7 @@ fn a_renamed_resource_name_must_be_a_resource_name_and_unique() {
 
 /// The cluster of [`cluster`] plus a node of two H100-80GB served as MIG on demand (the H100's profiles).
 fn cluster_with_mig_on_demand() -> Vec<DraGpu> {
-    let profiles: Vec<u64> = [9856, 19968, 20096, 40448, 40448, 80896]
+    let profiles: Vec<u64> = [9984, 20096, 20096, 40448, 40448, 81152]
         .iter()
         .map(|mib| mib << 20)
         .collect();
@@ -868,7 +868,7 @@ fn cluster_with_mig_on_demand() -> Vec<DraGpu> {
             node: "mig".into(),
             product_name: "NVIDIA H100 80GB HBM3".into(),
             uuid: format!("GPU-mig-{index}"),
-            memory_bytes: 80896 << 20,
+            memory_bytes: 81152 << 20,
             shared: false,
             mig_on_demand: profiles.clone(),
         });
@@ -941,7 +941,7 @@ fn hamis_dynamic_mig_pod_gets_instances_made_on_demand_or_is_refused_with_the_wa
     )
     .unwrap_err()
     .to_string();
-    assert!(error.contains("at most 80896 MiB"), "{error}");
+    assert!(error.contains("at most 81152 MiB"), "{error}");
     let mut a100 = pod.clone();
     a100.metadata
         .annotations
@@ -993,7 +993,7 @@ fn hamis_dynamic_mig_pod_gets_instances_made_on_demand_or_is_refused_with_the_wa
     .unwrap();
     let expressions = spec["devices"]["requests"][0]["firstAvailable"][0]["selectors"].to_string();
     assert!(
-        expressions.contains("quantity(\\\"80896Mi\\\")) >= 0"),
+        expressions.contains("quantity(\\\"81152Mi\\\")) >= 0"),
         "{expressions}"
     );
 

@@ -610,10 +610,10 @@ mod tests {
                     resource_slice_count: 2,
                 },
                 devices: Some(vec![
-                    placement("gpu-0-mig-1g10gb-19-6", "9856Mi", true),
-                    placement("gpu-0-mig-1g10gb-19-5", "9856Mi", true),
-                    placement("gpu-0-mig-7g80gb-0-0", "80896Mi", true),
-                    placement("gpu-1-mig-1-0", "9856Mi", false),
+                    placement("gpu-0-mig-1g10gb-19-6", "9984Mi", true),
+                    placement("gpu-0-mig-1g10gb-19-5", "9984Mi", true),
+                    placement("gpu-0-mig-7g80gb-0-0", "81152Mi", true),
+                    placement("gpu-1-mig-1-0", "9984Mi", false),
                 ]),
                 ..ResourceSliceSpec::default()
             },
@@ -621,8 +621,8 @@ mod tests {
         let gpus = dra_gpus(&slices);
         assert_eq!(gpus.len(), 1, "{gpus:?}");
         assert_eq!(gpus[0].uuid, "GPU-h100");
-        assert_eq!(gpus[0].mig_on_demand, [9856 << 20, 80896 << 20]);
-        assert_eq!(gpus[0].memory_bytes, 80896 << 20);
+        assert_eq!(gpus[0].mig_on_demand, [9984 << 20, 81152 << 20]);
+        assert_eq!(gpus[0].memory_bytes, 81152 << 20);
         assert!(!gpus[0].shared);
     }
 }
