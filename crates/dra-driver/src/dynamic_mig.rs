@@ -154,11 +154,7 @@ pub fn placements(gpu: &DynamicGpu) -> Vec<PlacementDevice> {
     profiles.sort_by_key(|profile| (profile.name.slices, profile.memory_mib, profile.id));
     for profile in profiles {
         let limited = profile.max_instances < disjoint_placements(profile);
-        for &start in profile.placement_starts.iter().rev() {
-            let placement = Placement {
-                start: u32::from(start),
-                size: u32::from(profile.placement_size),
-            };
+        for placement in Placement::of_profile(profile).rev() {
             let mut counters: BTreeMap<String, Counter> = (placement.start
                 ..placement.start + placement.size)
                 .map(|slice| (memory_slice_counter(slice), quantity(1)))
@@ -214,14 +210,7 @@ pub fn confirmed_profiles(
             Err(error) => return Err(error),
         };
         let placements: Vec<Placement> = backend.gpu_instance_placements(gpu, info.id)?;
-        let expected: Vec<Placement> = profile
-            .placement_starts
-            .iter()
-            .map(|&start| Placement {
-                start: u32::from(start),
-                size: u32::from(profile.placement_size),
-            })
-            .collect();
+        let expected: Vec<Placement> = Placement::of_profile(profile).collect();
         let sorted = |mut list: Vec<Placement>| {
             list.sort();
             list

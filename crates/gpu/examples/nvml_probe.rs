@@ -177,14 +177,7 @@ fn compare_profiles(
         }
         match backend.gpu_instance_placements(gpu, info.id) {
             Ok(placements) => {
-                let catalog: Vec<Placement> = profile
-                    .placement_starts
-                    .iter()
-                    .map(|&start| Placement {
-                        start: u32::from(start),
-                        size: u32::from(profile.placement_size),
-                    })
-                    .collect();
+                let catalog: Vec<Placement> = Placement::of_profile(profile).collect();
                 if placements != catalog {
                     findings.disagree(format!(
                         "GPU {gpu}: {} placements: catalog {catalog:?}, NVML {placements:?}",

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crd::mig::{ComputeCapability, GpuModel, model_by_pci_device_id};
+use crd::mig::{ComputeCapability, GpuInstanceProfile, GpuModel, model_by_pci_device_id};
 use serde::{Deserialize, Serialize};
 
 /// MIG mode of one GPU: what is in effect now, and what takes effect at the next GPU reset (or reboot).
@@ -118,6 +118,14 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Every placement the catalog allows `profile`, by start.
+    pub fn of_profile(profile: &GpuInstanceProfile) -> impl DoubleEndedIterator<Item = Self> + '_ {
+        profile.placement_starts.iter().map(|&start| Self {
+            start: u32::from(start),
+            size: u32::from(profile.placement_size),
+        })
+    }
+
     /// The memory slices as a bit mask (bit `n` = slice `n`); placements overlap when their masks intersect.
     #[must_use]
     pub fn mask(self) -> u64 {

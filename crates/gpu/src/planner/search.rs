@@ -36,11 +36,7 @@ fn place(devices: &[&GpuInstanceProfile], occupied: u64, placements: &mut Vec<Pl
         (Some(previous), Some(last)) if previous.id == profile.id => last.start + 1,
         _ => 0,
     };
-    for start in profile.placement_starts {
-        let placement = Placement {
-            start: u32::from(*start),
-            size: u32::from(profile.placement_size),
-        };
+    for placement in Placement::of_profile(profile) {
         if placement.start < lowest_start || placement.mask() & occupied != 0 {
             continue;
         }

@@ -202,14 +202,7 @@ pub(crate) fn placements(index: u32, gpu: &GpuState, profile_id: u32) -> Result<
             "GPU-instance profile id {profile_id} on GPU {index}"
         ))
     })?;
-    Ok(profile
-        .placement_starts
-        .iter()
-        .map(|start| Placement {
-            start: u32::from(*start),
-            size: u32::from(profile.placement_size),
-        })
-        .collect())
+    Ok(Placement::of_profile(profile).collect())
 }
 
 /// The GPU instances, by id.

@@ -708,20 +708,7 @@ fn template_for(
             }
         }
     };
-    let constraints = (ask.count > 1).then(|| {
-        vec![DeviceConstraint {
-            requests: Some(vec![REQUEST.to_owned()]),
-            distinct_attribute: Some(format!("{DRIVER}/{ATTRIBUTE_UUID}")),
-            match_attribute: None,
-        }]
-    });
-    Ok(named_template(ResourceClaimSpec {
-        devices: Some(DeviceClaim {
-            requests: Some(vec![request]),
-            constraints,
-            config: None,
-        }),
-    }))
+    Ok(named_template(request, ask.count, ATTRIBUTE_UUID))
 }
 
 /// That no node has fewer than `count` of the `eligible` GPUs, or why.
@@ -753,8 +740,28 @@ pub(super) fn cel(expressions: &[String]) -> Option<Vec<DeviceSelector>> {
     })
 }
 
-/// The webhook's template of `spec`: named by a hash of what it asks for, so that pods asking alike share it.
-pub(super) fn named_template(spec: ResourceClaimSpec) -> ResourceClaimTemplate {
+/// The webhook's template of one request for `count` devices, each of another `distinct` (a device attribute of
+/// this driver: the GPU they are or are carved from), named by a hash of what it asks for, so that pods asking
+/// alike share it.
+pub(super) fn named_template(
+    request: DeviceRequest,
+    count: u32,
+    distinct: &str,
+) -> ResourceClaimTemplate {
+    let constraints = (count > 1).then(|| {
+        vec![DeviceConstraint {
+            requests: Some(vec![request.name.clone()]),
+            distinct_attribute: Some(format!("{DRIVER}/{distinct}")),
+            match_attribute: None,
+        }]
+    });
+    let spec = ResourceClaimSpec {
+        devices: Some(DeviceClaim {
+            requests: Some(vec![request]),
+            constraints,
+            config: None,
+        }),
+    };
     let digest = serde_json::to_vec(&spec)
         .map(|bytes| fnv1a(&bytes))
         .unwrap_or(0);

@@ -13,13 +13,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crd::dra::{
-    ATTRIBUTE_PARENT_UUID, ATTRIBUTE_PRODUCT_NAME, CAPACITY_MEMORY, CLASS_MIG, DRIVER,
+    ATTRIBUTE_PARENT_UUID, ATTRIBUTE_PRODUCT_NAME, CAPACITY_MEMORY, CLASS_MIG,
     attribute_expression, capacity_expression,
 };
 use crd::hami::{Memory, Selection};
 use k8s_openapi::api::resource::v1::{
-    DeviceClaim, DeviceConstraint, DeviceRequest, DeviceSubRequest, ExactDeviceRequest,
-    ResourceClaimSpec, ResourceClaimTemplate,
+    DeviceRequest, DeviceSubRequest, ExactDeviceRequest, ResourceClaimTemplate,
 };
 
 use super::claim_sharing::Ask;
@@ -135,18 +134,5 @@ pub(super) fn template_for(
             exactly: None,
         }
     };
-    let constraints = (ask.count > 1).then(|| {
-        vec![DeviceConstraint {
-            requests: Some(vec![REQUEST.to_owned()]),
-            distinct_attribute: Some(format!("{DRIVER}/{ATTRIBUTE_PARENT_UUID}")),
-            match_attribute: None,
-        }]
-    });
-    Ok(named_template(ResourceClaimSpec {
-        devices: Some(DeviceClaim {
-            requests: Some(vec![request]),
-            constraints,
-            config: None,
-        }),
-    }))
+    Ok(named_template(request, ask.count, ATTRIBUTE_PARENT_UUID))
 }
