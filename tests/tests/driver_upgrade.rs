@@ -508,7 +508,13 @@ fn driver_upgrades_move_every_node_through_nvidias_states() {
         &[],
     );
     eventually(WAIT, || {
-        let status = kubectl_json(&["get", "gpunode", c])["status"].clone();
+        // The exporter, just started, creates the GPUNode: not there yet is not a failure.
+        let got = run("kubectl", &["get", "gpunode", c, "-o", "json"]);
+        if !got.success {
+            return Ok(None);
+        }
+        let gpu_node: Value = serde_json::from_str(&got.stdout).expect("kubectl printed JSON");
+        let status = &gpu_node["status"];
         let listed = status["gpuProcessPods"]
             .as_array()
             .into_iter()
