@@ -36,6 +36,11 @@ pub trait ClaimReader: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<ResourceClaim, String>> + Send;
+
+    /// The claim with `uid` when it was read ahead and may be used without a read ([`crate::prefetch`]), once.
+    fn read_ahead(&self, _uid: &str) -> Option<ResourceClaim> {
+        None
+    }
 }
 
 impl ClaimReader for kube::Client {
@@ -356,6 +361,16 @@ impl Claims {
         self.state.lock().await.clone()
     }
 
+    /// Whether the claim `namespace/name` is prepared here.
+    pub async fn holds(&self, namespace: &str, name: &str) -> bool {
+        self.state
+            .lock()
+            .await
+            .claims
+            .values()
+            .any(|claim| claim.namespace == namespace && claim.name == name)
+    }
+
     /// Whether MPS daemons are started for shared claims.
     #[must_use]
     pub fn starts_mps(&self) -> bool {
@@ -380,13 +395,18 @@ impl Claims {
         }
         let key = format!("{}/{}", claim.namespace, claim.name);
         let started = Instant::now();
-        let read = reader
-            .get(&claim.namespace, &claim.name)
-            .await
-            .map_err(|reason| PrepareError::Read {
-                claim: key.clone(),
-                reason,
-            })?;
+        let ahead = reader.read_ahead(&claim.uid);
+        let read_ahead = ahead.is_some();
+        let read = match ahead {
+            Some(read) => read,
+            None => reader
+                .get(&claim.namespace, &claim.name)
+                .await
+                .map_err(|reason| PrepareError::Read {
+                    claim: key.clone(),
+                    reason,
+                })?,
+        };
         let found = read.metadata.uid.clone().unwrap_or_default();
         if found != claim.uid {
             return Err(PrepareError::Replaced {
@@ -442,6 +462,7 @@ impl Claims {
         info!(
             claim = %key,
             devices = devices.len(),
+            read_ahead,
             read_us = read_time.as_micros(),
             total_us = started.elapsed().as_micros(),
             "prepared"

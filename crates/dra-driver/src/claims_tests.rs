@@ -461,6 +461,41 @@ async fn a_slow_read_of_one_claim_does_not_hold_up_another() {
     );
 }
 
+/// A reader whose API server is down, with claims read ahead.
+struct ReadAhead(std::sync::Mutex<BTreeMap<String, ResourceClaim>>);
+
+impl ClaimReader for ReadAhead {
+    async fn get(&self, _: &str, _: &str) -> Result<ResourceClaim, String> {
+        Err("connection refused".to_owned())
+    }
+
+    fn read_ahead(&self, uid: &str) -> Option<ResourceClaim> {
+        self.0.lock().unwrap().remove(uid)
+    }
+}
+
+#[tokio::test]
+async fn a_claim_read_ahead_is_prepared_without_a_read_and_any_other_is_read() {
+    let node = Node::new();
+    let reader = ReadAhead(std::sync::Mutex::new(BTreeMap::from([(
+        "ahead".to_owned(),
+        claim("ahead", vec![result("gpu", "gpu-1", &[("memory", "1Gi")])]),
+    )])));
+    let claims = node.claims();
+    let prepared = claims
+        .prepare(&reader, &reference("ahead"), &node.published)
+        .await
+        .expect("prepared from the claim read ahead");
+    assert_eq!(prepared[0].limits.as_ref().unwrap().memory_mib, 1024);
+    let error = claims
+        .prepare(&reader, &reference("other"), &node.published)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("connection refused"), "{error}");
+    assert!(claims.holds("team", "claim-ahead").await);
+    assert!(!claims.holds("team", "claim-other").await);
+}
+
 #[tokio::test]
 async fn a_checkpoint_of_an_earlier_boot_is_dropped_and_its_claims_prepared_again() {
     let node = Node::new();

@@ -6,6 +6,7 @@
 //! - [`slices`] (pure): the devices and the ResourceSlice for the node's GPUs under its partition.
 //! - [`publish`]: keeps the slice published (the kubelet deletes it when it starts) and GPUNode status current.
 //! - [`claims`]: prepares and unprepares claims, idempotent and restart-safe through a checkpoint.
+//! - [`prefetch`]: the claims of the pods bound to this node, read before the kubelet asks to prepare them.
 //! - [`dynamic_mig`]: MIG on demand: the counters and placements published, the instances made and destroyed.
 //! - [`packing`] (pure): claims arriving and leaving replayed against the scheduler's first fit over our device
 //!   order and NVIDIA's (`cargo xtask bench`).
@@ -37,6 +38,7 @@ pub mod dynamic_mig;
 pub mod health;
 pub mod packing;
 pub mod planner;
+pub mod prefetch;
 pub mod publish;
 pub mod service;
 pub mod slices;
@@ -114,8 +116,20 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     }
     publisher.devices.send_replace(publication.devices);
     let changed = Arc::new(Notify::new());
+    let (pods, bound) =
+        node_runtime::kube_io::watch_node_pods(role.client.clone(), &args.node.node_name);
+    let prefetched = Arc::new(prefetch::Prefetched::new(pods));
+    let read_ahead = prefetch::run(
+        prefetched.clone(),
+        bound,
+        role.client.clone(),
+        claims.clone(),
+    );
     let driver = service::Driver {
-        reader: role.client.clone(),
+        reader: prefetch::PrefetchingReader {
+            client: role.client.clone(),
+            prefetched,
+        },
         claims,
         devices: publisher.devices.subscribe(),
         changed: changed.clone(),
@@ -130,6 +144,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         served = service::serve(&sockets, driver, health) => served,
         published = publisher.run(changed) => published,
         () = monitor => anyhow::bail!("the health monitor stopped"),
+        () = read_ahead => anyhow::bail!("the watch of this node's pods stopped"),
     }
 }
 

@@ -1,15 +1,16 @@
-//! The Kubernetes I/O the roles share: this node (read, watch, patch its metadata), one ConfigMap (watch), and
-//! Events on the Node. Watches are single-object watches (field selector `metadata.name`), so a node's agent
-//! receives its own Node's changes only and never polls.
+//! The Kubernetes I/O the roles share: this node (read, watch, patch its metadata), one ConfigMap (watch), the pods
+//! bound to this node (watch), and Events on the Node. Watches are field-selector watches (`metadata.name`, or
+//! `spec.nodeName` for pods), so a node's agent receives its own node's changes only and never polls.
 
 use std::collections::BTreeMap;
 
 use futures::{Stream, StreamExt, stream};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod, PodSpec};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::watch_object;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::warn;
@@ -153,6 +154,39 @@ pub fn watch_resource_slice(
     name: &str,
 ) -> impl Stream<Item = Option<k8s_openapi::api::resource::v1::ResourceSlice>> + Send + use<> {
     object_changes(Api::all(client), name)
+}
+
+/// The pods bound to `node` (field selector `spec.nodeName`), in a store, and the watch that fills it: a stream of
+/// each pod as it is added or changed, to be polled (the store fills only while it is). A failed watch is logged and
+/// retried with backoff. Of the spec, only the claims it names are kept: no caller reads more, and a node's pods are
+/// held for as long as the role runs.
+pub fn watch_node_pods(
+    client: Client,
+    node: &str,
+) -> (Store<Pod>, impl Stream<Item = Pod> + Send + use<>) {
+    let (store, writer) = reflector::store();
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let pods = watcher(Api::<Pod>::all(client), config)
+        .default_backoff()
+        .modify(|pod| {
+            pod.managed_fields_mut().clear();
+            pod.spec = pod.spec.take().map(|spec| PodSpec {
+                resource_claims: spec.resource_claims,
+                ..PodSpec::default()
+            });
+        })
+        .reflect(writer)
+        .applied_objects()
+        .filter_map(|event| {
+            std::future::ready(match event {
+                Ok(pod) => Some(pod),
+                Err(error) => {
+                    warn!(%error, "watching this node's pods failed; retrying");
+                    None
+                }
+            })
+        });
+    (store, pods)
 }
 
 /// The latest Node and ConfigMap a role works from.

@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
 
 /// One pod of the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,36 +116,13 @@ impl PodIndex {
     }
 }
 
-/// A store of the node's pods, and the watch that fills it (to be spawned). Fields no lookup needs are dropped
-/// before they are stored.
+/// A store of the node's pods, and the watch that fills it (to be spawned).
 pub fn watch_node_pods(
     client: Client,
     node: &str,
 ) -> (Store<Pod>, impl Future<Output = ()> + Send + 'static) {
-    let (store, writer) = reflector::store();
-    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = watcher(Api::<Pod>::all(client), config)
-        .default_backoff()
-        .modify(|pod| {
-            pod.managed_fields_mut().clear();
-            // Of the spec, only the claims it names are looked up.
-            pod.spec = pod.spec.take().map(|spec| PodSpec {
-                resource_claims: spec.resource_claims,
-                ..PodSpec::default()
-            });
-        })
-        .reflect(writer)
-        .applied_objects();
-    let run = async move {
-        stream
-            .for_each(|event| async move {
-                if let Err(error) = event {
-                    tracing::debug!(%error, "watching this node's pods failed; retrying");
-                }
-            })
-            .await;
-    };
-    (store, run)
+    let (store, pods) = node_runtime::kube_io::watch_node_pods(client, node);
+    (store, pods.for_each(|_| std::future::ready(())))
 }
 
 /// The index of what the store holds now.
