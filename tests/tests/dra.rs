@@ -541,6 +541,88 @@ fn dra_driver_on_a_real_kubelet() {
     );
     delete_pod("e2e-dra-extended");
     kubectl(&["label", "node", KUBELET_NODE, "nvidia.com/dra.gpus-"]);
+
+    step(
+        "an R615 driver and a toolkit whose CDI hook applies memory limits (MEMORY_LIMIT_HOOK, as the operator renders it for toolkit 1.20.1+): on a cgroup v2 host the driver holds the claim's memory through the hook, elsewhere MPS does and GPUNode says why",
+    );
+    driver.kill();
+    e2e::agents::simulator_tool(KUBELET_NODE, &state, &["driver-version", "615.10.02"]);
+    let hook = "/usr/local/nvidia/toolkit/nvidia-cdi-hook";
+    driver = e2e::dra::start_driver(
+        KUBELET_NODE,
+        &state,
+        &root,
+        &host,
+        &[
+            ("DRA_GPUS", "1"),
+            ("DRA_SHARED_GPUS", "all"),
+            ("MEMORY_LIMIT_HOOK", hook),
+        ],
+    );
+    assert!(
+        kubectl_apply(
+            &claim_pod("e2e-dra-capped", KUBELET_NODE, "e2e-share-2g"),
+            &[]
+        )
+        .success
+    );
+    let capped = wait_running("e2e-dra-capped", &|| logs(&driver));
+    let claim = kubectl_json(&["get", "resourceclaim", &claim_of(&capped), "-n", "default"]);
+    let spec_file = cdi_dir.join(format!(
+        "k8s.gpu.nvidia.com-claim_{}.json",
+        claim["metadata"]["uid"].as_str().expect("claim uid")
+    ));
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).expect("the claim's CDI spec"))
+            .expect("a CDI spec");
+    let edits = &spec["devices"][0]["containerEdits"];
+    let container = kubelet
+        .container_of("e2e-dra-capped")
+        .expect("container of e2e-dra-capped");
+    // The restarted driver's status, once it is written.
+    let cgroup_v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let status = eventually(WAIT, || {
+        let status = kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"]["dra"].clone();
+        let enforcement = status["devices"]
+            .as_array()
+            .and_then(|devices| devices.iter().find(|device| device["name"] == "gpu-1"))
+            .map(|device| device["memoryEnforcement"].clone());
+        let written = if cgroup_v2 {
+            enforcement == Some(json!("driver"))
+        } else {
+            enforcement == Some(json!("mpsPinned"))
+                && status["warnings"].to_string().contains("not cgroup v2")
+        };
+        Ok(written.then_some(status))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "GPUNode status never named the enforcement (cgroup v2: {cgroup_v2}): {error:#}\n{}",
+            logs(&driver)
+        )
+    });
+    eprintln!("GPUNode status.dra: {status}");
+    if cgroup_v2 {
+        assert_eq!(
+            container["env"]["NVIDIA_GPU_MEMORY_LIMIT"], "2048",
+            "{container}"
+        );
+        assert_eq!(
+            container["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+            Value::Null
+        );
+        assert_eq!(edits["hooks"][0]["path"], hook, "{spec:#}");
+        assert_eq!(edits["hooks"][0]["args"][1], "apply-cuda-memory-limits");
+    } else {
+        eprintln!("this host has no unified cgroup v2 hierarchy: MPS holds the claim's memory");
+        assert_eq!(
+            container["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+            "0=2048M"
+        );
+        assert_eq!(container["env"]["NVIDIA_GPU_MEMORY_LIMIT"], Value::Null);
+        assert_eq!(edits.get("hooks"), None, "{spec:#}");
+    }
+    delete_pod("e2e-dra-capped");
 }
 
 /// HAMi's published example `file`, as HAMi ships it (`examples/nvidia/` at HAMi commit 4707fb0, kept in

@@ -89,6 +89,60 @@ pub fn text_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
     device.attributes.as_ref()?.get(name)?.string.as_deref()
 }
 
+/// What holds a shared claim to the memory it was allocated.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryEnforcement {
+    /// The claim's MPS control daemon pins each client's device memory (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`): the
+    /// CUDA client library refuses allocations past it.
+    #[default]
+    MpsPinned,
+    /// The driver caps the container's cgroup (R615+, `nvmlDeviceSetMemoryLimits`), set by the container
+    /// toolkit's `apply-cuda-memory-limits` CDI hook from `NVIDIA_GPU_MEMORY_LIMIT`: allocations past it fail in
+    /// the driver, whatever the process loads.
+    Driver,
+}
+
+/// The first driver branch that enforces per-cgroup GPU memory limits (R615, CUDA 13.4).
+pub const DRIVER_MEMORY_LIMITS_BRANCH: u32 = 615;
+
+/// Whether the driver `driver_version` (`615.10.02`) caps cgroups' GPU memory.
+#[must_use]
+pub fn driver_caps_memory(driver_version: &str) -> bool {
+    driver_version
+        .split('.')
+        .next()
+        .and_then(|major| major.parse::<u32>().ok())
+        .is_some_and(|branch| branch >= DRIVER_MEMORY_LIMITS_BRANCH)
+}
+
+/// How a shared claim's memory is enforced on a device of `device_type` (`gpu` or `mig`) whose driver is
+/// `driver_version`, on a host where the toolkit's memory-limit hook is `hook_available`: by the driver where it
+/// can (a whole GPU, R615+, the hook installed, cgroup v2), else by MPS. The driver's limits do not apply to MIG
+/// devices.
+#[must_use]
+pub fn memory_enforcement(
+    device_type: &str,
+    driver_version: &str,
+    hook_available: bool,
+) -> MemoryEnforcement {
+    if hook_available && device_type == TYPE_GPU && driver_caps_memory(driver_version) {
+        MemoryEnforcement::Driver
+    } else {
+        MemoryEnforcement::MpsPinned
+    }
+}
+
 /// Node label naming the GPUs of the node the DRA driver takes (the device plugin advertises the others); it
 /// overrides the ClusterPolicy's `draDriver.gpus`.
 pub const LABEL_DRA_GPUS: &str = "nvidia.com/dra.gpus";
@@ -452,5 +506,17 @@ mod tests {
             capacity_expression(CAPACITY_MEMORY),
             r#"device.capacity["gpu.nvidia.com"].memory"#
         );
+    }
+
+    #[test]
+    fn the_driver_enforces_memory_on_whole_gpus_from_r615_with_the_hook() {
+        use super::{MemoryEnforcement::*, TYPE_GPU, TYPE_MIG, memory_enforcement};
+        assert_eq!(memory_enforcement(TYPE_GPU, "615.10.02", true), Driver);
+        assert_eq!(memory_enforcement(TYPE_GPU, "620.1", true), Driver);
+        // R580 has no per-cgroup limits; MIG devices are not capped by the driver; no hook, no limit.
+        assert_eq!(memory_enforcement(TYPE_GPU, "580.159.04", true), MpsPinned);
+        assert_eq!(memory_enforcement(TYPE_MIG, "615.10.02", true), MpsPinned);
+        assert_eq!(memory_enforcement(TYPE_GPU, "615.10.02", false), MpsPinned);
+        assert_eq!(memory_enforcement(TYPE_GPU, "unknown", true), MpsPinned);
     }
 }

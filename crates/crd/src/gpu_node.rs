@@ -319,6 +319,10 @@ pub struct DraDevice {
     pub cores_allocated: u64,
     /// Percent of the SMs left for new claims (shared devices).
     pub cores_free: u64,
+    /// What holds new claims on a shared device to their memory: the driver (R615+, through the container
+    /// toolkit's hook) or MPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_enforcement: Option<crate::dra::MemoryEnforcement>,
     /// Why the device takes no new claims: its GPU's last critical XID, until the GPU has been quiet for the
     /// recovery period (the device is tainted in the slice meanwhile; pods that use it keep running).
     #[serde(default, skip_serializing_if = "Option::is_none")]

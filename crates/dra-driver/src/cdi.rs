@@ -2,12 +2,19 @@
 //! `k8s.gpu.nvidia.com/claim` (NVIDIA's DRA driver's), with one CDI device per allocated device named
 //! `<claim UID>-<device>`, so that two claims sharing a GPU never produce the same CDI name.
 //!
+//! A shared device's memory is held either by the claim's MPS daemon (the pinned-memory limit in the container's
+//! environment) or, where the driver caps cgroups (R615+), by the driver: the container toolkit's
+//! `apply-cuda-memory-limits` hook reads `NVIDIA_GPU_MEMORY_LIMIT` when the container is created and sets it on the
+//! container's cgroup through NVML. The toolkit applies the one value to each GPU of the container, so a container
+//! given two shared devices with different limits gets one of them for both.
+//!
 //! The spec is built by a pure function from the claim's [`PreparedDevice`]s; [`write`] and [`remove`] are the only
 //! functions here that touch the file system.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crd::dra::MemoryEnforcement;
 use node_runtime::mps::{MEMORY_LIMIT_ENV, PIPE_ENV, THREADS_ENV};
 use node_runtime::state_file::{self, Lifetime, StateFileError};
 use serde_json::{Value, json};
@@ -20,6 +27,10 @@ const CDI_VERSION: &str = "0.6.0";
 pub const CONTAINER_MPS_PIPE: &str = "/tmp/nvidia-mps";
 /// The variable the NVIDIA container runtime reads the devices from.
 const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+/// The hard GPU memory limit, in MiB, the toolkit's hook sets on the container's cgroup.
+pub const DRIVER_MEMORY_LIMIT_ENV: &str = "NVIDIA_GPU_MEMORY_LIMIT";
+/// The toolkit hook's subcommand that applies it.
+const MEMORY_LIMIT_HOOK_COMMAND: &str = "apply-cuda-memory-limits";
 
 /// One allocated device of a claim, as its container must see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -55,6 +66,9 @@ pub struct ShareLimits {
     pub cores: u64,
     /// The host directory of the claim's MPS daemon for this device.
     pub mps_dir: PathBuf,
+    /// What holds the claim to its memory (claims checkpointed before the driver could cap cgroups: MPS).
+    #[serde(default)]
+    pub enforcement: MemoryEnforcement,
 }
 
 impl ShareLimits {
@@ -80,17 +94,33 @@ pub fn qualified_name(claim_uid: &str, device: &str) -> String {
     format!("{KIND}={}", device_name(claim_uid, device))
 }
 
-/// The spec of one claim.
+/// The spec of one claim; `memory_limit_hook` is the toolkit's hook program on the host, for the devices whose
+/// memory the driver holds.
 #[must_use]
-pub fn spec(claim_uid: &str, devices: &[PreparedDevice]) -> Value {
+pub fn spec(
+    claim_uid: &str,
+    devices: &[PreparedDevice],
+    memory_limit_hook: Option<&Path>,
+) -> Value {
     let entries: Vec<Value> = devices
         .iter()
         .map(|device| {
             let mut env = vec![format!("{VISIBLE_DEVICES_ENV}={}", device.uuid)];
             let mut mounts = Vec::new();
+            let mut hooks = Vec::new();
             if let Some(limits) = &device.limits {
-                // Inside the container the claim's device is the only one, device 0 of its MPS daemon.
-                env.push(format!("{MEMORY_LIMIT_ENV}=0={}M", limits.memory_mib));
+                match (limits.enforcement, memory_limit_hook) {
+                    (MemoryEnforcement::Driver, Some(hook)) => {
+                        env.push(format!("{DRIVER_MEMORY_LIMIT_ENV}={}", limits.memory_mib));
+                        hooks.push(json!({
+                            "hookName": "createContainer",
+                            "path": hook,
+                            "args": ["nvidia-cdi-hook", MEMORY_LIMIT_HOOK_COMMAND],
+                        }));
+                    }
+                    // Inside the container the claim's device is the only one, device 0 of its MPS daemon.
+                    _ => env.push(format!("{MEMORY_LIMIT_ENV}=0={}M", limits.memory_mib)),
+                }
                 env.push(format!("{THREADS_ENV}={}", limits.thread_percentage()));
                 env.push(format!("{PIPE_ENV}={CONTAINER_MPS_PIPE}"));
                 mounts.push(json!({
@@ -115,6 +145,9 @@ pub fn spec(claim_uid: &str, devices: &[PreparedDevice]) -> Value {
             }
             if !nodes.is_empty() {
                 edits["deviceNodes"] = Value::Array(nodes);
+            }
+            if !hooks.is_empty() {
+                edits["hooks"] = Value::Array(hooks);
             }
             json!({
                 "name": device_name(claim_uid, &device.device),
@@ -172,6 +205,7 @@ mod tests {
                 memory_mib: 3000,
                 cores,
                 mps_dir: PathBuf::from("/run/nvidia/mps/claim-1/gpu-1"),
+                enforcement: MemoryEnforcement::MpsPinned,
             }),
             on_demand: None,
             mig_instance: None,
@@ -180,7 +214,7 @@ mod tests {
 
     #[test]
     fn a_shared_device_carries_its_limits_and_its_daemons_pipes() {
-        let spec = spec("claim-1", &[shared(30)]);
+        let spec = spec("claim-1", &[shared(30)], None);
         assert_eq!(spec["kind"], KIND);
         let device = &spec["devices"][0];
         assert_eq!(device["name"], "claim-1-gpu-1");
@@ -211,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_claim_without_cores_is_not_capped_and_a_whole_gpu_has_no_limits() {
-        let memory_only = spec("c", &[shared(0)]);
+        let memory_only = spec("c", &[shared(0)], None);
         let env = memory_only["devices"][0]["containerEdits"]["env"].to_string();
         assert!(
             env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
@@ -221,7 +255,7 @@ mod tests {
         let mut whole = shared(0);
         whole.limits = None;
         whole.device_nodes = vec!["/dev/nvidia1".into()];
-        let spec = spec("c", &[whole]);
+        let spec = spec("c", &[whole], None);
         let edits = &spec["devices"][0]["containerEdits"];
         assert_eq!(edits["env"], json!(["NVIDIA_VISIBLE_DEVICES=GPU-1"]));
         assert_eq!(edits["deviceNodes"][0]["path"], "/dev/nvidia1");
@@ -229,9 +263,44 @@ mod tests {
     }
 
     #[test]
+    fn a_device_whose_memory_the_driver_holds_gets_the_toolkits_hook_and_no_pinned_limit() {
+        let mut capped = shared(30);
+        capped.limits.as_mut().unwrap().enforcement = MemoryEnforcement::Driver;
+        let hook = Path::new("/usr/local/nvidia/toolkit/nvidia-cdi-hook");
+        let capped_spec = spec("claim-1", &[capped.clone()], Some(hook));
+        let edits = &capped_spec["devices"][0]["containerEdits"];
+        assert_eq!(
+            edits["env"],
+            json!([
+                "NVIDIA_VISIBLE_DEVICES=GPU-1",
+                "NVIDIA_GPU_MEMORY_LIMIT=3000",
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
+                "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"
+            ])
+        );
+        assert_eq!(
+            edits["hooks"],
+            json!([{
+                "hookName": "createContainer",
+                "path": "/usr/local/nvidia/toolkit/nvidia-cdi-hook",
+                "args": ["nvidia-cdi-hook", "apply-cuda-memory-limits"]
+            }])
+        );
+        // A hook that went away since (the toolkit downgraded): MPS holds the memory, never nothing.
+        let without = spec("claim-1", &[capped], None);
+        let edits = &without["devices"][0]["containerEdits"];
+        assert!(edits.get("hooks").is_none());
+        assert!(
+            edits["env"]
+                .to_string()
+                .contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3000M")
+        );
+    }
+
+    #[test]
     fn specs_are_written_and_removed_idempotently() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = spec("c", &[shared(10)]);
+        let spec = spec("c", &[shared(10)], None);
         write(dir.path(), "c", &spec).unwrap();
         let written: Value =
             serde_json::from_slice(&std::fs::read(path(dir.path(), "c")).unwrap()).unwrap();

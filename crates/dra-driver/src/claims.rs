@@ -14,7 +14,10 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY, DRIVER};
+use crd::dra::{
+    ATTRIBUTE_DRIVER_VERSION, ATTRIBUTE_TYPE, CAPACITY_CORES, CAPACITY_MEMORY, DRIVER,
+    MemoryEnforcement,
+};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use node_runtime::mps::{self, Daemon};
 use node_runtime::state_file::{self, Lifetime, StateFileError};
@@ -192,6 +195,7 @@ pub fn devices_of(
                 memory_mib: memory,
                 cores: consumed(CAPACITY_CORES)?.unwrap_or(0),
                 mps_dir: host.mps_dir(uid, &device.name),
+                enforcement: memory_enforcement(device, host.memory_limit_hook.is_some()),
             })
         } else {
             None
@@ -211,6 +215,20 @@ pub fn devices_of(
     Ok(prepared)
 }
 
+/// How a shared claim's memory is held on `device` ([`crd::dra::memory_enforcement`], from what it publishes),
+/// with the toolkit's hook in use or not.
+pub(crate) fn memory_enforcement(device: &DriverDevice, hook_available: bool) -> MemoryEnforcement {
+    let attributes = device.device.attributes.as_ref();
+    let attribute = |name: &str| attributes.and_then(|attributes| attributes.get(name));
+    let device_type = attribute(ATTRIBUTE_TYPE)
+        .and_then(|value| value.string.as_deref())
+        .unwrap_or_default();
+    let driver_version = attribute(ATTRIBUTE_DRIVER_VERSION)
+        .and_then(|value| value.version.as_deref())
+        .unwrap_or_default();
+    crd::dra::memory_enforcement(device_type, driver_version, hook_available)
+}
+
 /// Where the driver's host side lives.
 #[derive(Debug, Clone)]
 pub struct HostPaths {
@@ -222,6 +240,8 @@ pub struct HostPaths {
     pub dev_root: PathBuf,
     /// The checkpoint file of prepared claims.
     pub checkpoint: PathBuf,
+    /// The toolkit's CDI hook program on the host, where the host can take GPU memory limits per cgroup.
+    pub memory_limit_hook: Option<PathBuf>,
 }
 
 impl HostPaths {
@@ -371,6 +391,12 @@ impl Claims {
             .any(|claim| claim.namespace == namespace && claim.name == name)
     }
 
+    /// The toolkit's memory-limit hook, where the driver holds shared claims' memory.
+    #[must_use]
+    pub fn memory_limit_hook(&self) -> Option<&Path> {
+        self.host.memory_limit_hook.as_deref()
+    }
+
     /// Whether MPS daemons are started for shared claims.
     #[must_use]
     pub fn starts_mps(&self) -> bool {
@@ -438,7 +464,7 @@ impl Claims {
             {
                 self.start_daemon(device, limits).await?;
             }
-            let spec = cdi::spec(&claim.uid, &devices);
+            let spec = cdi::spec(&claim.uid, &devices, self.host.memory_limit_hook.as_deref());
             cdi::write(&self.host.cdi_dir, &claim.uid, &spec)
                 .map_err(|error| format!("writing its CDI spec: {error}"))?;
             state.claims.insert(
@@ -636,7 +662,11 @@ impl Claims {
         let daemon = Daemon {
             uuids: vec![device.uuid.clone()],
             thread_percentage: limits.thread_percentage(),
-            memory_limits_mib: vec![limits.memory_mib],
+            // Where the driver holds the container's cgroup to its memory, MPS shares only the SMs.
+            memory_limits_mib: match limits.enforcement {
+                MemoryEnforcement::MpsPinned => vec![limits.memory_mib],
+                MemoryEnforcement::Driver => Vec::new(),
+            },
         };
         mps::start(&pipe, &limits.mps_dir.join("log"), &daemon)
             .await

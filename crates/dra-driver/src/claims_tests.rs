@@ -77,12 +77,21 @@ struct Node {
     simulator: std::sync::Arc<gpu::Simulator>,
     host_dir: tempfile::TempDir,
     published: Vec<DriverDevice>,
+    memory_limit_hook: Option<PathBuf>,
 }
 
 impl Node {
     /// Two A100-40GB: GPU 0 whole, GPU 1 shared.
     fn new() -> Self {
+        Self::with_driver(None, None)
+    }
+
+    /// As [`Node::new`], with driver `version` installed and the toolkit's memory-limit `hook` in use.
+    fn with_driver(version: Option<&str>, hook: Option<&str>) -> Self {
         let (gpus, simulator) = simulated("a100-40gb:2", &[]);
+        if let Some(version) = version {
+            simulator.set_driver_version(version).unwrap();
+        }
         let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
         let partition = Partition {
             dra: GpuSet::All,
@@ -94,6 +103,7 @@ impl Node {
             simulator,
             host_dir: tempfile::tempdir().unwrap(),
             published: slices::devices(&views, &partition, &[]),
+            memory_limit_hook: hook.map(PathBuf::from),
         }
     }
 
@@ -104,6 +114,7 @@ impl Node {
             mps_root: root.join("mps"),
             dev_root: root.join("dev"),
             checkpoint: root.join("plugin/checkpoint.json"),
+            memory_limit_hook: self.memory_limit_hook.clone(),
         }
     }
 
@@ -461,6 +472,34 @@ async fn a_slow_read_of_one_claim_does_not_hold_up_another() {
     );
 }
 
+#[tokio::test]
+async fn on_an_r615_driver_with_the_toolkits_hook_the_driver_holds_a_shared_claims_memory() {
+    let hook = "/usr/local/nvidia/toolkit/nvidia-cdi-hook";
+    let capped = Node::with_driver(Some("615.10.02"), Some(hook));
+    let (_, prepared) = one_share_prepared(&capped).await;
+    let limits = prepared[0].limits.as_ref().unwrap();
+    assert_eq!(limits.enforcement, crd::dra::MemoryEnforcement::Driver);
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cdi::path(&capped.host().cdi_dir, "a")).unwrap())
+            .unwrap();
+    let edits = &spec["devices"][0]["containerEdits"];
+    assert_eq!(edits["hooks"][0]["path"], hook);
+    let env = edits["env"].to_string();
+    assert!(env.contains("NVIDIA_GPU_MEMORY_LIMIT=1024"), "{env}");
+    assert!(!env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "{env}");
+
+    // An older driver, or no hook: MPS holds it, as before.
+    for (version, hook) in [(Some("580.159.04"), Some(hook)), (Some("615.10.02"), None)] {
+        let node = Node::with_driver(version, hook);
+        let (_, prepared) = one_share_prepared(&node).await;
+        assert_eq!(
+            prepared[0].limits.as_ref().unwrap().enforcement,
+            crd::dra::MemoryEnforcement::MpsPinned,
+            "{version:?} {hook:?}"
+        );
+    }
+}
+
 /// A reader whose API server is down, with claims read ahead.
 struct ReadAhead(std::sync::Mutex<BTreeMap<String, ResourceClaim>>);
 
@@ -568,6 +607,7 @@ impl OnDemandNode {
                 simulator,
                 host_dir: tempfile::tempdir().unwrap(),
                 published: slices::devices(&views, &partition, &dynamic),
+                memory_limit_hook: None,
             },
         }
     }

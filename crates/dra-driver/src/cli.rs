@@ -69,6 +69,11 @@ pub struct RunArgs {
     /// MIG mode must be on.
     #[arg(long, env = "DRA_DYNAMIC_MIG_GPUS", default_value = "none")]
     pub dynamic_mig_gpus: crd::dra::GpuSet,
+    /// The container toolkit's CDI hook program on the host (`nvidia-cdi-hook`, toolkit 1.20.1 or later), whose
+    /// `apply-cuda-memory-limits` sets a container's GPU memory limit in the driver (R615+). Unset, or on a host
+    /// without cgroup v2, shared claims' memory is held by MPS alone.
+    #[arg(long, env = "MEMORY_LIMIT_HOOK")]
+    pub memory_limit_hook: Option<PathBuf>,
     /// When GPUs are Unhealthy (their devices tainted, and reported so to the kubelet); `DP_DISABLE_HEALTHCHECKS`
     /// applies as in the device plugin.
     #[command(flatten)]

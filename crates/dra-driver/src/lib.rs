@@ -68,11 +68,13 @@ pub mod registration {
 /// When the node or its GPUs cannot be read at start, the checkpoint is unreadable, or a server stops.
 pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
     let role = NodeRole::start(source, &args.node.node_name).await?;
+    let (memory_limit_hook, host_warning) = memory_limit_hook(&args);
     let host = claims::HostPaths {
         cdi_dir: args.cdi_root.clone(),
         mps_root: args.mps_root.clone(),
         dev_root: args.dev_root.clone(),
         checkpoint: args.plugin_dir().join("checkpoint.json"),
+        memory_limit_hook,
     };
     let tracker = args.health.tracker()?;
     let start_mps = role.gpus.simulator().is_none();
@@ -104,6 +106,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         events: role.events(crd::gpu_node::field_manager::DRA_DRIVER),
         reported: std::collections::BTreeSet::new(),
         written: Vec::new(),
+        host_warnings: host_warning.into_iter().collect(),
     };
     claims.restore_daemons().await;
     // The devices are known before the kubelet can call: a claim is never refused for want of them.
@@ -145,6 +148,25 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         published = publisher.run(changed) => published,
         () = monitor => anyhow::bail!("the health monitor stopped"),
         () = read_ahead => anyhow::bail!("the watch of this node's pods stopped"),
+    }
+}
+
+/// The toolkit's memory-limit hook, when one is configured and the host can take per-cgroup GPU memory limits
+/// (the driver sets them on a cgroup v2 directory), or why it is not used.
+fn memory_limit_hook(args: &RunArgs) -> (Option<std::path::PathBuf>, Option<String>) {
+    let Some(hook) = args.memory_limit_hook.clone() else {
+        return (None, None);
+    };
+    if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        (Some(hook), None)
+    } else {
+        let why = format!(
+            "MEMORY_LIMIT_HOOK {} is not used: the host's cgroups are not cgroup v2 (unified), where the driver's GPU \
+             memory limits apply; shared claims' memory is held by MPS",
+            hook.display()
+        );
+        tracing::warn!("{why}");
+        (None, Some(why))
     }
 }
 

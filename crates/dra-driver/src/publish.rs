@@ -75,6 +75,8 @@ pub struct Publisher {
     /// The slices after the first as last written: the watch follows the first slice only (the kubelet deletes
     /// them all together), so these are compared with what was written.
     pub written: Vec<ResourceSlice>,
+    /// What the host lacks that the driver's configuration asks for (shown with the label warnings).
+    pub host_warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -97,6 +99,7 @@ impl Publisher {
             .map(|(label, error)| {
                 format!("label {label}: {error}; using the ClusterPolicy's default")
             })
+            .chain(self.host_warnings.iter().cloned())
             .collect();
         let backend = self.gpus.backend();
         let views = node_runtime::inventory::read(backend)?;
@@ -134,9 +137,10 @@ impl Publisher {
             warnings,
             ..
         } = self.publication(&inputs.node)?;
+        // Each once: a label that cannot be read, a GPU that cannot be served on demand, what the host lacks.
         for warning in &warnings {
             if self.reported.insert(warning.clone()) {
-                self.events.publish(true, "InvalidDRALabel", warning).await;
+                self.events.publish(true, "DRADriverWarning", warning).await;
             }
         }
         self.devices.send_if_modified(|published| {
@@ -184,6 +188,7 @@ impl Publisher {
                 &devices,
                 &prepared,
                 self.claims.starts_mps(),
+                self.claims.memory_limit_hook(),
                 warnings,
             )),
             ..inventory_status(&views)

@@ -41,6 +41,7 @@ impl Fixture {
             mps_root: host.path().join("mps"),
             dev_root: host.path().join("dev"),
             checkpoint: host.path().join("plugin/checkpoint.json"),
+            memory_limit_hook: None,
         };
         let publisher = Publisher {
             client: client.clone(),
@@ -67,6 +68,7 @@ impl Fixture {
             events: NodeEvents::new(client, DRA_DRIVER, &node),
             reported: BTreeSet::new(),
             written: Vec::new(),
+            host_warnings: Vec::new(),
         };
         Self {
             api,

@@ -6,13 +6,21 @@ use crd::gpu_node::{DraDevice, DraStatus};
 use crate::claims::Checkpoint;
 use crate::slices::DriverDevice;
 
-/// What enforces shared claims' limits on this node.
+/// What enforces shared claims' limits on this node; `driver_limits`: the toolkit's memory-limit hook is in use
+/// (devices show which of them it holds, `memoryEnforcement`).
 #[must_use]
-pub fn enforcement(starts_mps: bool) -> &'static str {
-    if starts_mps {
-        "MPS: one control daemon per claim on a shared GPU, with the claim's memory and cores as its client defaults"
-    } else {
-        "none: simulated GPUs, no MPS control daemon is started; containers still get the limits in their environment"
+pub fn enforcement(starts_mps: bool, driver_limits: bool) -> &'static str {
+    match (starts_mps, driver_limits) {
+        (true, false) => {
+            "MPS: one control daemon per claim on a shared GPU, with the claim's memory and cores as its client defaults"
+        }
+        (true, true) => {
+            "driver and MPS: on R615+ GPUs the driver holds each claim's containers to its memory (the container \
+             toolkit's hook) and a control daemon per claim shares the SMs; elsewhere the daemon holds both"
+        }
+        (false, _) => {
+            "none: simulated GPUs, no MPS control daemon is started; containers still get the limits in their environment"
+        }
     }
 }
 
@@ -22,6 +30,7 @@ pub fn status(
     devices: &[DriverDevice],
     prepared: &Checkpoint,
     starts_mps: bool,
+    memory_limit_hook: Option<&std::path::Path>,
     warnings: Vec<String>,
 ) -> DraStatus {
     let devices = devices
@@ -56,13 +65,16 @@ pub fn status(
                 memory_free_mib: device.memory_mib.saturating_sub(memory),
                 cores_allocated: cores,
                 cores_free: crd::dra::CORES_TOTAL.saturating_sub(cores),
+                memory_enforcement: device.shared.then(|| {
+                    crate::claims::memory_enforcement(device, memory_limit_hook.is_some())
+                }),
                 unhealthy: crate::health::unhealthy_reason(device),
             }
         })
         .collect();
     DraStatus {
         devices,
-        enforcement: enforcement(starts_mps).to_owned(),
+        enforcement: enforcement(starts_mps, memory_limit_hook.is_some()).to_owned(),
         warnings,
     }
 }
@@ -94,6 +106,7 @@ mod tests {
                     memory_mib,
                     cores,
                     mps_dir: PathBuf::new(),
+                    enforcement: crd::dra::MemoryEnforcement::MpsPinned,
                 }),
                 on_demand: None,
                 mig_instance: None,
@@ -124,7 +137,7 @@ mod tests {
             .into(),
             ..Checkpoint::default()
         };
-        let status = status(&devices, &prepared, false, vec![]);
+        let status = status(&devices, &prepared, false, None, vec![]);
         let by_name = |name: &str| status.devices.iter().find(|d| d.name == name).unwrap();
         let shared = by_name("gpu-1");
         assert_eq!(
@@ -146,5 +159,16 @@ mod tests {
         );
         assert_eq!(shared.unhealthy, None);
         assert!(status.enforcement.starts_with("none: simulated GPUs"));
+        // The simulator's default driver (R570) cannot cap cgroups: MPS holds the shared GPU's claims even with the
+        // toolkit's hook installed; whole GPUs have nothing to enforce.
+        let hook = std::path::Path::new("/usr/local/nvidia/toolkit/nvidia-cdi-hook");
+        let with_hook = super::status(&devices, &prepared, true, Some(hook), vec![]);
+        let by_name = |name: &str| with_hook.devices.iter().find(|d| d.name == name).unwrap();
+        assert_eq!(
+            by_name("gpu-1").memory_enforcement,
+            Some(crd::dra::MemoryEnforcement::MpsPinned)
+        );
+        assert_eq!(by_name("gpu-0").memory_enforcement, None);
+        assert!(with_hook.enforcement.starts_with("driver and MPS"));
     }
 }

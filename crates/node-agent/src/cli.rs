@@ -388,6 +388,26 @@ pub enum SimulatorAction {
         #[arg(long)]
         xid: u64,
     },
+    /// Install another driver version on the node's GPUs (as a driver upgrade does): R615 and later cap cgroups'
+    /// GPU memory.
+    DriverVersion {
+        /// The version the GPUs report, e.g. 615.10.02.
+        version: String,
+    },
+    /// Cap a cgroup's GPU memory on one GPU, as `nvmlDeviceSetMemoryLimits` does (R615+; what the container
+    /// toolkit's `apply-cuda-memory-limits` hook calls): a simulated host process of that cgroup that allocates
+    /// past it fails.
+    MemoryLimit {
+        /// Index of the GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// The cgroup v2 path, as `/proc/<pid>/cgroup` gives it.
+        #[arg(long)]
+        cgroup: String,
+        /// The limit, in MiB.
+        #[arg(long)]
+        memory_mib: u64,
+    },
     /// End a simulated process.
     StopProcess {
         /// Index of the GPU.

@@ -64,6 +64,12 @@ pub async fn run(args: &SimulatorArgs, source: &GpuSource) -> anyhow::Result<()>
             memory_mib,
         } => simulator.set_process_memory(gpu, pid, memory_mib)?,
         SimulatorAction::StopProcess { gpu, pid } => simulator.stop_process(gpu, pid)?,
+        SimulatorAction::DriverVersion { ref version } => simulator.set_driver_version(version)?,
+        SimulatorAction::MemoryLimit {
+            gpu,
+            ref cgroup,
+            memory_mib,
+        } => simulator.set_memory_limit(gpu, cgroup, memory_mib)?,
         SimulatorAction::Xid { gpu, xid } => simulator.inject_xid(gpu, xid)?,
         SimulatorAction::Devices => {
             for gpu in 0..simulator.gpu_count()? {

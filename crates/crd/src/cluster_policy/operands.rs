@@ -271,6 +271,28 @@ fn default_toolkit_install_dir() -> String {
     "/usr/local/nvidia".into()
 }
 
+/// The first toolkit release whose CDI hook applies GPU memory limits (`apply-cuda-memory-limits`).
+const MEMORY_LIMIT_HOOK_SINCE: (u32, u32, u32) = (1, 20, 1);
+
+impl ToolkitSpec {
+    /// The toolkit's CDI hook program on the host (`<installDir>/toolkit/nvidia-cdi-hook`), when the toolkit image
+    /// `image` (a full reference) is a release whose hook applies GPU memory limits; `None` for older releases and
+    /// for tags that name no release (a digest, `latest`).
+    #[must_use]
+    pub fn memory_limit_hook(&self, image: &str) -> Option<String> {
+        let tag = image.split('@').next()?.rsplit_once(':')?.1;
+        let release = tag.trim_start_matches('v').split('-').next()?;
+        let mut numbers = release.split('.').map(|number| number.parse::<u32>().ok());
+        let version = (numbers.next()??, numbers.next()??, numbers.next()??);
+        (version >= MEMORY_LIMIT_HOOK_SINCE).then(|| {
+            format!(
+                "{}/toolkit/nvidia-cdi-hook",
+                self.install_dir.trim_end_matches('/')
+            )
+        })
+    }
+}
+
 /// The device plugin, which advertises GPUs, MIG devices and shared replicas to the kubelet.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -574,5 +596,31 @@ impl Default for MpsSpec {
 impl Default for MigPartedConfigRef {
     fn default() -> Self {
         serde_defaults()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_toolkits_memory_limit_hook_comes_with_release_1_20_1() {
+        let toolkit: ToolkitSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        let hook = |image: &str| toolkit.memory_limit_hook(image);
+        // NVIDIA's v26.7.0 chart pins v1.20.0, whose hook has no memory limits.
+        assert_eq!(hook("nvcr.io/nvidia/k8s/container-toolkit:v1.20.0"), None);
+        assert_eq!(
+            hook("nvcr.io/nvidia/k8s/container-toolkit:v1.20.1-ubuntu20.04").as_deref(),
+            Some("/usr/local/nvidia/toolkit/nvidia-cdi-hook")
+        );
+        assert!(hook("registry.local:5000/container-toolkit:1.21.0").is_some());
+        assert_eq!(hook("nvcr.io/nvidia/k8s/container-toolkit:latest"), None);
+        assert_eq!(hook("container-toolkit@sha256:abc"), None);
+        let elsewhere: ToolkitSpec =
+            serde_json::from_value(serde_json::json!({"installDir": "/opt/nvidia/"})).unwrap();
+        assert_eq!(
+            elsewhere.memory_limit_hook("x:v1.20.1").as_deref(),
+            Some("/opt/nvidia/toolkit/nvidia-cdi-hook")
+        );
     }
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::Simulator;
 use super::state::{GpuState, KEPT_EVENTS, StoredEvent};
 use super::telemetry::SimulatedCounters;
+use super::{Simulator, memory_limits};
 use crate::error::{GpuError, Result};
 use crate::host_process::HostProcess;
 use crate::types::{GpuProcess, HealthEvent};
@@ -42,6 +42,12 @@ pub(crate) struct HostEntry {
     /// in that namespace can tell whether it still runs: the node's containers without the host's PID namespace
     /// see none of the host's processes.
     pub pid_namespace: String,
+    /// Its cgroup v2 path, which the driver's memory limits apply to (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
+    /// The MPS pinned device-memory limit of its environment, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_limit_mib: Option<u64>,
 }
 
 /// This process's PID namespace, as `/proc/self/ns/pid` names it (`pid:[4026531836]`); empty if unreadable.
@@ -179,6 +185,7 @@ impl Simulator {
     }
 
     fn add_process(&self, gpu: u32, process: GpuProcess, host: Option<HostProcess>) -> Result<()> {
+        let proc_root = Path::new("/proc");
         self.file.update(|state| {
             let now = super::now_ms();
             let state_gpu = state.gpu_mut(gpu)?;
@@ -201,21 +208,32 @@ impl Simulator {
                     HostEntry {
                         start_time: host.start_time,
                         pid_namespace: own_pid_namespace(),
+                        cgroup: memory_limits::cgroup_of(proc_root, host.pid),
+                        pinned_limit_mib: memory_limits::pinned_limit_of(proc_root, host.pid),
                     },
                 );
+            }
+            if let Some(memory_mib) = process.used_memory_mib
+                && let Err(refused) =
+                    memory_limits::check_allocation(state_gpu, process.pid, memory_mib)
+            {
+                state_gpu.faults.host_processes.remove(&process.pid);
+                return Err(refused);
             }
             state_gpu.faults.processes.push(process);
             Ok(())
         })
     }
 
-    /// Changes the GPU memory a running simulated process uses, as a real program allocates and frees.
+    /// Changes the GPU memory a running simulated process uses, as a real program allocates and frees. An
+    /// allocation past the process's limits fails and changes nothing ([`memory_limits`]).
     ///
     /// # Errors
-    /// `NotFound` when no such process runs on the GPU.
+    /// `NotFound` when no such process runs on the GPU; `InsufficientResources` (out of memory) past a limit.
     pub fn set_process_memory(&self, gpu: u32, pid: u32, memory_mib: u64) -> Result<()> {
         self.file.update(|state| {
             let state_gpu = state.gpu_mut(gpu)?;
+            memory_limits::check_allocation(state_gpu, pid, memory_mib)?;
             let process = state_gpu
                 .faults
                 .processes

@@ -40,6 +40,8 @@ pub(crate) fn new_node(node_name: &str, spec: &SimulatedGpus, now_ms: u64) -> No
             mig_mode: MigMode::default(),
             gpu_instances: Vec::new(),
             faults: super::faults::Faults::default(),
+            driver_version: None,
+            memory_limits: std::collections::BTreeMap::new(),
             energy_millijoules: 0,
             energy_since_ms: now_ms,
         })
@@ -76,6 +78,11 @@ pub(crate) fn derived_uuid(prefix: &str, key: &str) -> String {
 }
 
 impl GpuState {
+    /// The driver version the GPU reports.
+    pub fn driver_version(&self) -> &str {
+        self.driver_version.as_deref().unwrap_or(DRIVER_VERSION)
+    }
+
     /// The catalog model; an unknown name means the file was edited by hand or by an incompatible version.
     pub fn catalog_model(&self) -> Result<&'static GpuModel> {
         model_by_simulator_name(&self.model).ok_or_else(|| {
@@ -160,7 +167,7 @@ pub(crate) fn inventory(index: u32, gpu: &GpuState) -> Result<GpuInventory> {
         memory_mib: model.memory_mib,
         multiprocessor_count: Some(sm_count),
         compute_capability: model.compute_capability,
-        driver_version: DRIVER_VERSION.to_owned(),
+        driver_version: gpu.driver_version().to_owned(),
         cuda_driver_version: CUDA_DRIVER_VERSION,
         mig_mode: Some(gpu.mig_mode),
     })

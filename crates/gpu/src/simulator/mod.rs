@@ -7,6 +7,7 @@
 
 mod faults;
 mod hardware;
+mod memory_limits;
 mod spec;
 mod state;
 mod telemetry;

@@ -6,6 +6,7 @@
 //! crash mid-write then leaves the old state, never half a file), and a lock on the replaced file would protect
 //! nothing.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,14 @@ pub(crate) struct GpuState {
     pub gpu_instances: Vec<SimGpuInstance>,
     /// Injected faults.
     pub faults: Faults,
+    /// The driver installed, when not the simulator's default ([`Simulator::set_driver_version`]).
+    ///
+    /// [`Simulator::set_driver_version`]: super::Simulator::set_driver_version
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    /// GPU memory limits the driver holds cgroups to, in MiB, by cgroup path.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory_limits: BTreeMap<String, u64>,
     /// Energy counted up to `energy_since_ms`, in millijoules.
     pub energy_millijoules: u64,
     /// When the energy was last settled (Unix milliseconds); power since then is constant.

@@ -468,6 +468,8 @@ fn only_a_reader_in_the_reporters_pid_namespace_ends_an_exited_host_process() {
             HostEntry {
                 start_time: 1,
                 pid_namespace,
+                cgroup: String::new(),
+                pinned_limit_mib: None,
             },
         );
     }
@@ -493,4 +495,101 @@ fn the_first_reader_that_sees_an_exit_records_it_in_the_file() {
     child.wait().unwrap();
     assert!(sim.processes(0).unwrap().is_empty());
     assert!(!std::fs::read_to_string(&file).unwrap().contains(&pid));
+}
+
+/// `sleep 60` with `env`, standing for a GPU user; killed when dropped.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn start(env: &[(&str, &str)]) -> Self {
+        let mut command = std::process::Command::new("sleep");
+        command.arg("60");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Self(command.spawn().unwrap())
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_mps_client_cannot_allocate_past_its_pinned_limit() {
+    let dir = TempDir::new().unwrap();
+    let sim = open(&dir, "a100-40gb:1");
+    let client = Sleeper::start(&[("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=3000M")]);
+    sim.start_host_process(0, process(client.pid(), 1000))
+        .unwrap();
+    sim.set_process_memory(0, client.pid(), 3000).unwrap();
+    let refused = sim.set_process_memory(0, client.pid(), 3001).unwrap_err();
+    assert!(
+        matches!(&refused, GpuError::InsufficientResources(reason) if reason.contains("pinned limit of 3000 MiB")),
+        "{refused}"
+    );
+    assert_eq!(sim.processes(0).unwrap(), vec![process(client.pid(), 3000)]);
+    // A process without the limit in its environment is not held by it.
+    let other = Sleeper::start(&[]);
+    sim.start_host_process(0, process(other.pid(), 9000))
+        .unwrap();
+}
+
+#[test]
+fn the_driver_holds_a_cgroups_processes_together_to_its_limit_from_r615() {
+    let dir = TempDir::new().unwrap();
+    let sim = open(&dir, "h100-80gb:1");
+    let (first, second) = (Sleeper::start(&[]), Sleeper::start(&[]));
+    // Both run in this test's cgroup, as a container's processes share the container's.
+    let cgroup = memory_limits::cgroup_of(std::path::Path::new("/proc"), first.pid());
+    let refused = sim.set_memory_limit(0, &cgroup, 8192).unwrap_err();
+    assert!(
+        matches!(&refused, GpuError::NotSupported(reason) if reason.contains("R615")),
+        "{refused}"
+    );
+
+    sim.set_driver_version("615.10.02").unwrap();
+    assert_eq!(sim.gpu(0).unwrap().driver_version, "615.10.02");
+    if cgroup.is_empty() {
+        // A cgroup v1 host: the driver's limits cannot apply, as on real hosts.
+        assert!(sim.set_memory_limit(0, &cgroup, 8192).is_err());
+        return;
+    }
+    sim.set_memory_limit(0, &cgroup, 8192).unwrap();
+    sim.start_host_process(0, process(first.pid(), 5000))
+        .unwrap();
+    sim.start_host_process(0, process(second.pid(), 3000))
+        .unwrap();
+    let refused = sim.set_process_memory(0, second.pid(), 3500).unwrap_err();
+    assert!(
+        matches!(&refused, GpuError::InsufficientResources(reason) if reason.contains("limited to 8192 MiB")),
+        "{refused}"
+    );
+    // Starting past the limit fails too, and leaves nothing behind.
+    let third = Sleeper::start(&[]);
+    assert!(
+        sim.start_host_process(0, process(third.pid(), 1000))
+            .is_err()
+    );
+    assert_eq!(sim.processes(0).unwrap().len(), 2);
+    sim.set_process_memory(0, first.pid(), 4000).unwrap();
+    sim.set_process_memory(0, second.pid(), 4192).unwrap();
+
+    // The driver's limits do not apply to MIG devices.
+    let mig = TempDir::new().unwrap();
+    let mig = open(&mig, "h100-80gb:1");
+    mig.set_driver_version("615.10.02").unwrap();
+    mig.set_mig_mode(0, true).unwrap();
+    mig.reset(0).unwrap();
+    assert!(matches!(
+        mig.set_memory_limit(0, &cgroup, 8192),
+        Err(GpuError::NotSupported(_))
+    ));
 }

@@ -45,6 +45,16 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
         env("DRA_SHARED_GPUS", spec.shared_gpus()),
         env("DRA_DYNAMIC_MIG_GPUS", spec.dynamic_mig()),
     ];
+    // Where the toolkit this operator installs can apply GPU memory limits (1.20.1+), the driver holds shared claims'
+    // memory through its hook on R615+ GPUs.
+    if policy.is_enabled(Component::ContainerToolkit)
+        && let Some(hook) = policy
+            .spec
+            .toolkit
+            .memory_limit_hook(policy.image(Component::ContainerToolkit))
+    {
+        env.push(self::env("MEMORY_LIMIT_HOOK", hook));
+    }
     env.extend(gpu_access_env());
     ds.main.env = Some(env);
     // Privileged, as NVIDIA's DRA kubelet plugin, for a reason that holds on real GPUs: preparing a claim for a MIG

@@ -662,6 +662,22 @@ fn dra_driver_takes_its_gpus_from_the_device_plugin() {
         Some(json!("none")),
         "no GPU is MIG on demand unless asked"
     );
+    assert_eq!(
+        env(main, "MEMORY_LIMIT_HOOK"),
+        None,
+        "the toolkit NVIDIA's chart pins (v1.20.0) cannot apply GPU memory limits"
+    );
+    let newer_toolkit = render_component(
+        json!({"draDriver": {"enabled": true},
+               "toolkit": {"repository": "nvcr.io/nvidia/k8s", "image": "container-toolkit", "version": "v1.20.1"}}),
+        &one_node(),
+        Component::DraDriver,
+    );
+    let main = &newer_toolkit[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(main, "MEMORY_LIMIT_HOOK"),
+        Some(json!("/usr/local/nvidia/toolkit/nvidia-cdi-hook"))
+    );
 
     let plugins = render_component(spec.clone(), &one_node(), Component::DevicePlugin);
     let plugin = &plugins[0]["spec"]["template"]["spec"]["containers"][0];
