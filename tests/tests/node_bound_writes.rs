@@ -105,6 +105,71 @@ fn slice(name: &str, driver: &str, node: &str) -> serde_json::Value {
     })
 }
 
+/// ResourceClaim `name` in the default namespace, allocated device gpu-0 of `node`'s pool as the scheduler
+/// allocates it (created and allocated by the admin).
+fn allocated_claim(name: &str, node: &str) {
+    let claim = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+    });
+    assert_allowed(
+        &format!("the admin creating ResourceClaim {name}"),
+        &kubectl_apply(&claim.to_string(), &[]),
+    );
+    let allocation = json!({"status": {"allocation": {
+        "devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
+        ]},
+        "nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]},
+    }}});
+    assert_allowed(
+        &format!("the admin allocating ResourceClaim {name} on {node}"),
+        &run(
+            "kubectl",
+            &[
+                "patch",
+                "resourceclaim",
+                name,
+                "-n",
+                "default",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &allocation.to_string(),
+            ],
+        ),
+    );
+}
+
+/// The device status of claim `name` as the DRA driver writes it (server-side apply of the status subresource),
+/// for device `device` of `pool`, and `allocation` if given (which a driver must never write).
+fn write_claim_status(
+    kubeconfig: &Path,
+    name: &str,
+    pool: &str,
+    allocation: Option<serde_json::Value>,
+) -> Run {
+    let mut status = json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "status": {"devices": [{
+            "driver": "gpu.nvidia.com", "pool": pool, "device": "gpu-0",
+            "data": {"memoryEnforcement": "mpsPinned"},
+        }]},
+    });
+    if let Some(allocation) = allocation {
+        status["status"]["allocation"] = allocation;
+    }
+    server_side_apply_as(
+        kubeconfig,
+        &status,
+        &["--subresource=status", "--force-conflicts"],
+    )
+}
+
 /// The value of `key` among node `node`'s labels or annotations (`kind`), as the admin reads it.
 fn node_metadata(node: &str, kind: &str, key: &str) -> Option<String> {
     let node = kubectl_json(&["get", "node", node]);
@@ -158,6 +223,9 @@ impl Drop for Cleanup {
             "e2e-node-bound-other",
         ] {
             clean_up(&["resourceslice", slice]);
+        }
+        for claim in ["e2e-node-bound-claim-a", "e2e-node-bound-claim-b"] {
+            clean_up(&["resourceclaim", claim, "-n", "default"]);
         }
         for pod in &self.pods {
             clean_up(&["pod", pod, "-n", NAMESPACE, "--wait=false"]);
@@ -416,6 +484,56 @@ fn node_agents_write_only_their_own_nodes_objects() {
         "deleting gpu-a100-0's ResourceSlice",
         &kubectl_as(&dra, &["delete", "resourceslice", "e2e-node-bound-a"]),
         "cannot delete resource \"resourceslices\"",
+    );
+
+    step(
+        "DRA driver on gpu-a100-0: the device status of a claim allocated on its node is written; a claim of gpu-a100-1, \
+         another pool's entry and the allocation itself are refused",
+    );
+    allocated_claim("e2e-node-bound-claim-a", NODE_A);
+    allocated_claim("e2e-node-bound-claim-b", NODE_B);
+    assert_refused(
+        "writing the device status of a claim allocated on gpu-a100-1",
+        &write_claim_status(&dra, "e2e-node-bound-claim-b", NODE_B, None),
+        "may only write the status of ResourceClaims allocated on its node",
+    );
+    assert_refused(
+        "writing another pool's device status on a claim of gpu-a100-0",
+        &write_claim_status(&dra, "e2e-node-bound-claim-a", NODE_B, None),
+        "may only write the device status of its own devices",
+    );
+    let moved = json!({
+        "devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE_A, "device": "gpu-1"}
+        ]},
+        "nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE_A]}]}
+        ]},
+    });
+    let changed = write_claim_status(&dra, "e2e-node-bound-claim-a", NODE_A, Some(moved));
+    assert!(
+        !changed.success,
+        "a driver changed an allocation:\n{}",
+        changed.stdout
+    );
+    assert_allowed(
+        "writing the device status of a claim allocated on gpu-a100-0",
+        &write_claim_status(&dra, "e2e-node-bound-claim-a", NODE_A, None),
+    );
+    let stored = kubectl_json(&[
+        "get",
+        "resourceclaim",
+        "e2e-node-bound-claim-a",
+        "-n",
+        "default",
+    ]);
+    assert_eq!(
+        stored["status"]["devices"][0]["data"]["memoryEnforcement"], "mpsPinned",
+        "{stored:#}"
+    );
+    assert_eq!(
+        stored["status"]["allocation"]["devices"]["results"][0]["device"], "gpu-0",
+        "{stored:#}"
     );
 }
 

@@ -11,6 +11,7 @@
 //! - [`packing`] (pure): claims arriving and leaving replayed against the scheduler's first fit over our device
 //!   order and NVIDIA's (`cargo xtask bench`).
 //! - [`cdi`] (pure, and the spec files): the per-claim CDI spec with the MPS limits.
+//! - [`claim_status`]: what holds each shared claim to its share, in the claim's own status.
 //! - [`service`]: plugin registration and the `v1.DRAPlugin` and `v1.DRAResourceHealth` gRPC services on unix
 //!   sockets.
 //! - [`health`]: the GPUs' XIDs as device health: for the kubelet (the health stream) and the scheduler (taints).
@@ -32,6 +33,7 @@ use crate::cli::{PlanArgs, RunArgs};
 
 pub mod authority;
 pub mod cdi;
+pub mod claim_status;
 pub mod claims;
 pub mod cli;
 pub mod dynamic_mig;
@@ -136,6 +138,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         claims,
         devices: publisher.devices.subscribe(),
         changed: changed.clone(),
+        status_writer: Some(role.client.clone()),
     };
     let health = health::HealthService {
         pool: args.node.node_name.clone(),

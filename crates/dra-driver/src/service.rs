@@ -57,7 +57,6 @@ impl Sockets {
 }
 
 /// The DRA plugin service: prepares claims on the devices the driver publishes now.
-#[derive(Debug)]
 pub struct Driver<R> {
     /// Reads claims from the API.
     pub reader: R,
@@ -67,6 +66,19 @@ pub struct Driver<R> {
     pub devices: watch::Receiver<Vec<DriverDevice>>,
     /// Woken after each change of the prepared claims (GPUNode status follows).
     pub changed: Arc<Notify>,
+    /// Writes prepared claims' device status ([`claim_status`](crate::claim_status)); `None` in tests without an
+    /// API.
+    pub status_writer: Option<kube::Client>,
+}
+
+impl<R: std::fmt::Debug> std::fmt::Debug for Driver<R> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Driver")
+            .field("reader", &self.reader)
+            .field("claims", &self.claims)
+            .finish_non_exhaustive()
+    }
 }
 
 #[tonic::async_trait]
@@ -88,22 +100,36 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
                 .prepare(&self.reader, &reference, &published)
                 .await
             {
-                Ok(devices) => NodePrepareResourceResponse {
-                    devices: devices
-                        .into_iter()
-                        .map(|device| Device {
-                            cdi_device_ids: vec![cdi::qualified_name(
-                                &reference.uid,
-                                &device.device,
-                            )],
-                            request_names: device.requests,
-                            pool_name: device.pool,
-                            device_name: device.device,
-                            share_id: device.share_id,
-                        })
-                        .collect(),
-                    error: String::new(),
-                },
+                Ok(devices) => {
+                    if let Some(client) = self.status_writer.clone() {
+                        let (reference, devices) = (reference.clone(), devices.clone());
+                        tokio::spawn(async move {
+                            crate::claim_status::write(
+                                client,
+                                &reference.namespace,
+                                &reference.name,
+                                &devices,
+                            )
+                            .await;
+                        });
+                    }
+                    NodePrepareResourceResponse {
+                        devices: devices
+                            .into_iter()
+                            .map(|device| Device {
+                                cdi_device_ids: vec![cdi::qualified_name(
+                                    &reference.uid,
+                                    &device.device,
+                                )],
+                                request_names: device.requests,
+                                pool_name: device.pool,
+                                device_name: device.device,
+                                share_id: device.share_id,
+                            })
+                            .collect(),
+                        error: String::new(),
+                    }
+                }
                 Err(error) => {
                     warn!(claim = %format!("{}/{}", reference.namespace, reference.name), %error, "cannot prepare");
                     NodePrepareResourceResponse {

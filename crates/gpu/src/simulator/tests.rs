@@ -507,7 +507,17 @@ impl Sleeper {
         for (key, value) in env {
             command.env(key, value);
         }
-        Self(command.spawn().unwrap())
+        let child = command.spawn().unwrap();
+        // Right after exec, some kernels (and sandboxes) show an empty environment in /proc for a moment: wait
+        // until it reads as the process's own, as it does for any process that has run long enough to use a GPU.
+        let environ = format!("/proc/{}/environ", child.id());
+        let started = Instant::now();
+        while std::fs::read(&environ).is_ok_and(|bytes| bytes.is_empty())
+            && started.elapsed() < Duration::from_secs(5)
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
+        Self(child)
     }
 
     fn pid(&self) -> u32 {
