@@ -179,6 +179,23 @@ fn dra_driver_on_a_real_kubelet() {
             .then_some(()))
     })
     .unwrap_or_else(|error| panic!("{claim_a} not read ahead: {error:#}\n{}", logs(&driver)));
+    // The claim's own status says what holds it to its share, written by the driver under the chart's RBAC and
+    // node-bound policy.
+    let device_status = eventually(WAIT, || {
+        let claim = kubectl_json(&["get", "resourceclaim", &claim_a, "-n", "default"]);
+        let status = claim["status"]["devices"][0].clone();
+        Ok((!status.is_null()).then_some(status))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "no device status on {claim_a}: {error:#}\n{}",
+            logs(&driver)
+        )
+    });
+    assert_eq!(device_status["device"], "gpu-1", "{device_status:#}");
+    assert_eq!(device_status["data"]["memoryEnforcement"], "mpsPinned");
+    assert_eq!(device_status["data"]["memoryMiB"], 3000);
+    assert_eq!(device_status["data"]["cores"], 30);
     let claim = kubectl_json(&["get", "resourceclaim", &claim_a, "-n", "default"]);
     let result = &claim["status"]["allocation"]["devices"]["results"][0];
     assert_eq!(result["device"], "gpu-1");
