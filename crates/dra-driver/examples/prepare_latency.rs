@@ -1,7 +1,8 @@
 //! NodePrepareResources latency of running DRA drivers, for `cargo xtask bench`: it plays the kubelet, calling each
 //! claim's driver over its unix socket to prepare the claim and then to unprepare it, as the kubelet does for a
-//! pod that starts and ends. The claims are real, allocated by the kube-scheduler, so every prepare reads its
-//! claim from the API server and writes its CDI spec and checkpoint.
+//! pod that starts and ends. The claims are real, allocated by the kube-scheduler for pods bound to the drivers'
+//! nodes, so each prepare finds its claim as its driver read it when the pod was bound (or reads it from the API
+//! server when it was not read ahead) and writes its CDI spec and checkpoint.
 //!
 //! `--claims FILE`: a JSON list of `{"socket", "namespace", "name", "uid"}`. Prints
 //! `{"claims": n, "prepare_p50_us": .., "prepare_p99_us": .., "unprepare_p50_us": .., "unprepare_p99_us": ..}`.

@@ -247,6 +247,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn placements_of_a_gpu_served_on_demand_share_its_health_and_the_others_do_not() {
+        use gpu::GpuBackend;
+
+        let (_dir, simulator) = simulated("h100-80gb:2", &[]);
+        for gpu in 0..2 {
+            simulator.set_mig_mode(gpu, true).unwrap();
+            simulator.reset(gpu).unwrap();
+        }
+        let views = node_runtime::inventory::read(simulator.as_ref()).unwrap();
+        let partition = Partition {
+            dra: GpuSet::All,
+            shared: "1".parse().unwrap(),
+            dynamic_mig: GpuSet::All,
+        };
+        let (dynamic, _) =
+            crate::dynamic_mig::observe(simulator.as_ref(), &views, &partition).unwrap();
+        let mut devices = slices::devices(&views, &partition, &dynamic);
+        assert!(devices.iter().all(|device| device.on_demand.is_some()));
+        // GPU 1's placements are shared instances: a shared instance of an Unhealthy GPU takes no new claim either.
+        taint_unhealthy(&mut devices, &Faults::from([(1, Some(79))]));
+        let (sick, well): (Vec<_>, Vec<_>) =
+            devices.iter().partition(|device| device.gpu_index == 1);
+        assert!(!sick.is_empty() && !well.is_empty());
+        assert!(sick.iter().all(|device| {
+            unhealthy_reason(device).as_deref() == Some("GPU 1 reported critical XID 79")
+        }));
+        assert!(well.iter().all(|device| device.device.taints.is_none()));
+    }
+
     #[tokio::test]
     async fn the_stream_sends_the_list_at_once_and_again_on_each_change() {
         use futures::StreamExt;
