@@ -492,15 +492,18 @@ fn node_agents_write_only_their_own_nodes_objects() {
     );
     allocated_claim("e2e-node-bound-claim-a", NODE_A);
     allocated_claim("e2e-node-bound-claim-b", NODE_B);
+    // Kubernetes 1.36+ refuses these itself (the driver holds `associated-node` verbs for its own driver only, and
+    // entries must name allocated devices); the chart's gpu-node-agent-resourceclaim-status policy refuses the same
+    // on the clusters before that authorization (1.33 to 1.35), where the status subresource alone would allow them.
     assert_refused(
         "writing the device status of a claim allocated on gpu-a100-1",
         &write_claim_status(&dra, "e2e-node-bound-claim-b", NODE_B, None),
-        "may only write the status of ResourceClaims allocated on its node",
+        "cannot arbitrary-node:patch resource \"resourceclaims/driver\"",
     );
     assert_refused(
         "writing another pool's device status on a claim of gpu-a100-0",
         &write_claim_status(&dra, "e2e-node-bound-claim-a", NODE_B, None),
-        "may only write the device status of its own devices",
+        "must be an allocated device in the claim",
     );
     let moved = json!({
         "devices": {"results": [
