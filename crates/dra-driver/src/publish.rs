@@ -198,6 +198,9 @@ impl Publisher {
     }
 }
 
+/// How long GPUNode status waits after a prepared claim changes, for the changes that follow it.
+const CLAIMS_SETTLE: Duration = Duration::from_millis(500);
+
 /// The Node's and the slice's latest states, sent again when the prepared claims change, by a background task. `None` until
 /// the Node and the slice have each been seen once.
 fn watch_inputs(
@@ -215,8 +218,11 @@ fn watch_inputs(
         .map(|node| Change::Node(Box::new(node)));
     let slices = kube_io::watch_resource_slice(client.clone(), &slices::slice_name(node))
         .map(|slice| Change::Slice(Box::new(slice)));
+    // Prepared claims change in bursts (a kubelet starting many pods): one pass per burst, after it settles, not one
+    // per claim, which would compete with the prepares themselves for the node's CPU and the API server.
     let claims = stream::unfold(changed, |changed| async move {
         changed.notified().await;
+        tokio::time::sleep(CLAIMS_SETTLE).await;
         Some((Change::Claims, changed))
     });
     let (sender, receiver) = watch::channel(None);
