@@ -254,8 +254,9 @@ pub fn render(results: &Results) -> String {
         }
         let _ = writeln!(
             text,
-            "\nNodePrepareResources over the driver's socket, for {} of the allocated claims (each reads its claim from \
-             the API server and writes a CDI spec and the checkpoint): p50 {} µs, p99 {} µs; NodeUnprepareResources: \
+            "\nNodePrepareResources over the driver's socket, for {} of the allocated claims (each takes its claim as \
+             its driver read it when the pod was bound, or reads it from the API server, and writes a CDI spec and \
+             the checkpoint): p50 {} µs, p99 {} µs; NodeUnprepareResources: \
              p50 {} µs, p99 {} µs. Measured {} at commit {}.",
             dra.prepared_claims,
             dra.prepare_p50_us,
