@@ -297,6 +297,16 @@ fn dra_driver_keys(values: &mut Value) -> anyhow::Result<()> {
             "Whether the operator's admission webhook turns pods written for HAMi into DRA claims.",
         ),
     )?;
+    add(
+        values,
+        &["draDriver"],
+        "hamiMigWithoutDynamicMIG",
+        json!({
+            "type": "string",
+            "enum": ["refuse", "share"],
+            "description": "What the HAMi webhook does with a vgpu-mode: mig pod that no GPU served as MIG on demand can take: refuse it, or admit it as an MPS-limited share with a warning.",
+        }),
+    )?;
     for key in ["featureGates", "computeDomains"] {
         add(
             values,

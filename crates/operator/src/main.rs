@@ -57,6 +57,16 @@ enum Command {
         /// `resourceMemPercentage`, `resourceCores`, `resourcePriority`); this chart sets these from the same values.
         #[command(flatten)]
         hami_names: HamiNames,
+        /// What becomes of a HAMi pod annotated `nvidia.com/vgpu-mode: mig` when no GPU it may take is served as MIG
+        /// on demand: `refuse` it, naming what would serve it, or admit it as an MPS-limited `share` of whole GPUs
+        /// with a warning.
+        #[arg(
+            long,
+            value_enum,
+            default_value_t = webhook::hami::MigWithoutDynamicMig::Refuse,
+            env = "HAMI_MIG_WITHOUT_DYNAMIC_MIG"
+        )]
+        hami_mig_without_dynamic_mig: webhook::hami::MigWithoutDynamicMig,
         /// Bind the node agents' evictions to their nodes: a validating webhook lets the MIG manager's token evict
         /// only pods on the node it is bound to; `false` removes its configuration.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "NODE_BOUND_EVICTIONS")]
@@ -188,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
             identity,
             hami_webhook,
             hami_names,
+            hami_mig_without_dynamic_mig,
             node_bound_evictions,
             hami_templates_unused_for_seconds,
             hami_templates_sweep_every_seconds,
@@ -217,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
                 namespace: namespace.clone(),
                 hami: hami_webhook,
                 hami_names,
+                mig_without_dynamic_mig: hami_mig_without_dynamic_mig,
                 node_bound_evictions,
                 templates_unused_for: Duration::from_secs(hami_templates_unused_for_seconds),
                 templates_sweep_every: Duration::from_secs(hami_templates_sweep_every_seconds),

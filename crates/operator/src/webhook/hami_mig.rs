@@ -50,12 +50,10 @@ pub(super) fn template_for(
         .filter(|gpu| selection.admits(&gpu.product_name, Some(&gpu.uuid)))
         .collect();
     if eligible.is_empty() {
-        return Err(unsatisfiable(format!(
-            "{VGPU_MODE} mig asks for a MIG instance made for the pod, and no GPU that matches its GPU type and UUID \
-             annotations is served as MIG on demand (draDriver.dynamicMIG in the ClusterPolicy, or the node label \
-             nvidia.com/dra.dynamic-mig-gpus, on GPUs with MIG mode on); remove the annotation to run on an \
-             MPS-limited share, which does not isolate as MIG does"
-        )));
+        return Err(HamiError::NoMigOnDemand {
+            container: container.to_owned(),
+            have: summary(gpus),
+        });
     }
     check_count(ask.count, &eligible, "GPUs served as MIG on demand").map_err(unsatisfiable)?;
     if ask.cores.is_some() {

@@ -79,6 +79,58 @@ fn hamis_dynamic_mig_pod_gets_instances_made_on_demand_or_is_refused_with_the_wa
     );
     assert!(error.contains("draDriver.dynamicMIG"), "{error}");
     assert!(error.contains("remove the annotation"), "{error}");
+    assert!(error.contains("hamiMigWithoutDynamicMIG=share"), "{error}");
+
+    // A cluster whose policy says share: an MPS-limited share of a whole GPU, annotation kept, and warned. Where a
+    // GPU is served on demand, the policy changes nothing.
+    let shared = convert_under(
+        &pod,
+        &cluster(),
+        &ResourceNames::default(),
+        MigWithoutDynamicMig::Share,
+    )
+    .unwrap()
+    .unwrap();
+    let template = serde_json::to_value(&shared.templates[0]).unwrap();
+    assert_eq!(
+        template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+        "shared.gpu.nvidia.com",
+        "{template:#}"
+    );
+    assert_eq!(
+        shared.pod.metadata.annotations.as_ref().unwrap()[VGPU_MODE],
+        "mig"
+    );
+    assert!(
+        shared
+            .warnings
+            .iter()
+            .any(|warning| warning.contains("does not isolate memory faults")),
+        "{:?}",
+        shared.warnings
+    );
+    assert!(matches!(
+        convert_under(
+            &pod,
+            &cluster(),
+            &ResourceNames::default(),
+            MigWithoutDynamicMig::Refuse
+        ),
+        Err(HamiError::NoMigOnDemand { .. })
+    ));
+    assert_eq!(
+        convert_under(
+            &pod,
+            &cluster_with_mig_on_demand(),
+            &ResourceNames::default(),
+            MigWithoutDynamicMig::Share
+        ),
+        convert(
+            &pod,
+            &cluster_with_mig_on_demand(),
+            &ResourceNames::default()
+        )
+    );
 
     // More memory than any profile holds, and a type no GPU served on demand is.
     let mut big = pod.clone();

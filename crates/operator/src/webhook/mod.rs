@@ -69,6 +69,8 @@ pub struct Settings {
     pub hami: bool,
     /// The resource names HAMi pods ask with on this cluster (HAMi's chart can rename them).
     pub hami_names: hami::ResourceNames,
+    /// What becomes of a `vgpu-mode: mig` pod that no GPU served as MIG on demand can take.
+    pub mig_without_dynamic_mig: hami::MigWithoutDynamicMig,
     /// Whether node agents' evictions are bound to their nodes.
     pub node_bound_evictions: bool,
     /// How long the leader keeps a HAMi ResourceClaimTemplate no pod names after its last use.
@@ -188,6 +190,7 @@ pub async fn run(
                 slices,
                 templates_unused_for: settings.templates_unused_for,
                 names: settings.hami_names.clone(),
+                mig_without_dynamic_mig: settings.mig_without_dynamic_mig,
             },
         ));
     }
@@ -365,6 +368,7 @@ mod tests {
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
             hami_names: hami::ResourceNames::default(),
+            mig_without_dynamic_mig: hami::MigWithoutDynamicMig::Refuse,
             node_bound_evictions: true,
             templates_unused_for: template_gc::UNUSED_FOR,
             templates_sweep_every: template_gc::SWEEP_EVERY,
@@ -407,6 +411,7 @@ mod tests {
             endpoint: tls::Endpoint::Url("https://127.0.0.1:9443".into()),
             hami: true,
             hami_names: hami::ResourceNames::default(),
+            mig_without_dynamic_mig: hami::MigWithoutDynamicMig::Refuse,
             node_bound_evictions: true,
             templates_unused_for: template_gc::UNUSED_FOR,
             templates_sweep_every: template_gc::SWEEP_EVERY,

@@ -40,6 +40,8 @@ pub struct Admission {
     pub templates_unused_for: Duration,
     /// The resource names the cluster's HAMi pods ask with.
     pub names: hami::ResourceNames,
+    /// What becomes of a `vgpu-mode: mig` pod no GPU served as MIG on demand can take.
+    pub mig_without_dynamic_mig: hami::MigWithoutDynamicMig,
 }
 
 impl std::fmt::Debug for Admission {
@@ -271,7 +273,12 @@ async fn admit(admission: &Admission, request: &AdmissionRequest<Pod>) -> Admiss
         .unwrap_or_default();
     let namespace = request.namespace.clone().unwrap_or_default();
     let gpus = dra_gpus(&admission.slices.state());
-    let conversion = match hami::convert(pod, &gpus, &admission.names) {
+    let conversion = match hami::convert_under(
+        pod,
+        &gpus,
+        &admission.names,
+        admission.mig_without_dynamic_mig,
+    ) {
         Ok(Some(conversion)) => conversion,
         Ok(None) => return response,
         Err(error) => {
