@@ -18,8 +18,8 @@
 //! - [`authority`]: the front that lets the kubelet's registration requests through (their `:authority` is the
 //!   socket's path, which HTTP/2 servers in Rust refuse).
 //! - [`status`] (pure): the driver's part of GPUNode status.
-//! - [`planner`] (pure): where requests would land on a set of devices, and what remains (`plan`): its allocation
-//!   in `planner`, requests in `planner::request`, the tables in `planner::table`.
+//! - [`planner`] (pure, `crd::planner`, beside `crd::hami`'s request grammar): where requests would land on a set
+//!   of devices, and what remains (`plan`).
 
 use std::sync::Arc;
 
@@ -39,7 +39,8 @@ pub mod cli;
 pub mod dynamic_mig;
 pub mod health;
 pub mod packing;
-pub mod planner;
+/// The placement planner behind `plan`, shared with the operator's HAMi webhook (in `crd`, as both read it).
+pub use crd::planner;
 pub mod prefetch;
 pub mod publish;
 pub mod service;

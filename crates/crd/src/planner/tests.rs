@@ -5,7 +5,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crd::hami::Selection;
+use crate::hami::Selection;
 
 use super::*;
 
@@ -313,14 +313,14 @@ fn type_picks_by_product_name_in_any_case_and_nouse_type_avoids_it() {
     );
 }
 
-/// The type and UUID lists are HAMi's selection annotations as the webhook reads them (`crd::hami::Selection`):
+/// The type and UUID lists are HAMi's selection annotations as the webhook reads them (`crate::hami::Selection`):
 /// what the webhook refuses in an annotation, the planner refuses in a request.
 #[test]
 fn selection_lists_are_read_as_the_webhook_reads_hamis_annotations() {
     let request: Request = "type=A100, nouse-uuid=GPU-1".parse().unwrap();
     let annotations = BTreeMap::from([
-        (crd::hami::USE_GPUTYPE.to_owned(), "A100".to_owned()),
-        (crd::hami::NOUSE_GPUUUID.to_owned(), "GPU-1".to_owned()),
+        (crate::hami::USE_GPUTYPE.to_owned(), "A100".to_owned()),
+        (crate::hami::NOUSE_GPUUUID.to_owned(), "GPU-1".to_owned()),
     ]);
     assert_eq!(
         request.selection,
@@ -329,7 +329,7 @@ fn selection_lists_are_read_as_the_webhook_reads_hamis_annotations() {
     for text in ["type=A100\")", "uuid=GPU-1 || true"] {
         let error = text.parse::<Request>().unwrap_err();
         assert!(
-            matches!(error, RequestError::BadValue { expected, .. } if expected == crd::hami::EXPECT_SELECTION),
+            matches!(error, RequestError::BadValue { expected, .. } if expected == crate::hami::EXPECT_SELECTION),
             "{text}: {error}"
         );
     }
@@ -624,7 +624,7 @@ fn requests_parse_from_hami_key_names() {
     );
 }
 
-/// What HAMi tolerates reads as the webhook reads a HAMi pod (`crd::hami`), with a note; `3k` is the API server's
+/// What HAMi tolerates reads as the webhook reads a HAMi pod (`crate::hami`), with a note; `3k` is the API server's
 /// canonical form of 3000 MiB.
 #[test]
 fn requests_keep_what_hami_tolerates_as_the_webhook_does() {

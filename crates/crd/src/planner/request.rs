@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use crd::hami::{self, Memory, Selection, SelectionList};
+use crate::hami::{self, Memory, Selection, SelectionList};
 
 /// One request, in the terms HAMi users write (the webhook turns HAMi pods into the same thing).
 ///
@@ -25,7 +25,7 @@ use crd::hami::{self, Memory, Selection, SelectionList};
 /// (`type=A100,type=V100`) or, as in HAMi's annotations, by bare words after it (`type=A100,V100`).
 /// `gpumem-percentage` and `gpucores` apply to class `shared` only; `gpumem` on a whole GPU or MIG device asks
 /// for a device with at least that much memory. The values read as the webhook reads a HAMi pod's
-/// ([`crd::hami`]): what HAMi tolerates (both memories, a percentage over 100) is kept with a note.
+/// ([`crate::hami`]): what HAMi tolerates (both memories, a percentage over 100) is kept with a note.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// How the request is shown: the text it was parsed from.
@@ -42,7 +42,7 @@ pub struct Request {
     pub class: Class,
     /// The MIG profile (class [`Class::Mig`]).
     pub profile: Option<String>,
-    /// What was made of values HAMi tolerates but that do not mean what they say (see [`crd::hami::memory`]).
+    /// What was made of values HAMi tolerates but that do not mean what they say (see [`crate::hami::memory`]).
     pub notes: Vec<String>,
 }
 

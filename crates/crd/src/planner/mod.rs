@@ -26,19 +26,19 @@
 
 use std::collections::BTreeMap;
 
-use crd::dra::{
+use crate::dra::{
     ATTRIBUTE_MIG_PROFILE, ATTRIBUTE_PRODUCT_NAME, ATTRIBUTE_TYPE, ATTRIBUTE_UUID, CAPACITY_CORES,
     CAPACITY_MEMORY, TYPE_GPU, TYPE_MIG, text_attribute,
 };
 use k8s_openapi::api::resource::v1::{Device, DeviceCapacity};
 
-use crd::hami::MIB;
-use crd::quantity::parse_bytes as parse_quantity;
+use crate::hami::MIB;
+use crate::quantity::parse_bytes as parse_quantity;
 
 mod request;
 mod table;
 
-pub use crd::hami::Memory;
+pub use crate::hami::Memory;
 pub use request::{Class, Request, RequestError};
 use table::{format_amount, format_bytes};
 
@@ -80,7 +80,7 @@ impl Request {
         }
     }
 
-    /// HAMi's filters, as [`crd::hami::Selection::admits`] reads them for the webhook too.
+    /// HAMi's filters, as [`crate::hami::Selection::admits`] reads them for the webhook too.
     fn passes_filters(&self, device: &Device) -> bool {
         self.selection.admits(
             text_attribute(device, ATTRIBUTE_PRODUCT_NAME).unwrap_or_default(),

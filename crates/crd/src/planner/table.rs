@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crd::dra::{CAPACITY_CORES, CAPACITY_MEMORY};
+use crate::dra::{CAPACITY_CORES, CAPACITY_MEMORY};
 
 use super::{MIB, Plan};
 
