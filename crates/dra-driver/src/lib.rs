@@ -39,7 +39,7 @@ pub mod cli;
 pub mod dynamic_mig;
 pub mod health;
 pub mod packing;
-/// The placement planner behind `plan`, shared with the operator's HAMi webhook (in `crd`, as both read it).
+/// The placement planner behind `plan`, which the operator's HAMi webhook also asks (in `crd`, as both read it).
 pub use crd::planner;
 pub mod prefetch;
 pub mod publish;

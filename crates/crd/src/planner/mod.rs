@@ -1,5 +1,7 @@
 //! Where GPU requests would land on the devices nodes publish through DRA, and what would remain: the pure core
-//! of the `plan` CLI, for admins ("do these pods fit?") and for tests.
+//! of `gpu-dra-driver plan`, for admins ("do these pods fit?"), and the operator's HAMi webhook's answer to "can
+//! this pod fit the cluster at all?" (each ask on the devices as published, none in use), so that the two never
+//! disagree.
 //!
 //! It replays what the kube-scheduler's structured allocator does with consumable capacity
 //! (`k8s.io/dynamic-resource-allocation` `structured/internal/incubating`, summarised in

@@ -26,11 +26,12 @@ use crd::dra::{
     capacity_expression,
 };
 use crd::hami::{Memory, NOUSE_GPUTYPE, NOUSE_GPUUUID, Selection, USE_GPUTYPE, USE_GPUUUID};
+use crd::planner::{self, Class, NodeDevices, Request};
 use k8s_openapi::api::core::v1::{
     Container, Pod, PodResourceClaim, ResourceClaim as ContainerClaim,
 };
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, CapacityRequirements, DeviceClaim, DeviceConstraint, DeviceRequest,
+    CELDeviceSelector, CapacityRequirements, Device, DeviceClaim, DeviceConstraint, DeviceRequest,
     DeviceSelector, DeviceSubRequest, ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate,
     ResourceClaimTemplateSpec,
 };
@@ -233,7 +234,7 @@ pub const CONVERTED_LABEL: &str = "nvidia.com/gpu-sharing";
 const REQUEST: &str = "gpu";
 
 /// One GPU the DRA driver publishes, as admission sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DraGpu {
     /// Its node.
     pub node: String,
@@ -248,6 +249,9 @@ pub struct DraGpu {
     /// The memory in bytes of each MIG profile the driver makes on demand on it, smallest first; empty for a GPU
     /// published whole.
     pub mig_on_demand: Vec<u64>,
+    /// The device the driver publishes for it, which the planner places requests on; none for a GPU served as MIG
+    /// on demand (its placements are the scheduler's, through the GPU's counters).
+    pub device: Option<Device>,
 }
 
 /// What admission does to a HAMi pod.
@@ -672,30 +676,46 @@ fn template_for(
         .filter(|gpu| gpu.shared || !ask.share)
         .filter(|gpu| selection.admits(&gpu.product_name, Some(&gpu.uuid)))
         .collect();
-    if eligible.is_empty() {
-        return Err(unsatisfiable(format!(
-            "no {kind} matches its GPU type and UUID annotations"
-        )));
-    }
-    check_count(ask.count, &eligible, kind).map_err(unsatisfiable)?;
-    if let Memory::Bytes(bytes) = ask.memory {
+    // Whether the ask fits the cluster at all (its GPUs as they are published, none of them in use) is the
+    // planner's answer, as `gpu-dra-driver plan` gives it: one reading of the devices, so the two cannot disagree.
+    let request = Request {
+        label: container.to_owned(),
+        count: ask.count,
+        memory: ask.memory,
+        cores: ask.cores,
+        selection: selection.clone(),
+        class: if ask.share {
+            Class::Shared
+        } else {
+            Class::WholeGpu
+        },
+        profile: None,
+        notes: Vec::new(),
+    };
+    let placed = planner::plan(&published(gpus), &[request])
+        .placements
+        .swap_remove(0)
+        .outcome;
+    if let Err(unplaced) = placed {
         let largest = eligible
             .iter()
             .map(|gpu| gpu.memory_bytes)
             .max()
             .unwrap_or(0);
-        if bytes > largest {
-            let why = format!(
-                "{} {} MiB is more than any matching {kind} has (at most {} MiB)",
-                names.memory,
-                bytes >> 20,
-                largest >> 20
-            );
-            return Err(HamiError::Oversubscription {
-                container: container.to_owned(),
-                why,
-            });
-        }
+        let bytes = match ask.memory {
+            Memory::Bytes(bytes) if !eligible.is_empty() && bytes > largest => bytes,
+            _ => return Err(unsatisfiable(unplaced.to_string())),
+        };
+        let why = format!(
+            "{} {} MiB is more than any matching {kind} has (at most {} MiB)",
+            names.memory,
+            bytes >> 20,
+            largest >> 20
+        );
+        return Err(HamiError::Oversubscription {
+            container: container.to_owned(),
+            why,
+        });
     }
     let class = if ask.share {
         CLASS_SHARED_GPU
@@ -772,6 +792,24 @@ fn template_for(
         }
     };
     Ok(named_template(request, ask.count, ATTRIBUTE_UUID))
+}
+
+/// The devices each node publishes for its GPUs, in the order `gpus` has them (the slices'), for the planner.
+fn published(gpus: &[DraGpu]) -> Vec<NodeDevices> {
+    let mut nodes: Vec<NodeDevices> = Vec::new();
+    for gpu in gpus {
+        let Some(device) = &gpu.device else {
+            continue;
+        };
+        match nodes.iter_mut().find(|node| node.node == gpu.node) {
+            Some(node) => node.devices.push(device.clone()),
+            None => nodes.push(NodeDevices {
+                node: gpu.node.clone(),
+                devices: vec![device.clone()],
+            }),
+        }
+    }
+    nodes
 }
 
 /// That no node has fewer than `count` of the `eligible` GPUs, or why.

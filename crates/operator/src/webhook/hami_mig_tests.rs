@@ -18,6 +18,7 @@ fn cluster_with_mig_on_demand() -> Vec<DraGpu> {
             memory_bytes: 81152 << 20,
             shared: false,
             mig_on_demand: profiles.clone(),
+            device: None,
         });
     }
     gpus

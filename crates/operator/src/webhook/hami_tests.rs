@@ -5,13 +5,8 @@ use super::*;
 
 /// A cluster with one shared A100-40GB node, one shared H100-80GB node and one node whose A100 is not shared.
 fn cluster() -> Vec<DraGpu> {
-    let gpu = |node: &str, product: &str, mib: u64, index: u32, shared: bool| DraGpu {
-        node: node.into(),
-        product_name: product.into(),
-        uuid: format!("GPU-{node}-{index}"),
-        memory_bytes: mib << 20,
-        shared,
-        mig_on_demand: Vec::new(),
+    let gpu = |node: &str, product: &str, mib: u64, index: u32, shared: bool| {
+        dra_gpu(node, product, &format!("GPU-{node}-{index}"), mib, shared)
     };
     vec![
         gpu("a100", "NVIDIA A100-SXM4-40GB", 40960, 0, true),
@@ -20,6 +15,41 @@ fn cluster() -> Vec<DraGpu> {
         gpu("h100", "NVIDIA H100 80GB HBM3", 81920, 1, true),
         gpu("whole", "NVIDIA A100-SXM4-40GB", 40960, 0, false),
     ]
+}
+
+/// GPU `uuid` of `node` as the DRA driver publishes it: device `gpu-<n>` with its type, UUID and product name, and
+/// its memory (on a shared GPU consumable in MiB steps, all of it by default, beside its cores, none by default).
+pub(super) fn dra_gpu(node: &str, product: &str, uuid: &str, mib: u64, shared: bool) -> DraGpu {
+    let memory = if shared {
+        json!({"value": format!("{mib}Mi"), "requestPolicy": {
+            "default": format!("{mib}Mi"),
+            "validRange": {"min": "1048576", "max": format!("{mib}Mi"), "step": "1048576"}}})
+    } else {
+        json!({"value": format!("{mib}Mi")})
+    };
+    let mut capacity = json!({"memory": memory});
+    if shared {
+        capacity["cores"] = json!({"value": "100", "requestPolicy": {
+            "default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}});
+    }
+    let device = serde_json::from_value(json!({
+        "name": format!("gpu-{}", uuid.rsplit('-').next().unwrap_or("0")),
+        "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": uuid}, "productName": {"string": product},
+        },
+        "capacity": capacity,
+        "allowMultipleAllocations": shared.then_some(true),
+    }))
+    .unwrap();
+    DraGpu {
+        node: node.into(),
+        product_name: product.into(),
+        uuid: uuid.into(),
+        memory_bytes: mib << 20,
+        shared,
+        mig_on_demand: Vec::new(),
+        device: Some(device),
+    }
 }
 
 /// A pod of HAMi's examples (examples/nvidia in HAMi's repository), as HAMi publishes it but for its comments.
@@ -411,7 +441,7 @@ fn what_cannot_be_satisfied_is_refused_with_the_reason_and_what_exists() {
         json!({"nvidia.com/gpu": 3, "nvidia.com/gpumem": 1000}),
         json!({}),
     );
-    assert!(too_many.contains("no node has more than 2"), "{too_many}");
+    assert!(too_many.contains("at most 2 do on one node"), "{too_many}");
 
     let cores = error(json!({"nvidia.com/gpucores": 130}), json!({}));
     assert!(
@@ -463,14 +493,13 @@ fn oversubscription_asked_through_the_environment_is_refused() {
 
 #[test]
 fn a_whole_gpu_may_come_from_a_whole_or_a_shared_gpu_but_a_share_only_from_a_shared_one() {
-    let whole_only = vec![DraGpu {
-        node: "n".into(),
-        product_name: "NVIDIA A100-SXM4-40GB".into(),
-        uuid: "GPU-1".into(),
-        memory_bytes: 40 << 30,
-        shared: false,
-        mig_on_demand: Vec::new(),
-    }];
+    let whole_only = vec![dra_gpu(
+        "n",
+        "NVIDIA A100-SXM4-40GB",
+        "GPU-1",
+        40 << 10,
+        false,
+    )];
     let typed = hami_pod(
         json!({"nvidia.com/use-gputype": "a100"}),
         json!({"nvidia.com/gpu": 1}),

@@ -81,6 +81,7 @@ pub fn dra_gpus(slices: &[Arc<ResourceSlice>]) -> Vec<DraGpu> {
                 memory_bytes: memory,
                 shared: device.allow_multiple_allocations == Some(true),
                 mig_on_demand: Vec::new(),
+                device: Some(device.clone()),
             });
         } else if kind == TYPE_MIG
             && device.consumes_counters.is_some()
@@ -93,6 +94,7 @@ pub fn dra_gpus(slices: &[Arc<ResourceSlice>]) -> Vec<DraGpu> {
                 memory_bytes: 0,
                 shared: false,
                 mig_on_demand: Vec::new(),
+                device: None,
             });
             gpu.memory_bytes = gpu.memory_bytes.max(memory);
             if let Err(at) = gpu.mig_on_demand.binary_search(&memory) {
