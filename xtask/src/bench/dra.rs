@@ -23,8 +23,11 @@ const NODES: u32 = 25;
 const GPUS_PER_NODE: u32 = 4;
 /// The pod counts measured, one run each on an emptied cluster.
 const RUNS: [u32; 2] = [100, 1000];
-/// Claims the prepare latency is measured on.
+/// Claims the prepare latency is measured on, in each round.
 const PREPARE_SAMPLE: usize = 300;
+/// Rounds of the prepare latency, each on claims of its own (a claim is prepared once, as for one pod): the report
+/// gives their medians and the spread of the p99.
+const PREPARE_ROUNDS: usize = 3;
 const TIMEOUT: Duration = Duration::from_secs(900);
 const TEMPLATE: &str = "bench-share";
 
@@ -46,10 +49,42 @@ pub struct DraBench {
     pub nodes: u32,
     pub runs: Vec<SchedulingRun>,
     pub prepared_claims: u32,
+    /// Medians over the rounds.
     pub prepare_p50_us: u64,
     pub prepare_p99_us: u64,
     pub unprepare_p50_us: u64,
     pub unprepare_p99_us: u64,
+    /// Each round's figures (empty in results recorded before there were rounds).
+    #[serde(default)]
+    pub prepare_rounds: Vec<PrepareRound>,
+}
+
+/// One round of the prepare latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrepareRound {
+    pub claims: u32,
+    pub prepare_p50_us: u64,
+    pub prepare_p99_us: u64,
+    pub unprepare_p50_us: u64,
+    pub unprepare_p99_us: u64,
+}
+
+impl DraBench {
+    /// The lowest and highest prepare p99 of the rounds.
+    #[must_use]
+    pub fn prepare_p99_spread(&self) -> Option<(u64, u64)> {
+        let p99s = self.prepare_rounds.iter().map(|round| round.prepare_p99_us);
+        Some((p99s.clone().min()?, p99s.max()?))
+    }
+}
+
+/// The median of `values` (the lower middle of an even count); 0 for none.
+fn median(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values
+        .get(values.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// The drivers, stopped when dropped.
@@ -230,27 +265,30 @@ pub fn measure(
         })?;
     }
     drop(drivers);
-    let prepared = prepared.context("the prepare latency was not measured")?;
+    let rounds = prepared.context("the prepare latency was not measured")?;
+    let middle = |figure: fn(&PrepareRound) -> u64| median(rounds.iter().map(figure).collect());
     Ok(DraBench {
         commit: environment.commit.clone(),
         date: environment.date.clone(),
         gpus: NODES * GPUS_PER_NODE,
         nodes: NODES,
         runs,
-        prepared_claims: prepared["claims"].as_u64().unwrap_or(0) as u32,
-        prepare_p50_us: prepared["prepare_p50_us"].as_u64().unwrap_or(0),
-        prepare_p99_us: prepared["prepare_p99_us"].as_u64().unwrap_or(0),
-        unprepare_p50_us: prepared["unprepare_p50_us"].as_u64().unwrap_or(0),
-        unprepare_p99_us: prepared["unprepare_p99_us"].as_u64().unwrap_or(0),
+        prepared_claims: rounds.first().map_or(0, |round| round.claims),
+        prepare_p50_us: middle(|round| round.prepare_p50_us),
+        prepare_p99_us: middle(|round| round.prepare_p99_us),
+        unprepare_p50_us: middle(|round| round.unprepare_p50_us),
+        unprepare_p99_us: middle(|round| round.unprepare_p99_us),
+        prepare_rounds: rounds,
     })
 }
 
-/// Plays the kubelet for a sample of the allocated claims: each to the driver of the node it was allocated on.
+/// Plays the kubelet for [`PREPARE_ROUNDS`] samples of the allocated claims, each claim of its own round: each to the
+/// driver of the node it was allocated on.
 fn prepare_latency(
     root: &Path,
     kubectl: &dyn Fn(&[&str]) -> anyhow::Result<String>,
     work: &Path,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<Vec<PrepareRound>> {
     let claims: Value = serde_json::from_str(&kubectl(&[
         "get",
         "resourceclaims",
@@ -275,20 +313,33 @@ fn prepare_latency(
                 "uid": claim["metadata"]["uid"],
             }))
         })
-        .take(PREPARE_SAMPLE)
+        .take(PREPARE_SAMPLE * PREPARE_ROUNDS)
         .collect();
-    say(format!(
-        "DRA: NodePrepareResources and NodeUnprepareResources of {} claims",
-        targets.len()
-    ));
-    let file = work.join("claims.json");
-    std::fs::write(&file, serde_json::to_vec(&targets)?)?;
-    let line = super::example_json(
-        root,
-        "prepare_latency",
-        &["--claims", &file.display().to_string()],
-    )?;
-    Ok(serde_json::from_str(&line)?)
+    let mut rounds = Vec::new();
+    for (round, sample) in targets.chunks(PREPARE_SAMPLE).enumerate() {
+        say(format!(
+            "DRA: NodePrepareResources and NodeUnprepareResources of {} claims, round {} of {PREPARE_ROUNDS}",
+            sample.len(),
+            round + 1
+        ));
+        let file = work.join(format!("claims-{round}.json"));
+        std::fs::write(&file, serde_json::to_vec(sample)?)?;
+        let line = super::example_json(
+            root,
+            "prepare_latency",
+            &["--claims", &file.display().to_string()],
+        )?;
+        let measured: Value = serde_json::from_str(&line)?;
+        let figure = |name: &str| measured[name].as_u64().unwrap_or(0);
+        rounds.push(PrepareRound {
+            claims: u32::try_from(figure("claims")).unwrap_or(u32::MAX),
+            prepare_p50_us: figure("prepare_p50_us"),
+            prepare_p99_us: figure("prepare_p99_us"),
+            unprepare_p50_us: figure("unprepare_p50_us"),
+            unprepare_p99_us: figure("unprepare_p99_us"),
+        });
+    }
+    Ok(rounds)
 }
 
 /// The items of a list that pass `keep`.
@@ -312,4 +363,46 @@ fn wait(
         std::thread::sleep(Duration::from_millis(500));
     }
     bail!("{what}: not reached within {} s", timeout.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(p99: u64) -> PrepareRound {
+        PrepareRound {
+            claims: 300,
+            prepare_p50_us: 1000,
+            prepare_p99_us: p99,
+            unprepare_p50_us: 900,
+            unprepare_p99_us: p99,
+        }
+    }
+
+    #[test]
+    fn rounds_are_reported_by_their_median_and_the_spread_of_their_p99() {
+        assert_eq!(median(vec![6791, 4656, 4448]), 4656);
+        assert_eq!(median(vec![4, 1]), 1, "the lower middle of an even count");
+        assert_eq!(median(Vec::new()), 0);
+        let bench = DraBench {
+            commit: "c".into(),
+            date: "d".into(),
+            gpus: 100,
+            nodes: 25,
+            runs: Vec::new(),
+            prepared_claims: 300,
+            prepare_p50_us: 1000,
+            prepare_p99_us: 4656,
+            unprepare_p50_us: 900,
+            unprepare_p99_us: 4656,
+            prepare_rounds: vec![round(4656), round(6791), round(4448)],
+        };
+        assert_eq!(bench.prepare_p99_spread(), Some((4448, 6791)));
+        let before_rounds: DraBench = serde_json::from_value(serde_json::json!({
+            "commit": "c", "date": "d", "gpus": 100, "nodes": 25, "runs": [], "prepared_claims": 300,
+            "prepare_p50_us": 1, "prepare_p99_us": 2, "unprepare_p50_us": 1, "unprepare_p99_us": 2
+        }))
+        .unwrap();
+        assert_eq!(before_rounds.prepare_p99_spread(), None);
+    }
 }

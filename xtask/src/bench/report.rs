@@ -252,12 +252,19 @@ pub fn render(results: &Results) -> String {
                 run.pods, run.seconds, run.pods_per_second
             );
         }
+        let rounds = match (dra.prepare_rounds.len(), dra.prepare_p99_spread()) {
+            (count, Some((lowest, highest))) if count > 1 => format!(
+                " (medians of {count} rounds, each on claims of its own; the p99 of a round was {lowest} to \
+                 {highest} µs)"
+            ),
+            _ => String::new(),
+        };
         let _ = writeln!(
             text,
             "\nNodePrepareResources over the driver's socket, for {} of the allocated claims (each takes its claim as \
              its driver read it when the pod was bound, or reads it from the API server, and writes a CDI spec and \
              the checkpoint): p50 {} µs, p99 {} µs; NodeUnprepareResources: \
-             p50 {} µs, p99 {} µs. Measured {} at commit {}.",
+             p50 {} µs, p99 {} µs{rounds}. Measured {} at commit {}.",
             dra.prepared_claims,
             dra.prepare_p50_us,
             dra.prepare_p99_us,
