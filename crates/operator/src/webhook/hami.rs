@@ -40,6 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::claim_sharing::{self, Ask, Runs};
 use super::hami_mig;
+pub use super::hami_mig::{MigWithoutDynamicMig, convert_under};
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// HAMi's whole-GPU count (its chart's default `resourceName`).
@@ -337,54 +338,6 @@ pub enum HamiError {
         /// What the cluster has.
         have: String,
     },
-}
-
-/// What the cluster does with a `vgpu-mode: mig` pod that no GPU served as MIG on demand can take (the operator's
-/// `--hami-mig-without-dynamic-mig`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum MigWithoutDynamicMig {
-    /// Refuse it, naming what would serve it: the isolation it asked for is not silently replaced.
-    #[default]
-    Refuse,
-    /// Admit it as MPS-limited shares of whole GPUs, with a warning that says it is not isolated as MIG is.
-    Share,
-}
-
-/// [`convert`] under the cluster's `policy` for `vgpu-mode: mig` pods that no GPU served as MIG on demand can take:
-/// with [`MigWithoutDynamicMig::Share`], such a pod is converted as if it asked for HAMi's `mps` mode (its
-/// annotation kept), and warned.
-///
-/// # Errors
-/// As [`convert`].
-pub fn convert_under(
-    pod: &Pod,
-    gpus: &[DraGpu],
-    names: &ResourceNames,
-    policy: MigWithoutDynamicMig,
-) -> Result<Option<Conversion>, HamiError> {
-    match convert(pod, gpus, names) {
-        Err(HamiError::NoMigOnDemand { container, .. })
-            if policy == MigWithoutDynamicMig::Share =>
-        {
-            let mut as_mps = pod.clone();
-            as_mps
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(VGPU_MODE.to_owned(), "mps".to_owned());
-            let Some(mut conversion) = convert(&as_mps, gpus, names)? else {
-                return Ok(None);
-            };
-            conversion.pod.metadata.annotations = pod.metadata.annotations.clone();
-            conversion.warnings.push(format!(
-                "container {container}: {VGPU_MODE} mig: no GPU served as MIG on demand can take it, and the \
-                 cluster's policy (hamiMigWithoutDynamicMIG=share) admits it as an MPS-limited share of a whole GPU, \
-                 which does not isolate memory faults or bandwidth as a MIG instance does"
-            ));
-            Ok(Some(conversion))
-        }
-        other => other,
-    }
 }
 
 /// Rewrites a HAMi pod onto DRA claims; `None` when it asks HAMi for nothing. `gpus` are the GPUs the DRA driver

@@ -17,13 +17,15 @@ use crd::dra::{
     attribute_expression, capacity_expression,
 };
 use crd::hami::{Memory, Selection};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
     DeviceRequest, DeviceSubRequest, ExactDeviceRequest, ResourceClaimTemplate,
 };
 
 use super::claim_sharing::Ask;
 use super::hami::{
-    DraGpu, HamiError, ResourceNames, VGPU_MODE, cel, check_count, named_template, summary,
+    Conversion, DraGpu, HamiError, ResourceNames, VGPU_MODE, cel, check_count, convert,
+    named_template, summary,
 };
 
 /// The claim's one request.
@@ -133,4 +135,52 @@ pub(super) fn template_for(
         }
     };
     Ok(named_template(request, ask.count, ATTRIBUTE_PARENT_UUID))
+}
+
+/// What the cluster does with a `vgpu-mode: mig` pod that no GPU served as MIG on demand can take (the operator's
+/// `--hami-mig-without-dynamic-mig`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MigWithoutDynamicMig {
+    /// Refuse it, naming what would serve it: the isolation it asked for is not silently replaced.
+    #[default]
+    Refuse,
+    /// Admit it as MPS-limited shares of whole GPUs, with a warning that says it is not isolated as MIG is.
+    Share,
+}
+
+/// [`convert`] under the cluster's `policy` for `vgpu-mode: mig` pods that no GPU served as MIG on demand can take:
+/// with [`MigWithoutDynamicMig::Share`], such a pod is converted as if it asked for HAMi's `mps` mode (its
+/// annotation kept), and warned.
+///
+/// # Errors
+/// As [`convert`].
+pub fn convert_under(
+    pod: &Pod,
+    gpus: &[DraGpu],
+    names: &ResourceNames,
+    policy: MigWithoutDynamicMig,
+) -> Result<Option<Conversion>, HamiError> {
+    match convert(pod, gpus, names) {
+        Err(HamiError::NoMigOnDemand { container, .. })
+            if policy == MigWithoutDynamicMig::Share =>
+        {
+            let mut as_mps = pod.clone();
+            as_mps
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(VGPU_MODE.to_owned(), "mps".to_owned());
+            let Some(mut conversion) = convert(&as_mps, gpus, names)? else {
+                return Ok(None);
+            };
+            conversion.pod.metadata.annotations = pod.metadata.annotations.clone();
+            conversion.warnings.push(format!(
+                "container {container}: {VGPU_MODE} mig: no GPU served as MIG on demand can take it, and the \
+                 cluster's policy (hamiMigWithoutDynamicMIG=share) admits it as an MPS-limited share of a whole GPU, \
+                 which does not isolate memory faults or bandwidth as a MIG instance does"
+            ));
+            Ok(Some(conversion))
+        }
+        other => other,
+    }
 }
