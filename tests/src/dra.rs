@@ -1,7 +1,7 @@
 //! What the DRA driver's suites share: the driver started as its DaemonSet starts it, and reading what it
 //! published and prepared.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -25,10 +25,11 @@ pub fn start_driver(
     host: &Path,
     env: &[(&str, &str)],
 ) -> NodeAgent {
-    let (root, cdi, mps, dev) = (
+    let (root, cdi, mps, state_dir, dev) = (
         root.display().to_string(),
         host.join("cdi").display().to_string(),
         host.join("mps").display().to_string(),
+        host.join(DRIVER_STATE).display().to_string(),
         host.join("dev").display().to_string(),
     );
     NodeAgent::start(
@@ -44,6 +45,8 @@ pub fn start_driver(
             &cdi,
             "--mps-root",
             &mps,
+            "--state-dir",
+            &state_dir,
             "--dev-root",
             &dev,
             // Short enough that a test sees a GPU recover, long enough that it sees it Unhealthy first.
@@ -101,10 +104,17 @@ pub fn claim_pod(name: &str, node: &str, template: &str) -> String {
     )
 }
 
-/// The driver's checkpoint of prepared claims.
-pub fn checkpoint(root: &Path) -> Value {
-    let path = root.join("plugins/gpu.nvidia.com/checkpoint.json");
-    std::fs::read_to_string(&path)
+/// The driver's state directory (its checkpoint) under the host directory given to [`start_driver`].
+const DRIVER_STATE: &str = "run/nvidia/dra-driver";
+
+/// Where the driver started on `host` by [`start_driver`] keeps its checkpoint of prepared claims.
+pub fn checkpoint_path(host: &Path) -> PathBuf {
+    host.join(DRIVER_STATE).join("checkpoint.json")
+}
+
+/// The checkpoint of prepared claims of the driver started on `host` by [`start_driver`].
+pub fn checkpoint(host: &Path) -> Value {
+    std::fs::read_to_string(checkpoint_path(host))
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null)

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use e2e::agents::{NodeAgent, add_simulated_node, node_agent_bin};
-use e2e::dra::{Cleanup, checkpoint, claim_of, claim_pod, slice_of, wait_unschedulable};
+use e2e::dra::{
+    Cleanup, checkpoint, checkpoint_path, claim_of, claim_pod, slice_of, wait_unschedulable,
+};
 use e2e::kubelet::{Kubelet, delete_pod, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
@@ -384,15 +386,22 @@ fn dra_driver_on_a_real_kubelet() {
     delete_pod("e2e-dra-tainted");
 
     step(
-        "the driver is killed and a pod is created meanwhile: after the restart that pod runs, and the first claim is prepared once",
+        "the driver is killed and a pod is created meanwhile: after the restart that pod runs, and the first claim is prepared once; the checkpoint is where 0.1.0 kept it, as after an upgrade",
     );
     driver.kill();
+    let legacy = root.join("plugins/gpu.nvidia.com/checkpoint.json");
+    std::fs::rename(checkpoint_path(&host), &legacy)
+        .expect("the checkpoint moved back to where 0.1.0 kept it");
     assert!(kubectl_apply(&share_template("e2e-share-2g", "2Gi", None), &[]).success);
     assert!(kubectl_apply(&claim_pod("e2e-dra-b", KUBELET_NODE, "e2e-share-2g"), &[]).success);
     std::thread::sleep(Duration::from_secs(3));
     driver = start_driver(KUBELET_NODE, &state, &root, &host, "1");
     wait_running("e2e-dra-b", &|| logs(&driver));
-    let prepared = checkpoint(&root);
+    assert!(
+        !legacy.exists(),
+        "the upgraded driver moved the checkpoint to its state directory"
+    );
+    let prepared = checkpoint(&host);
     let claims = prepared["claims"].as_object().map(|claims| claims.len());
     assert_eq!(claims, Some(2), "{prepared:#}");
     let b = kubelet
@@ -421,7 +430,7 @@ fn dra_driver_on_a_real_kubelet() {
         assert_eq!(seen["status"]["phase"], "Running", "{pod}");
     }
     assert_eq!(
-        checkpoint(&root)["claims"]
+        checkpoint(&host)["claims"]
             .as_object()
             .map(|claims| claims.len()),
         Some(2)
@@ -445,7 +454,7 @@ fn dra_driver_on_a_real_kubelet() {
             &["get", "resourceclaim", &claim_a, "-n", "default"],
         )
         .success;
-        let unprepared = checkpoint(&root)["claims"].get(claim_uid).is_none();
+        let unprepared = checkpoint(&host)["claims"].get(claim_uid).is_none();
         Ok((gone && unprepared).then_some(()))
     })
     .unwrap_or_else(|error| panic!("claim {claim_a} never went: {error:#}\n{}", logs(&driver)));

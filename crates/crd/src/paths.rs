@@ -11,5 +11,8 @@ pub const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
 pub const VALIDATIONS_DIR: &str = "/run/nvidia/validations";
 /// Root of the MPS control daemons' pipe and log folders (`devicePlugin.mps.root` by default).
 pub const MPS_ROOT: &str = "/run/nvidia/mps";
+/// The DRA driver's state for this boot (its checkpoint of prepared claims): on the host's tmpfs, cleared at boot
+/// as the CDI specs, MPS daemons and MIG instances it describes are.
+pub const DRA_STATE_DIR: &str = "/run/nvidia/dra-driver";
 /// Where CDI specifications are written for the container runtime to read.
 pub const CDI_DIR: &str = "/var/run/cdi";

@@ -193,7 +193,7 @@ impl DevicePlugin for Service {
             .collect::<Result<Vec<_>, Status>>();
         match result {
             Ok(container_responses) => {
-                debug!(resource = %self.name, elapsed_us = started.elapsed().as_micros(), "allocated");
+                debug!(resource = %self.name, elapsed_us = node_runtime::process::log_micros(started.elapsed()), "allocated");
                 Ok(Response::new(AllocateResponse {
                     container_responses,
                 }))

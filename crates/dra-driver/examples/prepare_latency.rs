@@ -1,12 +1,14 @@
 //! NodePrepareResources latency of running DRA drivers, for `cargo xtask bench`: it plays the kubelet, calling each
 //! claim's driver over its unix socket to prepare the claim and then to unprepare it, as the kubelet does for a
-//! pod that starts and ends. The claims are real, allocated by the kube-scheduler for pods bound to the drivers'
+//! pod that starts and ends. Like the kubelet (`getOrCreateGRPCConn` in its DRA plugin manager), it keeps one
+//! connection per driver, opened before the first call, so that a call's time is the call's and not a connection's. The claims are real, allocated by the kube-scheduler for pods bound to the drivers'
 //! nodes, so each prepare finds its claim as its driver read it when the pod was bound (or reads it from the API
 //! server when it was not read ahead) and writes its CDI spec and checkpoint.
 //!
 //! `--claims FILE`: a JSON list of `{"socket", "namespace", "name", "uid"}`. Prints
 //! `{"claims": n, "prepare_p50_us": .., "prepare_p99_us": .., "unprepare_p50_us": .., "unprepare_p99_us": ..}`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -47,13 +49,20 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let targets: Vec<Target> = serde_json::from_slice(&std::fs::read(&args.claims)?)?;
     ensure!(!targets.is_empty(), "no claims to prepare");
+    let mut clients = HashMap::new();
+    for target in &targets {
+        if !clients.contains_key(&target.socket) {
+            let channel = connect(&target.socket)
+                .await
+                .with_context(|| format!("connecting to {}", target.socket.display()))?;
+            clients.insert(target.socket.clone(), DraPluginClient::new(channel));
+        }
+    }
     let (mut prepare, mut unprepare) = (Vec::new(), Vec::new());
     for target in &targets {
-        let mut client = DraPluginClient::new(
-            connect(&target.socket)
-                .await
-                .with_context(|| format!("connecting to {}", target.socket.display()))?,
-        );
+        let client = clients
+            .get_mut(&target.socket)
+            .context("every socket was connected")?;
         let claim = Claim {
             namespace: target.namespace.clone(),
             uid: target.uid.clone(),

@@ -20,6 +20,7 @@ use crd::dra::{
 };
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use node_runtime::mps::{self, Daemon};
+use node_runtime::process::log_micros;
 use node_runtime::state_file::{self, Lifetime, StateFileError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
@@ -287,7 +288,23 @@ pub struct Checkpoint {
     pub claims: BTreeMap<String, PreparedClaim>,
 }
 
+/// The checkpoint's file name, in the driver's state directory.
+pub const CHECKPOINT: &str = "checkpoint.json";
+
 impl Checkpoint {
+    /// Moves the checkpoint an earlier version kept at `legacy` (under the kubelet's plugins directory, on disk) to
+    /// `path`, so that a driver upgraded in place keeps its prepared claims: called once at start, before
+    /// [`load`](Self::load).
+    ///
+    /// # Errors
+    /// When the legacy checkpoint cannot be read or removed, or `path` cannot be written.
+    pub fn move_from(legacy: &Path, path: &Path) -> Result<(), StateFileError> {
+        if legacy.exists() && !path.exists() {
+            info!(from = %legacy.display(), to = %path.display(), "moving the checkpoint of an earlier version");
+        }
+        state_file::move_file(legacy, path, Lifetime::ThisBoot)
+    }
+
     /// Reads the checkpoint; none yet is an empty one, and so is a corrupt one (moved aside with a warning). A
     /// checkpoint that is lost forgets the claims prepared before, and the driver still starts: each claim the kubelet
     /// has not seen prepared is prepared again from its allocation (every step overwrites what is there), and each
@@ -445,6 +462,7 @@ impl Claims {
         let mut devices = devices_of(&read, &self.pool, published, &self.host, &exists)?;
         let read_time = started.elapsed();
         let mut state = self.state.lock().await;
+        let locked = Instant::now();
         // Prepared meanwhile by a call for another pod that shares the claim.
         if let Some(prepared) = state.claims.get(&claim.uid) {
             return Ok(prepared.devices.clone());
@@ -489,8 +507,9 @@ impl Claims {
             claim = %key,
             devices = devices.len(),
             read_ahead,
-            read_us = read_time.as_micros(),
-            total_us = started.elapsed().as_micros(),
+            read_us = log_micros(read_time),
+            host_us = log_micros(locked.elapsed()),
+            total_us = log_micros(started.elapsed()),
             "prepared"
         );
         Ok(devices)

@@ -113,7 +113,7 @@ impl Node {
             cdi_dir: root.join("cdi"),
             mps_root: root.join("mps"),
             dev_root: root.join("dev"),
-            checkpoint: root.join("plugin/checkpoint.json"),
+            checkpoint: root.join("state").join(CHECKPOINT),
             memory_limit_hook: self.memory_limit_hook.clone(),
         }
     }
@@ -814,4 +814,43 @@ async fn a_shared_instance_is_made_for_its_first_claim_and_destroyed_with_its_la
     );
     claims.unprepare("b").await.unwrap();
     assert!(node.simulator.gpu_instances(0).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_upgraded_driver_takes_the_checkpoint_an_earlier_version_kept_under_the_kubelets_plugins()
+ {
+    let node = Node::new();
+    let (api, first) = one_share_prepared(&node).await;
+    let path = node.host().checkpoint;
+    // Where the driver of 0.1.0 kept it.
+    let legacy = node.host_dir.path().join("plugin").join(CHECKPOINT);
+    std::fs::create_dir_all(legacy.parent().unwrap()).unwrap();
+    std::fs::rename(&path, &legacy).unwrap();
+
+    Checkpoint::move_from(&legacy, &path).unwrap();
+    assert!(
+        !legacy.exists(),
+        "moved, not copied: a later start reads one checkpoint"
+    );
+    let upgraded = node.claims();
+    assert_eq!(upgraded.prepared().await.claims["a"].devices, first);
+    assert_eq!(
+        upgraded
+            .prepare(&api, &reference("a"), &node.published)
+            .await
+            .unwrap(),
+        first,
+        "answered from the moved checkpoint"
+    );
+
+    // Both there (the legacy one left by a downgrade and upgrade): the state directory's is the newer.
+    std::fs::write(&legacy, "{\"claims\": {}}").unwrap();
+    Checkpoint::move_from(&legacy, &path).unwrap();
+    assert!(!legacy.exists());
+    assert_eq!(node.claims().prepared().await.claims["a"].devices, first);
+
+    // Neither there: nothing to do.
+    std::fs::remove_file(&path).unwrap();
+    Checkpoint::move_from(&legacy, &path).unwrap();
+    assert!(!path.exists());
 }

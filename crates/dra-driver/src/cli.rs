@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// Where claims' MPS control daemons keep their pipes and logs (a host directory).
     #[arg(long, env = "MPS_ROOT", default_value = "/run/nvidia/mps")]
     pub mps_root: PathBuf,
+    /// Where the checkpoint of prepared claims is kept: this boot's state, on tmpfs (a write there is a fraction of
+    /// one on the kubelet's disk). A checkpoint left under the kubelet's plugins directory by an earlier version is
+    /// moved here at start.
+    #[arg(long, env = "STATE_DIR", default_value = crd::paths::DRA_STATE_DIR)]
+    pub state_dir: PathBuf,
     /// The host's `/dev`: device nodes that exist there go into the CDI specs.
     #[arg(long, default_value = "/dev")]
     pub dev_root: PathBuf,
@@ -102,7 +107,7 @@ pub struct PlanArgs {
 }
 
 impl RunArgs {
-    /// The driver's own directory under the kubelet's plugins (its socket and checkpoint).
+    /// The driver's own directory under the kubelet's plugins (its socket; its checkpoint before 0.1.1).
     #[must_use]
     pub fn plugin_dir(&self) -> PathBuf {
         self.kubelet_root.join("plugins").join(crd::dra::DRIVER)

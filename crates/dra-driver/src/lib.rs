@@ -76,12 +76,16 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         cdi_dir: args.cdi_root.clone(),
         mps_root: args.mps_root.clone(),
         dev_root: args.dev_root.clone(),
-        checkpoint: args.plugin_dir().join("checkpoint.json"),
+        checkpoint: args.state_dir.join(claims::CHECKPOINT),
         memory_limit_hook,
     };
     let tracker = args.health.tracker()?;
     let start_mps = role.gpus.simulator().is_none();
     let boot_id = node_runtime::state_file::boot_id()?;
+    claims::Checkpoint::move_from(
+        &args.plugin_dir().join(claims::CHECKPOINT),
+        &host.checkpoint,
+    )?;
     let claims = Arc::new(
         claims::Claims::open(
             &args.node.node_name,

@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -38,6 +39,13 @@ impl Logging {
             LogFormat::Json => builder.json().init(),
         }
     }
+}
+
+/// `elapsed` in whole microseconds, for a log field: a u64, since a JSON log records the u128 of
+/// [`Duration::as_micros`] as a string, which log pipelines cannot add up.
+#[must_use]
+pub fn log_micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The exit status of a command: success, or failure with the error and its causes on stderr.

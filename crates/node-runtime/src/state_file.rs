@@ -114,6 +114,28 @@ pub fn write(path: &Path, contents: &[u8], lifetime: Lifetime) -> Result<(), Sta
         .map_err(io_error("flush the directory", dir))
 }
 
+/// Moves the state file `from` to `to`, which may be on another filesystem: written at `to` as [`write`] does, then
+/// removed at `from`. When `to` exists already it is the newer of the two, and `from` is only removed; when `from`
+/// does not exist, nothing is done.
+///
+/// # Errors
+/// When `from` cannot be read, `to` cannot be written (`from` is then kept) or `from` cannot be removed.
+pub fn move_file(from: &Path, to: &Path, lifetime: Lifetime) -> Result<(), StateFileError> {
+    if !to.exists() {
+        match fs::read(from) {
+            Ok(contents) => write(to, &contents, lifetime)?,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(io_error("read", from)(error)),
+        }
+    }
+    match fs::remove_file(from) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            Err(io_error("remove", from)(error))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// [`write`]s `value` as pretty JSON.
 ///
 /// # Errors

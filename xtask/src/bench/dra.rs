@@ -6,6 +6,7 @@
 //! the claims included) and the API server's. Then the `prepare_latency` example plays the kubelet against the
 //! drivers for a sample of the allocated claims.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,10 +64,70 @@ pub struct DraBench {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PrepareRound {
     pub claims: u32,
+    /// At the driver's socket, as the kubelet waits.
     pub prepare_p50_us: u64,
     pub prepare_p99_us: u64,
     pub unprepare_p50_us: u64,
     pub unprepare_p99_us: u64,
+    /// Inside the driver, from the call to the answer (its `prepared` log line's `total_us`): what is left of the
+    /// socket's figures is the gRPC path and the wait for a core. 0 in results recorded before.
+    #[serde(default)]
+    pub in_driver_p50_us: u64,
+    #[serde(default)]
+    pub in_driver_p99_us: u64,
+    /// Of that, the host side under the claims' lock (the CDI spec, MPS directories, the checkpoint): its p99.
+    #[serde(default)]
+    pub host_p99_us: u64,
+    /// The claims prepared from what the driver read ahead.
+    #[serde(default)]
+    pub read_ahead: u32,
+}
+
+/// One prepare as its driver logged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct InDriver {
+    /// From the call to the answer, µs.
+    total_us: u64,
+    /// The host side under the lock, µs.
+    host_us: u64,
+    read_ahead: bool,
+}
+
+/// What the drivers' JSON logs say of the prepares of `claims` (`namespace/name`).
+fn prepared_in_driver(logs: &str, claims: &BTreeSet<String>) -> Vec<InDriver> {
+    logs.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|entry| entry["fields"]["message"] == "prepared")
+        .filter(|entry| {
+            entry["fields"]["claim"]
+                .as_str()
+                .is_some_and(|claim| claims.contains(claim))
+        })
+        .filter_map(|entry| {
+            let fields = &entry["fields"];
+            Some(InDriver {
+                total_us: fields["total_us"].as_u64()?,
+                host_us: fields["host_us"].as_u64().unwrap_or(0),
+                read_ahead: fields["read_ahead"].as_bool().unwrap_or(false),
+            })
+        })
+        .collect()
+}
+
+/// The p50 and p99 of `samples` (nearest rank, as the `prepare_latency` example counts); zeros for none.
+fn percentiles(mut samples: Vec<u64>) -> (u64, u64) {
+    samples.sort_unstable();
+    let at = |fraction: f64| {
+        let last = samples.len().saturating_sub(1);
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let position = (last as f64 * fraction).round() as usize;
+        samples.get(position).copied().unwrap_or(0)
+    };
+    (at(0.5), at(0.99))
 }
 
 impl DraBench {
@@ -75,6 +136,25 @@ impl DraBench {
     pub fn prepare_p99_spread(&self) -> Option<(u64, u64)> {
         let p99s = self.prepare_rounds.iter().map(|round| round.prepare_p99_us);
         Some((p99s.clone().min()?, p99s.max()?))
+    }
+
+    /// Inside the driver: the medians over the rounds of p50, p99 and the host side's p99, and the claims read
+    /// ahead of all prepared;
+    /// None for results recorded before the driver's time was read.
+    #[must_use]
+    pub fn in_driver(&self) -> Option<(u64, u64, u64, u32, u32)> {
+        let rounds = &self.prepare_rounds;
+        if rounds.is_empty() || rounds.iter().any(|round| round.in_driver_p99_us == 0) {
+            return None;
+        }
+        let middle = |figure: fn(&PrepareRound) -> u64| median(rounds.iter().map(figure).collect());
+        Some((
+            middle(|round| round.in_driver_p50_us),
+            middle(|round| round.in_driver_p99_us),
+            middle(|round| round.host_p99_us),
+            rounds.iter().map(|round| round.read_ahead).sum(),
+            rounds.iter().map(|round| round.claims).sum(),
+        ))
     }
 }
 
@@ -85,6 +165,29 @@ fn median(mut values: Vec<u64>) -> u64 {
         .get(values.len().saturating_sub(1) / 2)
         .copied()
         .unwrap_or(0)
+}
+
+/// A directory on tmpfs (`/dev/shm`, else the system's temporary directory), removed when dropped.
+struct VolatileDir(PathBuf);
+
+impl VolatileDir {
+    fn new() -> anyhow::Result<Self> {
+        let shm = Path::new("/dev/shm");
+        let parent = if shm.is_dir() {
+            shm.to_owned()
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = parent.join(format!("dra-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for VolatileDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The drivers, stopped when dropped.
@@ -118,6 +221,9 @@ pub fn measure(
     let work = info.state_dir.join("dra-bench");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    // As on a node, the CDI specs, MPS directories and the checkpoint live on tmpfs (`/var/run/cdi`,
+    // `/run/nvidia/mps`, `/run/nvidia/dra-driver`), the kubelet's root on disk.
+    let volatile = VolatileDir::new()?;
 
     say("DRA: the chart's DeviceClasses and CRDs, and a driver per node");
     let classes = command::output(
@@ -162,9 +268,11 @@ pub fn measure(
                     "--kubelet-root",
                     &path("kubelet"),
                     "--cdi-root",
-                    &path("cdi"),
+                    &volatile.0.join(node).join("cdi").display().to_string(),
                     "--mps-root",
-                    &path("mps"),
+                    &volatile.0.join(node).join("mps").display().to_string(),
+                    "--state-dir",
+                    &volatile.0.join(node).join("state").display().to_string(),
                     "--dev-root",
                     &path("dev"),
                 ])
@@ -172,7 +280,10 @@ pub fn measure(
                 .env("NODE_NAME", node)
                 .env("DRA_GPUS", "all")
                 .env("DRA_SHARED_GPUS", "all")
-                .env("RUST_LOG", "warn")
+                // Each prepare's `prepared` line (logged at the default level in a cluster too) tells its time
+                // inside the driver; JSON to be read back.
+                .env("RUST_LOG", "warn,dra_driver::claims=info")
+                .env("LOG_FORMAT", "json")
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -241,7 +352,7 @@ pub fn measure(
         ));
         runs.push(run);
         if pods == RUNS[RUNS.len() - 1] {
-            prepared = Some(prepare_latency(root, &kubectl, &work)?);
+            prepared = Some(prepare_latency(root, &kubectl, &work, &nodes)?);
         }
         kubectl(&[
             "delete",
@@ -288,6 +399,7 @@ fn prepare_latency(
     root: &Path,
     kubectl: &dyn Fn(&[&str]) -> anyhow::Result<String>,
     work: &Path,
+    nodes: &[String],
 ) -> anyhow::Result<Vec<PrepareRound>> {
     let claims: Value = serde_json::from_str(&kubectl(&[
         "get",
@@ -331,12 +443,39 @@ fn prepare_latency(
         )?;
         let measured: Value = serde_json::from_str(&line)?;
         let figure = |name: &str| measured[name].as_u64().unwrap_or(0);
+        let keys: BTreeSet<String> = sample
+            .iter()
+            .filter_map(|claim| {
+                Some(format!(
+                    "{}/{}",
+                    claim["namespace"].as_str()?,
+                    claim["name"].as_str()?
+                ))
+            })
+            .collect();
+        let mut in_driver = Vec::new();
+        for node in nodes {
+            let logs = std::fs::read_to_string(work.join(node).join("driver.log"))?;
+            in_driver.extend(prepared_in_driver(&logs, &keys));
+        }
+        let read_ahead = in_driver
+            .iter()
+            .filter(|prepare| prepare.read_ahead)
+            .count();
+        let (in_driver_p50_us, in_driver_p99_us) =
+            percentiles(in_driver.iter().map(|prepare| prepare.total_us).collect());
+        let (_, host_p99_us) =
+            percentiles(in_driver.iter().map(|prepare| prepare.host_us).collect());
         rounds.push(PrepareRound {
             claims: u32::try_from(figure("claims")).unwrap_or(u32::MAX),
             prepare_p50_us: figure("prepare_p50_us"),
             prepare_p99_us: figure("prepare_p99_us"),
             unprepare_p50_us: figure("unprepare_p50_us"),
             unprepare_p99_us: figure("unprepare_p99_us"),
+            in_driver_p50_us,
+            in_driver_p99_us,
+            host_p99_us,
+            read_ahead: u32::try_from(read_ahead).unwrap_or(u32::MAX),
         });
     }
     Ok(rounds)
@@ -376,7 +515,42 @@ mod tests {
             prepare_p99_us: p99,
             unprepare_p50_us: 900,
             unprepare_p99_us: p99,
+            in_driver_p50_us: 300,
+            in_driver_p99_us: 900,
+            host_p99_us: 500,
+            read_ahead: 300,
         }
+    }
+
+    #[test]
+    fn the_time_inside_the_driver_is_read_from_its_prepared_lines_of_the_rounds_claims() {
+        let logs = [
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"prepared","claim":"default/a","devices":1,"read_ahead":true,"read_us":9,"host_us":200,"total_us":420},"target":"dra_driver::claims"}"#,
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"prepared","claim":"default/b","devices":1,"read_ahead":false,"read_us":3000,"total_us":3600},"target":"dra_driver::claims"}"#,
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"prepared","claim":"default/other-round","devices":1,"read_ahead":true,"read_us":9,"total_us":1},"target":"dra_driver::claims"}"#,
+            r#"{"timestamp":"t","level":"INFO","fields":{"message":"unprepared","claim":"uid-a"},"target":"dra_driver::claims"}"#,
+            "not json: a panic's message",
+        ]
+        .join("\n");
+        let claims = ["default/a".to_owned(), "default/b".to_owned()].into();
+        assert_eq!(
+            prepared_in_driver(&logs, &claims),
+            vec![
+                InDriver {
+                    total_us: 420,
+                    host_us: 200,
+                    read_ahead: true
+                },
+                InDriver {
+                    total_us: 3600,
+                    host_us: 0,
+                    read_ahead: false
+                }
+            ]
+        );
+        assert_eq!(percentiles(vec![3600, 420]), (3600, 3600));
+        assert_eq!(percentiles((1..=100).collect()), (51, 99));
+        assert_eq!(percentiles(Vec::new()), (0, 0));
     }
 
     #[test]
@@ -398,11 +572,13 @@ mod tests {
             prepare_rounds: vec![round(4656), round(6791), round(4448)],
         };
         assert_eq!(bench.prepare_p99_spread(), Some((4448, 6791)));
+        assert_eq!(bench.in_driver(), Some((300, 900, 500, 900, 900)));
         let before_rounds: DraBench = serde_json::from_value(serde_json::json!({
             "commit": "c", "date": "d", "gpus": 100, "nodes": 25, "runs": [], "prepared_claims": 300,
             "prepare_p50_us": 1, "prepare_p99_us": 2, "unprepare_p50_us": 1, "unprepare_p99_us": 2
         }))
         .unwrap();
         assert_eq!(before_rounds.prepare_p99_spread(), None);
+        assert_eq!(before_rounds.in_driver(), None);
     }
 }

@@ -1,9 +1,9 @@
 //! The DRA driver (`gpu-dra-driver run`, its own image, ClusterPolicy `draDriver`, ours): the kubelet plugin of driver
 //! `gpu.nvidia.com`. It registers in the kubelet's plugin registry, serves in the kubelet's plugins directory,
-//! writes per-claim CDI specs where the runtime reads them, and keeps claims' MPS pipes in a host directory that
-//! containers mount.
+//! writes per-claim CDI specs where the runtime reads them, keeps claims' MPS pipes in a host directory that
+//! containers mount, and its checkpoint in a host directory of its own.
 
-use crd::paths::{CDI_DIR, MPS_ROOT};
+use crd::paths::{CDI_DIR, DRA_STATE_DIR, MPS_ROOT};
 
 use super::RenderedObject;
 use super::common::{
@@ -19,7 +19,8 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     let spec = &policy.spec.dra_driver;
     let kubelet_root = policy.spec.host_paths.kubelet_root_dir.as_str();
     let registry = format!("{}/plugins_registry", kubelet_root.trim_end_matches('/'));
-    // Its own folder under the kubelet's plugins (socket and checkpoint), not the other drivers'.
+    // Its own folder under the kubelet's plugins (its socket, and where 0.1.0 kept its checkpoint), not the other
+    // drivers'.
     let plugin = format!(
         "{}/plugins/{}",
         kubelet_root.trim_end_matches('/'),
@@ -34,6 +35,8 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
         CDI_DIR,
         "--mps-root",
         MPS_ROOT,
+        "--state-dir",
+        DRA_STATE_DIR,
         "--dev-root",
         HOST_DEV,
     ];
@@ -65,6 +68,8 @@ pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<Rend
     ds.mount(&HostMount::same("plugin", &plugin).create());
     ds.mount(&HostMount::same("cdi-root", CDI_DIR).create());
     ds.mount(&HostMount::same("mps-root", MPS_ROOT).create());
+    // Its checkpoint of prepared claims, on the host's tmpfs: state of this boot, written at every prepare.
+    ds.mount(&HostMount::same("state", DRA_STATE_DIR).create());
     // The host's /dev, read-only: device nodes made after the container started (a new MIG device's) appear
     // there, not in the container's own /dev.
     ds.mount(&HostMount::new("host-dev", "/dev", HOST_DEV).read_only());

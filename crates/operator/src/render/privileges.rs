@@ -379,7 +379,7 @@ fn table() -> Vec<Grant> {
         grant(
             dra.clone(),
             write("plugin"),
-            "serves its socket and keeps its checkpoint in its own folder under the kubelet's plugins",
+            "serves its socket in its own folder under the kubelet's plugins, and moves the checkpoint 0.1.0 kept there to its state directory",
         ),
         grant(
             dra.clone(),
@@ -390,6 +390,11 @@ fn table() -> Vec<Grant> {
             dra.clone(),
             write("mps-root"),
             "keeps the claims' MPS pipes and logs, which their containers mount",
+        ),
+        grant(
+            dra.clone(),
+            write("state"),
+            "keeps its checkpoint of prepared claims on the host's tmpfs, where it lasts as long as the boot it describes",
         ),
         grant(
             dra,
