@@ -390,8 +390,10 @@ fn dra_driver_on_a_real_kubelet() {
     );
     driver.kill();
     let legacy = root.join("plugins/gpu.nvidia.com/checkpoint.json");
-    std::fs::rename(checkpoint_path(&host), &legacy)
-        .expect("the checkpoint moved back to where 0.1.0 kept it");
+    // Copied and removed: the kubelet's root and the host directory may be on different filesystems.
+    std::fs::copy(checkpoint_path(&host), &legacy).expect("the checkpoint put where 0.1.0 kept it");
+    std::fs::remove_file(checkpoint_path(&host))
+        .expect("the checkpoint gone from the state directory");
     assert!(kubectl_apply(&share_template("e2e-share-2g", "2Gi", None), &[]).success);
     assert!(kubectl_apply(&claim_pod("e2e-dra-b", KUBELET_NODE, "e2e-share-2g"), &[]).success);
     std::thread::sleep(Duration::from_secs(3));
