@@ -129,7 +129,7 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
     }
     args.extend(["--", "--ignored", "--show-output", "--test-threads=1"]);
     args.extend(filter);
-    command::run(root, &env, &command::cargo(), &args)
+    command::run_tests(root, &env, &args)
 }
 
 /// The e2e crate's test targets (`tests/tests/*.rs`) but the real-node suite.
@@ -242,7 +242,7 @@ fn run_real_node_tests(
         "--test-threads=1",
     ];
     args.extend(filter);
-    command::run(root, &env, &command::cargo(), &args)
+    command::run_tests(root, &env, &args)
 }
 
 #[cfg(test)]

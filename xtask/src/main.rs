@@ -11,6 +11,8 @@ mod nvidia_operator;
 mod test;
 mod values_schema;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 use harness::{cluster, images};
 
@@ -72,7 +74,19 @@ enum Task {
     Test,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Ends with the error's chain of causes, without the backtrace anyhow prints when `RUST_BACKTRACE` is set (as in
+/// CI): the last lines of a failed run then say what failed, not where in xtask the error was made.
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let root = harness::workspace_root();
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen::run(check),

@@ -30,7 +30,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
     step("unit tests");
-    command::run(root, &[], &cargo, &["test", "--locked", "--workspace"])?;
+    command::run_tests(root, &[], &["test", "--locked", "--workspace"])?;
     step(
         "the Helm chart: lint, values schema, DRA objects per Kubernetes version, labels (helm is built with the cluster's tools; no cluster)",
     );

@@ -1,9 +1,14 @@
 //! Running the tools a task needs (cargo, helm, kubectl), echoing each command so CI logs show what ran.
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+
+use crate::test_report::TestReport;
 
 /// Runs `program args...` in `dir` with extra environment, streaming its output; fails when it fails.
 pub fn run(
@@ -23,6 +28,90 @@ pub fn run(
         bail!("`{program} {}` failed ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// Runs `cargo test` (`args` after `cargo`) as [`run`] does, and when it fails, names every failed test and its
+/// panic at the end of the output (and in the error), where a CI log's tail shows it. Output passes through as it
+/// comes, so that a test's progress stays in order with what its processes print to standard error.
+pub fn run_tests(dir: &Path, env: &[(String, String)], args: &[&str]) -> anyhow::Result<()> {
+    run_reporting_failed_tests(dir, env, &cargo(), args)
+}
+
+/// [`run_tests`] with any program that prints libtest's output.
+fn run_reporting_failed_tests(
+    dir: &Path,
+    env: &[(String, String)],
+    program: &str,
+    args: &[&str],
+) -> anyhow::Result<()> {
+    println!("$ {program} {}", args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {program}"))?;
+    // The output is read beside the wait: a process a test started and left running may hold the pipe open after
+    // cargo ends, and the run must not wait for it.
+    let report = Arc::new(Mutex::new(TestReport::default()));
+    let (done, drained) = mpsc::channel();
+    if let Some(stdout) = child.stdout.take() {
+        let report = report.clone();
+        std::thread::spawn(move || {
+            echo_and_read(stdout, &report);
+            let _ = done.send(());
+        });
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {program}"))?;
+    let _ = drained.recv_timeout(Duration::from_secs(5));
+    if status.success() {
+        return Ok(());
+    }
+    let report = report
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the output reader panicked"))?;
+    let failures = report.failures();
+    if failures.is_empty() {
+        bail!(
+            "`{program} {}` failed ({status}) with no failed test named: a test binary or the build failed, see above",
+            args.join(" ")
+        );
+    }
+    println!("\n=== {} failed test(s)", failures.len());
+    for failure in failures {
+        println!("{failure}");
+    }
+    let names: Vec<String> = failures
+        .iter()
+        .map(|failure| format!("{} {}", failure.suite, failure.name))
+        .collect();
+    bail!("failed tests: {}", names.join(", "))
+}
+
+/// Copies `stdout` to this process' standard output as it comes, and gives `report` each whole line.
+fn echo_and_read(stdout: impl Read, report: &Mutex<TestReport>) {
+    let mut reader = BufReader::new(stdout);
+    let mut out = std::io::stdout();
+    let mut pending = Vec::new();
+    while let Ok(chunk) = reader.fill_buf() {
+        if chunk.is_empty() {
+            return;
+        }
+        // Echoing is best effort: a closed standard output must not stop the tests.
+        let _ = out.write_all(chunk).and_then(|()| out.flush());
+        pending.extend_from_slice(chunk);
+        let length = chunk.len();
+        reader.consume(length);
+        while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if let Ok(mut report) = report.lock() {
+                report.line(&String::from_utf8_lossy(&line));
+            }
+        }
+    }
 }
 
 /// Runs a command and returns its standard output; fails with its standard error when it fails.
@@ -76,4 +165,40 @@ pub fn release_build(root: &Path, targets: &[String]) -> anyhow::Result<()> {
     let mut args = vec!["build", "--release", "--locked"];
     args.extend(targets.iter().map(String::as_str));
     run(root, &release_env(root), &cargo(), &args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program that prints what libtest prints for a failed test, and fails.
+    fn failing_run(script: &str) -> anyhow::Result<()> {
+        run_reporting_failed_tests(Path::new("."), &[], "sh", &["-c", script])
+    }
+
+    #[test]
+    fn a_failed_run_names_its_failed_tests_and_their_panics() {
+        let error = failing_run(
+            "printf '     Running tests/dra.rs (x)\\ntest prepares ... FAILED\\n\\nfailures:\\n\\n\
+             ---- prepares stdout ----\\nthread '\\''prepares'\\'' panicked at tests/tests/dra.rs:7:5:\\nno claim\\n\
+             \\nfailures:\\n    prepares\\n'; exit 101",
+        )
+        .unwrap_err();
+        assert_eq!(error.to_string(), "failed tests: tests/dra.rs prepares");
+    }
+
+    #[test]
+    fn a_failure_without_a_failed_test_says_so() {
+        let error = failing_run("echo 'error: could not compile'; exit 101").unwrap_err();
+        assert!(
+            error.to_string().contains("with no failed test named"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_passing_run_does_not_wait_for_a_process_that_keeps_the_output_open() {
+        // The background sleep holds the pipe after the shell exits, as a process a test leaves running would.
+        failing_run("sleep 30 & echo 'test result: ok.'; exit 0").unwrap();
+    }
 }

@@ -5,13 +5,15 @@
 //! - [`images`]: the operator's container images for linux/amd64 and linux/arm64, built and pushed as OCI
 //!   indexes;
 //! - [`operators`]: this operator and NVIDIA's as processes on that cluster;
-//! - [`apt`] and [`command`]: the Debian packages and the commands both need.
+//! - [`apt`] and [`command`]: the Debian packages and the commands both need;
+//! - [`test_report`]: which tests of a `cargo test` run failed, and why.
 
 pub mod apt;
 pub mod cluster;
 pub mod command;
 pub mod images;
 pub mod operators;
+pub mod test_report;
 
 use std::path::{Path, PathBuf};
 
