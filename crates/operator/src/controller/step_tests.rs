@@ -76,6 +76,7 @@ fn plugin_daemonset() -> DaemonSet {
 struct Fixture {
     api: FakeApi,
     context: Arc<Context>,
+    nodes: Writer<Node>,
     daemonsets: Writer<DaemonSet>,
     services: Writer<Service>,
 }
@@ -87,11 +88,13 @@ impl Fixture {
     }
 
     fn over(api: FakeApi, client: Client) -> Self {
+        let (nodes, node_writer) = reflector::store();
         let (daemonsets, daemonset_writer) = reflector::store();
         let (services, service_writer) = reflector::store();
         Self {
             api,
-            context: Arc::new(context(client, daemonsets.clone(), services)),
+            context: Arc::new(context(client, nodes, daemonsets.clone(), services)),
+            nodes: node_writer,
             daemonsets: daemonset_writer,
             services: service_writer,
         }
@@ -140,6 +143,7 @@ impl Fixture {
 
 fn context(
     client: Client,
+    nodes: reflector::Store<Node>,
     daemonsets: reflector::Store<DaemonSet>,
     services: reflector::Store<Service>,
 ) -> Context {
@@ -157,7 +161,7 @@ fn context(
         namespace: NAMESPACE.into(),
         defaults: default_images(),
         policies: reflector::store().0,
-        nodes: reflector::store().0,
+        nodes,
         gpu_nodes: reflector::store().0,
         daemonsets,
         config_maps: reflector::store().0,
@@ -643,22 +647,7 @@ async fn an_api_error_on_the_status_write_fails_and_is_retried() {
 #[tokio::test]
 async fn a_reconcile_applies_every_operand_then_writes_status_once() {
     let objects = rendered();
-    let path = |object: &RenderedObject| {
-        let group = match object.kind() {
-            "DaemonSet" => "/apis/apps/v1",
-            "Service" => "/api/v1",
-            _ => "/apis/monitoring.coreos.com/v1",
-        };
-        format!(
-            "{group}/namespaces/{NAMESPACE}/{}s/{}",
-            object.kind().to_lowercase(),
-            object.name()
-        )
-    };
-    let mut expected: Vec<Expected> = objects
-        .iter()
-        .map(|object| expect(Method::PATCH, &path(object), Answer::Echo))
-        .collect();
+    let mut expected = every_object_applied(&objects);
     expected.extend(prune_finds_nothing());
     expected.extend([
         // The stored spec, read once per generation for fields the schema does not know.
@@ -687,6 +676,69 @@ async fn a_reconcile_applies_every_operand_then_writes_status_once() {
     reconcile_policy(&again, &fixture.context).await.unwrap();
     let sent = fixture.api.finish();
     assert!(sent.is_empty(), "no request at all: {sent:?}");
+}
+
+/// The server-side apply of each of `objects`, in order (each one in the cache already: no read before it).
+fn every_object_applied(objects: &[RenderedObject]) -> Vec<Expected> {
+    objects
+        .iter()
+        .map(|object| {
+            let group = match object.kind() {
+                "DaemonSet" => "/apis/apps/v1",
+                "Service" => "/api/v1",
+                _ => "/apis/monitoring.coreos.com/v1",
+            };
+            let path = format!(
+                "{group}/namespaces/{NAMESPACE}/{}s/{}",
+                object.kind().to_lowercase(),
+                object.name()
+            );
+            expect(Method::PATCH, &path, Answer::Echo)
+        })
+        .collect()
+}
+
+/// A reconcile on a cluster with a GPU node: its labels are written before any operand is applied (written after,
+/// they queued behind the DaemonSet controller's pod creations, and every operand pod waited for its node's), and
+/// a refused label write holds no operand back: every one is applied, then the reconcile fails with the write's
+/// error, to be retried.
+#[tokio::test]
+async fn node_labels_are_written_first_and_a_refused_write_holds_no_operand_back() {
+    let mut policy = policy();
+    // No driver: its OS pools would first look for NVIDIA's driver DaemonSet to take over.
+    policy.spec = serde_json::from_value(json!({"driver": {"enabled": false}})).unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {
+        "name": "gpu-0",
+        "labels": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    }}))
+    .unwrap();
+    let validated = validate(&policy.spec, &default_images()).unwrap();
+    let facts = ClusterFacts::from_nodes(NAMESPACE, [&node], ContainerRuntime::Containerd);
+    let objects = render(&validated, &facts);
+    let mut expected = vec![expect(
+        Method::PATCH,
+        "/api/v1/nodes/gpu-0",
+        Answer::Error(500, "InternalError"),
+    )];
+    expected.extend(every_object_applied(&objects));
+    expected.extend(prune_finds_nothing());
+    let mut fixture = Fixture::new(expected);
+    fixture.cached(&objects);
+    fixture
+        .nodes
+        .apply_watcher_event(&watcher::Event::Apply(node));
+
+    let error = reconcile_policy(&policy, &fixture.context)
+        .await
+        .unwrap_err();
+
+    assert!(error.to_string().contains("InternalError"), "{error}");
+    let sent = fixture.api.finish();
+    assert_eq!(
+        sent[0].body["metadata"]["labels"]["nvidia.com/gpu.present"],
+        "true"
+    );
+    assert_eq!(sent.len(), 1 + objects.len() + prune_finds_nothing().len());
 }
 
 /// The deleted policy's device plugin DaemonSet as a metadata list answers it: labelled as the operator's, owned
