@@ -19,6 +19,7 @@ pub mod model;
 pub mod plan;
 pub mod render;
 pub mod render_command;
+pub mod shared_watch;
 pub mod telemetry;
 pub mod uninstall;
 pub mod upgrade;

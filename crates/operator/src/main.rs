@@ -6,11 +6,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use crd::GPUNode;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher;
 use operator::health::Health;
 use operator::leader::LeaderElector;
 use operator::metrics::Metrics;
 use operator::model::DefaultImages;
+use operator::shared_watch::{
+    SharedWatch, keep_what_controllers_read_of_gpu_nodes, keep_what_controllers_read_of_nodes,
+};
 use operator::upgrade::settings::StepTimeouts;
 use operator::{
     controller, crd_install, health, render_command, telemetry, uninstall, upgrade, webhook,
@@ -302,6 +308,9 @@ async fn run(
         info!(%health_addr, namespace = %namespace, "reconciling");
         Err::<(), _>(anyhow::Error::from(elector.keep().await))
     };
+    // One watch of Nodes and one of GPUNodes, read by both controllers.
+    let nodes = SharedWatch::<Node>::new();
+    let gpu_nodes = SharedWatch::<GPUNode>::new();
     let controller = controller::run(
         client.clone(),
         namespace.clone(),
@@ -309,20 +318,40 @@ async fn run(
         metrics.clone(),
         health.clone(),
         leading_changes.clone(),
+        nodes.reader(controller::node_relevance),
+        gpu_nodes.reader(controller::kept_gpu_node_status),
     );
     let upgrades = upgrade::controller::run(
         client.clone(),
         namespace.clone(),
         upgrade_timeouts,
-        metrics,
+        metrics.clone(),
         health.clone(),
         leading_changes,
+        nodes.reader(upgrade::controller::node_relevance),
+        gpu_nodes.reader(upgrade::controller::process_pods),
+    );
+    let node_watch = nodes.run(
+        kube::Api::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+        keep_what_controllers_read_of_nodes,
+        metrics.clone(),
+        health.clone(),
+    );
+    let gpu_node_watch = gpu_nodes.run(
+        kube::Api::all(client.clone()),
+        watcher::Config::default(),
+        keep_what_controllers_read_of_gpu_nodes,
+        metrics,
+        health.clone(),
     );
     let outcome = tokio::select! {
         () = shutdown_signal() => Ok(()),
         led = lead => led.context("stopping: this replica leads no more"),
         () = controller => Err(anyhow::anyhow!("the controller stopped")),
         () = upgrades => Err(anyhow::anyhow!("the driver upgrade controller stopped")),
+        () = node_watch => Err(anyhow::anyhow!("the Node watch stopped")),
+        () = gpu_node_watch => Err(anyhow::anyhow!("the GPUNode watch stopped")),
     };
     elector.release().await;
     server.abort();

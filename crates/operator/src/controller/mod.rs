@@ -16,18 +16,16 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crd::gpu_node::GpuNodeStatus;
 use crd::nvidia_driver::NVIDIADriver;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::store::WriterDropped;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -38,6 +36,7 @@ use crate::apply::{Applier, ApplyError, MANAGED_BY_SELECTOR};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::DefaultImages;
+use crate::shared_watch::{SharedCache, Unlisted, Unsynced};
 pub(crate) use gate::{Gate, GateClosed, publish_event};
 pub(crate) use guarded::{WatchesBackOffThemselves, watcher as guarded_watcher};
 pub(crate) use reconcile::active_policy;
@@ -91,9 +90,9 @@ pub struct Context {
 async fn sync_caches(
     context: Arc<Context>,
     synced: watch::Sender<bool>,
-) -> Result<(), WriterDropped> {
-    context.nodes.wait_until_ready().await?;
-    context.gpu_nodes.wait_until_ready().await?;
+    shared_listed: impl Future<Output = Result<((), ()), Unlisted>>,
+) -> Result<(), Unsynced> {
+    shared_listed.await?;
     context.config_maps.wait_until_ready().await?;
     // Without it a reconcile would find no NVIDIADriver, render none of their drivers and prune the running ones.
     context.nvidia_drivers.wait_until_ready().await?;
@@ -158,6 +157,9 @@ impl ReconcileError {
 }
 
 /// Runs the controller until the future is dropped: the watch caches at once, reconciles while `leading` is true.
+/// Nodes and GPUNodes come from the watches it shares with the driver upgrade controller
+/// ([`crate::shared_watch`]), read with [`node_relevance`] and [`kept_gpu_node_status`].
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     namespace: String,
@@ -165,29 +167,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     leading: watch::Receiver<bool>,
+    nodes: SharedCache<Node>,
+    gpu_nodes: SharedCache<GPUNode>,
 ) {
-    let (nodes, node_writer) = reflector::store();
-    let node_events = guarded::watcher(
-        Api::<DeserializeGuard<Node>>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-        &metrics,
-        &health,
-    )
-    .modify(keep_what_nodes_tell)
-    .reflect(node_writer)
-    .applied_objects()
-    .predicate_filter(node_relevance, Default::default());
-    let (gpu_nodes, gpu_node_writer) = reflector::store();
-    let gpu_node_events = guarded::watcher(
-        Api::<DeserializeGuard<GPUNode>>::all(client.clone()),
-        watcher::Config::default(),
-        &metrics,
-        &health,
-    )
-    .modify(keep_what_gpu_nodes_tell)
-    .reflect(gpu_node_writer)
-    .applied_objects()
-    .predicate_filter(kept_gpu_node_status, Default::default());
     let owned = || watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let (daemonsets, daemonset_writer) = reflector::store();
     let daemonset_events = guarded::watcher(
@@ -255,6 +237,7 @@ pub async fn run(
     let controller = Controller::for_stream(policy_events, policies.clone())
         .trigger_backoff(guarded::WatchesBackOffThemselves);
     let (synced, caches_synced) = watch::channel(false);
+    let shared_listed = futures::future::try_join(nodes.listed(), gpu_nodes.listed());
     let context = Arc::new(Context {
         applier: Applier::new(
             client.clone(),
@@ -267,8 +250,8 @@ pub async fn run(
         namespace,
         defaults,
         policies: policies.clone(),
-        nodes,
-        gpu_nodes,
+        nodes: nodes.store,
+        gpu_nodes: gpu_nodes.store,
         daemonsets,
         config_maps,
         nvidia_drivers,
@@ -281,15 +264,15 @@ pub async fn run(
     });
     let caches_context = context.clone();
     tokio::spawn(async move {
-        if let Err(error) = sync_caches(caches_context, synced).await {
+        if let Err(error) = sync_caches(caches_context, synced, shared_listed).await {
             warn!(%error, "the watch caches stopped before their first list");
         }
     });
     controller
         .watches_stream(daemonset_events, owning_policy)
         .watches_stream(service_events, owning_policy)
-        .watches_stream(node_events, every_policy(policies.clone()))
-        .watches_stream(gpu_node_events, every_policy(policies.clone()))
+        .watches_shared_stream(nodes.changes, every_policy(policies.clone()))
+        .watches_shared_stream(gpu_nodes.changes, every_policy(policies.clone()))
         .watches_stream(config_map_events, every_policy(policies.clone()))
         .watches_stream(nvidia_driver_events, every_policy(policies.clone()))
         .watches_stream(any_policy_events, every_policy(policies))
@@ -299,36 +282,17 @@ pub async fn run(
         .await;
 }
 
-/// What reconciles read of a Node: its metadata (labels) and `status.nodeInfo` (the container runtime). The rest
-/// (pulled images, conditions, capacity, addresses, spec) is dropped before it is cached: with managed fields, most
-/// of a Node's size, times every node of the cluster.
-fn keep_what_nodes_tell(node: &mut Node) {
-    forget_bookkeeping(node);
-    node.spec = None;
-    node.status = node.status.take().map(|status| NodeStatus {
-        node_info: status.node_info,
-        ..NodeStatus::default()
-    });
-}
-
-/// What reconciles read of a GPUNode: its MIG state and last error (status conditions); the per-GPU inventory is
-/// dropped before it is cached.
-fn keep_what_gpu_nodes_tell(gpu_node: &mut GPUNode) {
-    forget_bookkeeping(gpu_node);
-    gpu_node.status = gpu_node.status.take().map(|status| GpuNodeStatus {
-        mig: status.mig,
-        last_error: status.last_error,
-        ..GpuNodeStatus::default()
-    });
-}
-
-/// What of a GPUNode wakes the controller: the status it keeps ([`keep_what_gpu_nodes_tell`]). An agent's write of
-/// anything else (health, the GPU inventory) cannot change what a reconcile computes.
-fn kept_gpu_node_status(gpu_node: &GPUNode) -> Option<u64> {
+/// What of a GPUNode wakes the controller: its MIG state and last error, what reconciles read. An agent's write of
+/// anything else (health, the GPU inventory, the pods using its GPUs) or the driver upgrade's state cannot change
+/// what a reconcile computes.
+pub fn kept_gpu_node_status(gpu_node: &GPUNode) -> Option<u64> {
+    let status = gpu_node.status.as_ref();
+    let read = (
+        status.map(|status| &status.mig),
+        status.map(|status| &status.last_error),
+    );
     let mut hasher = DefaultHasher::new();
-    serde_json::to_string(&gpu_node.status)
-        .ok()?
-        .hash(&mut hasher);
+    serde_json::to_string(&read).ok()?.hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -372,7 +336,7 @@ fn every_policy<K>(
 /// Only what decides GPU deployment wakes the controller: labels and the container runtime. Node heartbeats
 /// (status updates every few seconds on every node) do not, nor do the driver upgrade's state labels, which the
 /// upgrade controller writes several times per node during an upgrade and which decide nothing here.
-fn node_relevance(node: &Node) -> Option<u64> {
+pub fn node_relevance(node: &Node) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     node.labels()
         .iter()
@@ -636,45 +600,6 @@ mod tests {
     }
 
     #[test]
-    fn cached_nodes_keep_labels_and_node_info_only() {
-        use k8s_openapi::api::core::v1::{ContainerImage, NodeSystemInfo};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-        let mut node = Node {
-            metadata: ObjectMeta {
-                name: Some("n".into()),
-                labels: Some([("nvidia.com/gpu.present".to_owned(), "true".to_owned())].into()),
-                managed_fields: Some(vec![ManagedFieldsEntry::default()]),
-                ..ObjectMeta::default()
-            },
-            spec: Some(k8s_openapi::api::core::v1::NodeSpec::default()),
-            status: Some(NodeStatus {
-                images: Some(vec![ContainerImage::default()]),
-                node_info: Some(NodeSystemInfo {
-                    container_runtime_version: "containerd://2.1.4".into(),
-                    ..NodeSystemInfo::default()
-                }),
-                ..NodeStatus::default()
-            }),
-        };
-        let relevance = node_relevance(&node);
-        keep_what_nodes_tell(&mut node);
-        assert_eq!(node.metadata.managed_fields, None);
-        assert_eq!(node.spec, None);
-        let status = node.status.as_ref().unwrap();
-        assert_eq!(status.images, None);
-        assert_eq!(
-            status.node_info.as_ref().unwrap().container_runtime_version,
-            "containerd://2.1.4"
-        );
-        assert_eq!(node.labels().len(), 1);
-        assert_eq!(
-            node_relevance(&node),
-            relevance,
-            "what the controller reacts to is kept"
-        );
-    }
-
-    #[test]
     fn a_status_write_does_not_wake_the_controller_but_spec_deletion_and_finalizers_do() {
         let mut policy = ClusterPolicy::new("cluster-policy", crd::ClusterPolicySpec::default());
         policy.metadata.generation = Some(1);
@@ -699,13 +624,14 @@ mod tests {
 
     #[test]
     fn only_the_kept_gpu_node_status_wakes_the_controller() {
-        use crd::gpu_node::{GpuNodeSpec, NodeError};
+        use crate::shared_watch::keep_what_controllers_read_of_gpu_nodes;
+        use crd::gpu_node::{GpuNodeSpec, GpuNodeStatus, NodeError};
         let mut gpu_node = GPUNode::new("n", GpuNodeSpec {});
         gpu_node.status = Some(GpuNodeStatus {
             gpu_count: 4,
             ..GpuNodeStatus::default()
         });
-        keep_what_gpu_nodes_tell(&mut gpu_node);
+        keep_what_controllers_read_of_gpu_nodes(&mut gpu_node);
         let before = kept_gpu_node_status(&gpu_node);
 
         let mut inventory = gpu_node.clone();
@@ -713,8 +639,16 @@ mod tests {
             gpu_count: 8,
             ..GpuNodeStatus::default()
         });
-        keep_what_gpu_nodes_tell(&mut inventory);
+        keep_what_controllers_read_of_gpu_nodes(&mut inventory);
         assert_eq!(kept_gpu_node_status(&inventory), before, "inventory only");
+        let mut upgraded = gpu_node.clone();
+        upgraded.status.as_mut().unwrap().driver_upgrade =
+            Some(crd::driver_upgrade::NodeUpgradeStatus::default());
+        assert_eq!(
+            kept_gpu_node_status(&upgraded),
+            before,
+            "the driver upgrade's state (cached for the upgrade controller) does not wake this one"
+        );
 
         let mut failed = gpu_node;
         failed.status.as_mut().unwrap().last_error = Some(NodeError {

@@ -39,7 +39,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
 use super::facts::{self, OwnedDaemonSet, PodContext};
 use super::groups::{self, Governor, Group};
-use super::kept::{keep_what_upgrades_read, keep_what_upgrades_read_of_pods};
+use super::kept::keep_what_upgrades_read_of_pods;
 use super::settings::{Settings, StepTimeouts};
 use crate::controller::{
     Gate, GateClosed, WatchesBackOffThemselves, active_policy, forget_bookkeeping, guarded_watcher,
@@ -49,6 +49,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::Component;
 use crate::render::{COMPONENT_LABEL, MANAGED_BY_LABEL, MANAGER};
+use crate::shared_watch::{SharedCache, Unsynced};
 
 /// The longest a pass waits for a timeout before it looks again anyway.
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -113,7 +114,10 @@ fn owned_components() -> String {
     )
 }
 
-/// Runs the upgrade controller until the future is dropped: watch caches at once, passes while `leading`.
+/// Runs the upgrade controller until the future is dropped: watch caches at once, passes while `leading`. Nodes
+/// and GPUNodes come from the watches it shares with the reconciler ([`crate::shared_watch`]), read with
+/// [`node_relevance`] and [`process_pods`].
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     namespace: String,
@@ -121,18 +125,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     leading: watch::Receiver<bool>,
+    nodes: SharedCache<Node>,
+    gpu_nodes: SharedCache<GPUNode>,
 ) {
-    let (nodes, node_writer) = reflector::store();
-    let node_events = guarded_watcher(
-        Api::<DeserializeGuard<Node>>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-        &metrics,
-        &health,
-    )
-    .modify(keep_what_upgrades_read)
-    .reflect(node_writer)
-    .applied_objects()
-    .predicate_filter(node_relevance, Default::default());
     let owned = || watcher::Config::default().labels(&owned_components());
     let (daemonsets, daemonset_writer) = reflector::store();
     let daemonset_events = guarded_watcher(
@@ -171,24 +166,6 @@ pub async fn run(
     })
     .reflect(revision_writer)
     .applied_objects();
-    let (gpu_nodes, gpu_node_writer) = reflector::store();
-    let gpu_node_events = guarded_watcher(
-        Api::<DeserializeGuard<GPUNode>>::all(client.clone()),
-        watcher::Config::default(),
-        &metrics,
-        &health,
-    )
-    .modify(|gpu_node: &mut GPUNode| {
-        forget_bookkeeping(gpu_node);
-        gpu_node.status = gpu_node.status.take().map(|status| crd::GpuNodeStatus {
-            driver_upgrade: status.driver_upgrade,
-            gpu_process_pods: status.gpu_process_pods,
-            ..crd::GpuNodeStatus::default()
-        });
-    })
-    .reflect(gpu_node_writer)
-    .applied_objects()
-    .predicate_filter(process_pods, Default::default());
     let (nvidia_drivers, nvidia_driver_writer) = reflector::store();
     let nvidia_driver_events = guarded_watcher(
         Api::<DeserializeGuard<NVIDIADriver>>::all(client.clone()),
@@ -212,17 +189,18 @@ pub async fn run(
     .predicate_filter(predicates::generation, Default::default());
 
     let (synced, caches_synced) = watch::channel(false);
+    let shared_listed = futures::future::try_join(nodes.listed(), gpu_nodes.listed());
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), "gpu-operator".into()),
         client,
         namespace,
         timeouts,
         policies: policies.clone(),
-        nodes,
+        nodes: nodes.store,
         daemonsets,
         pods,
         revisions,
-        gpu_nodes,
+        gpu_nodes: gpu_nodes.store,
         nvidia_drivers,
         metrics,
         gate: Gate::new(caches_synced, leading),
@@ -233,12 +211,12 @@ pub async fn run(
     let caches = context.clone();
     tokio::spawn(async move {
         let ready = async {
-            caches.nodes.wait_until_ready().await?;
+            shared_listed.await?;
             caches.daemonsets.wait_until_ready().await?;
             caches.pods.wait_until_ready().await?;
             caches.revisions.wait_until_ready().await?;
-            caches.gpu_nodes.wait_until_ready().await?;
-            caches.nvidia_drivers.wait_until_ready().await
+            caches.nvidia_drivers.wait_until_ready().await?;
+            Ok::<(), Unsynced>(())
         };
         match ready.await {
             Ok(()) => {
@@ -249,11 +227,11 @@ pub async fn run(
     });
     Controller::for_stream(policy_events, policies.clone())
         .trigger_backoff(WatchesBackOffThemselves)
-        .watches_stream(node_events, every_policy(policies.clone()))
+        .watches_shared_stream(nodes.changes, every_policy(policies.clone()))
         .watches_stream(daemonset_events, every_policy(policies.clone()))
         .watches_stream(pod_events, every_policy(policies.clone()))
         .watches_stream(revision_events, every_policy(policies.clone()))
-        .watches_stream(gpu_node_events, every_policy(policies.clone()))
+        .watches_shared_stream(gpu_nodes.changes, every_policy(policies.clone()))
         .watches_stream(nvidia_driver_events, every_policy(policies))
         .run(pass, error_policy, context)
         .for_each(|_| async {})
@@ -274,7 +252,7 @@ fn every_policy<K>(
 }
 
 /// What of a Node wakes a pass: labels (state, skip, pools), annotations, cordon and readiness; not heartbeats.
-fn node_relevance(node: &Node) -> Option<u64> {
+pub fn node_relevance(node: &Node) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     node.labels().hash(&mut hasher);
     node.annotations().hash(&mut hasher);
@@ -311,7 +289,7 @@ fn pod_relevance(pod: &Pod) -> Option<u64> {
 }
 
 /// What of a GPUNode wakes a pass: the pods whose processes use its GPUs (not the upgrade's own status).
-fn process_pods(gpu_node: &GPUNode) -> Option<u64> {
+pub fn process_pods(gpu_node: &GPUNode) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     if let Some(status) = &gpu_node.status {
         for pod in &status.gpu_process_pods {

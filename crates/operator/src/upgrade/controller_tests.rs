@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::shared_watch::keep_what_controllers_read_of_nodes;
 
 const NAMESPACE: &str = "gpu-operator";
 const NODE: &str = "gpu-0";
@@ -98,7 +99,7 @@ fn refresh(caches: &mut Caches, api: &FakeApi) {
         &mut caches.nodes,
         api,
         "/api/v1/nodes",
-        keep_what_upgrades_read,
+        keep_what_controllers_read_of_nodes,
     );
     fill(
         &mut caches.daemonsets,

@@ -1,7 +1,7 @@
-//! What the upgrade controller's watch caches keep of Nodes and of its own pods: what its passes read, so that the
-//! caches hold a few fields per node rather than whole objects.
+//! What the upgrade controller's pod cache keeps of its own pods: what its passes read, so that the cache holds a
+//! few fields per pod rather than whole objects. (Its Nodes come from the watch it shares with the reconciler.)
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 
 use crate::controller::forget_bookkeeping;
 
@@ -23,28 +23,5 @@ pub(super) fn keep_what_upgrades_read_of_pods(pod: &mut Pod) {
                 .collect()
         }),
         ..PodStatus::default()
-    });
-}
-
-/// What the upgrade reads of a Node: metadata, `spec.unschedulable` and the Ready condition.
-pub(super) fn keep_what_upgrades_read(node: &mut Node) {
-    forget_bookkeeping(node);
-    node.spec = node.spec.take().map(|spec| NodeSpec {
-        unschedulable: spec.unschedulable,
-        ..NodeSpec::default()
-    });
-    node.status = node.status.take().map(|status| NodeStatus {
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .map(|mut c| {
-                    // Heartbeats rewrite these every few seconds; only the status is read.
-                    c.last_heartbeat_time = None;
-                    c
-                })
-                .collect()
-        }),
-        ..NodeStatus::default()
     });
 }
