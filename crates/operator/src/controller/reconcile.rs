@@ -67,10 +67,10 @@ pub(super) async fn reconcile_policy(
         nvidia_driver_pool(policy, &previous, &validated, &cluster.facts, context, &now).await?;
     let objects = render(&validated, &cluster.facts);
     let kept = cluster.drivers.kept(&context.daemonsets.state());
-    // The labels first: the DaemonSets select nodes by them, and written before any operand pod exists they cost
-    // the API server little. Written after, they queued behind the DaemonSet controller's pod creations (at 1000
-    // nodes the last label landed 43 s after the DaemonSets, and every pod waited for its node's). A node whose
-    // labels cannot be written holds no DaemonSet back: its error ends the reconcile after they are applied.
+    // The labels first: the DaemonSets select nodes by them, and written before any operand pod exists they meet
+    // an API server with nothing else to do (1000 nodes in 4.6 s). Written after, they queued behind the DaemonSet
+    // controller's pod creations (9 to 43 s at 1000 nodes), and every operand pod waited for its node's. A node
+    // whose labels cannot be written holds no DaemonSet back: its error ends the reconcile after they are applied.
     let labelled = label_nodes(
         &validated,
         &cluster.nodes,
