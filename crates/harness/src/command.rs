@@ -17,11 +17,7 @@ pub fn run(
     program: &str,
     args: &[&str],
 ) -> anyhow::Result<()> {
-    println!("$ {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .envs(env.iter().map(|(key, value)| (key, value)))
+    let status = echoed(dir, env, program, args)
         .status()
         .with_context(|| format!("cannot start {program}"))?;
     if !status.success() {
@@ -30,25 +26,33 @@ pub fn run(
     Ok(())
 }
 
+/// `program args...` in `dir` with extra environment, echoed as it will run.
+fn echoed(dir: &Path, env: &[(String, String)], program: &str, args: &[&str]) -> Command {
+    println!("$ {program} {}", args.join(" "));
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().map(|(key, value)| (key, value)));
+    command
+}
+
 /// Runs `cargo test` (`args` after `cargo`) as [`run`] does, and when it fails, names every failed test and its
 /// panic at the end of the output (and in the error), where a CI log's tail shows it. Output passes through as it
 /// comes, so that a test's progress stays in order with what its processes print to standard error.
 pub fn run_tests(dir: &Path, env: &[(String, String)], args: &[&str]) -> anyhow::Result<()> {
-    run_reporting_failed_tests(dir, env, &cargo(), args)
+    run_reporting_failed_tests(dir, env, &cargo(), args, std::io::stdout())
 }
 
-/// [`run_tests`] with any program that prints libtest's output.
+/// [`run_tests`] with any program that prints libtest's output, echoed to `echo`.
 fn run_reporting_failed_tests(
     dir: &Path,
     env: &[(String, String)],
     program: &str,
     args: &[&str],
+    echo: impl Write + Send + 'static,
 ) -> anyhow::Result<()> {
-    println!("$ {program} {}", args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .envs(env.iter().map(|(key, value)| (key, value)))
+    let mut child = echoed(dir, env, program, args)
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {program}"))?;
@@ -59,7 +63,7 @@ fn run_reporting_failed_tests(
     if let Some(stdout) = child.stdout.take() {
         let report = report.clone();
         std::thread::spawn(move || {
-            echo_and_read(stdout, &report);
+            echo_and_read(stdout, echo, &report);
             let _ = done.send(());
         });
     }
@@ -84,17 +88,16 @@ fn run_reporting_failed_tests(
     for failure in failures {
         println!("{failure}");
     }
-    let names: Vec<String> = failures
+    let names: Vec<&str> = failures
         .iter()
-        .map(|failure| format!("{} {}", failure.suite, failure.name))
+        .map(|failure| failure.name.as_str())
         .collect();
     bail!("failed tests: {}", names.join(", "))
 }
 
-/// Copies `stdout` to this process' standard output as it comes, and gives `report` each whole line.
-fn echo_and_read(stdout: impl Read, report: &Mutex<TestReport>) {
+/// Copies `stdout` to `out` as it comes, and gives `report` each whole line.
+fn echo_and_read(stdout: impl Read, mut out: impl Write, report: &Mutex<TestReport>) {
     let mut reader = BufReader::new(stdout);
-    let mut out = std::io::stdout();
     let mut pending = Vec::new();
     while let Ok(chunk) = reader.fill_buf() {
         if chunk.is_empty() {
@@ -171,9 +174,10 @@ pub fn release_build(root: &Path, targets: &[String]) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// A program that prints what libtest prints for a failed test, and fails.
+    /// `script` run as a test command; its output is not echoed, so that this test's own output does not read
+    /// as a failed test to whoever runs this crate's tests through [`run_tests`].
     fn failing_run(script: &str) -> anyhow::Result<()> {
-        run_reporting_failed_tests(Path::new("."), &[], "sh", &["-c", script])
+        run_reporting_failed_tests(Path::new("."), &[], "sh", &["-c", script], std::io::sink())
     }
 
     #[test]
@@ -184,7 +188,7 @@ mod tests {
              \\nfailures:\\n    prepares\\n'; exit 101",
         )
         .unwrap_err();
-        assert_eq!(error.to_string(), "failed tests: tests/dra.rs prepares");
+        assert_eq!(error.to_string(), "failed tests: prepares");
     }
 
     #[test]

@@ -81,7 +81,13 @@ impl TestReport {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.suite, self.name)?;
+        // cargo prints `Running <suite>` on standard error, which a reader of the output alone does not see: the
+        // panic's location names the file then.
+        if self.suite.is_empty() {
+            write!(f, "{}", self.name)?;
+        } else {
+            write!(f, "{} {}", self.suite, self.name)?;
+        }
         for line in &self.panic {
             write!(f, "\n    {line}")?;
         }
@@ -175,6 +181,22 @@ test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; 
             "tests/dra.rs prepares_claims\n    thread 'prepares_claims' panicked at tests/tests/dra.rs:7:5:\n    \
              assertion `left == right` failed\n      left: 1\n     right: 2"
         );
+    }
+
+    #[test]
+    fn without_cargo_s_running_lines_a_failure_is_named_by_its_test_and_panic() {
+        let mut report = TestReport::default();
+        OUTPUT
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("Running "))
+            .for_each(|line| report.line(line));
+        let named: Vec<String> = report.failures().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            named[0],
+            "survives_a_kill\n    thread 'survives_a_kill' panicked at tests/tests/chaos.rs:42:9:\n    \
+             the agent came back: timed out after 60 s"
+        );
+        assert_eq!(named.len(), 2);
     }
 
     #[test]
