@@ -7,10 +7,10 @@ use std::fmt;
 /// The most lines of one failure's panic kept for the summary: the panic's location and its message.
 const PANIC_LINES: usize = 8;
 
-/// One failed test: its suite (test target), name, and the panic lines libtest captured for it.
+/// One failed test: its name and the panic lines libtest captured for it (the panic's location names its file;
+/// cargo prints which test target runs on standard error, which a reader of the output does not see).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Failure {
-    pub suite: String,
     pub name: String,
     pub panic: Vec<String>,
 }
@@ -18,7 +18,6 @@ pub struct Failure {
 /// Reads libtest's output line by line (`cargo test -- --show-output`, one test binary after another).
 #[derive(Debug, Default)]
 pub struct TestReport {
-    suite: String,
     failures: Vec<Failure>,
     /// The failure whose captured output is being read (`---- name stdout ----` of a failed test).
     reading: Option<usize>,
@@ -28,20 +27,11 @@ impl TestReport {
     /// Takes the next line of output.
     pub fn line(&mut self, line: &str) {
         let line = line.trim_end();
-        if let Some(target) = line.trim_start().strip_prefix("Running ") {
-            // `Running tests/foundation.rs (target/debug/deps/foundation-…)`, `Running unittests src/lib.rs (…)`.
-            self.suite = target
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            self.reading = None;
-        } else if let Some(name) = line
+        if let Some(name) = line
             .strip_prefix("test ")
             .and_then(|rest| rest.strip_suffix(" ... FAILED"))
         {
             self.failures.push(Failure {
-                suite: self.suite.clone(),
                 name: name.to_owned(),
                 panic: Vec::new(),
             });
@@ -52,7 +42,7 @@ impl TestReport {
             self.reading = self
                 .failures
                 .iter()
-                .position(|failure| failure.suite == self.suite && failure.name == name);
+                .rposition(|failure| failure.name == name);
         } else if [
             "failures:",
             "successes:",
@@ -81,13 +71,7 @@ impl TestReport {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // cargo prints `Running <suite>` on standard error, which a reader of the output alone does not see: the
-        // panic's location names the file then.
-        if self.suite.is_empty() {
-            write!(f, "{}", self.name)?;
-        } else {
-            write!(f, "{} {}", self.suite, self.name)?;
-        }
+        write!(f, "{}", self.name)?;
         for line in &self.panic {
             write!(f, "\n    {line}")?;
         }
@@ -99,7 +83,8 @@ impl fmt::Display for Failure {
 mod tests {
     use super::*;
 
-    /// libtest's output for two suites with `--show-output`, one test failing in each, as `cargo test` prints it.
+    /// libtest's output for two suites with `--show-output`, one test failing in each (cargo's `Running` lines are
+    /// on standard error in a real run, and are ignored here).
     const OUTPUT: &str = "\
      Running tests/chaos.rs (/target/debug/deps/chaos-0f)
 
@@ -150,14 +135,13 @@ test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; 
 ";
 
     #[test]
-    fn names_each_failed_test_with_its_suite_and_panic() {
+    fn names_each_failed_test_with_its_panic() {
         let mut report = TestReport::default();
         OUTPUT.lines().for_each(|line| report.line(line));
         assert_eq!(
             report.failures(),
             [
                 Failure {
-                    suite: "tests/chaos.rs".into(),
                     name: "survives_a_kill".into(),
                     panic: vec![
                         "thread 'survives_a_kill' panicked at tests/tests/chaos.rs:42:9:".into(),
@@ -165,7 +149,6 @@ test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; 
                     ],
                 },
                 Failure {
-                    suite: "tests/dra.rs".into(),
                     name: "prepares_claims".into(),
                     panic: vec![
                         "thread 'prepares_claims' panicked at tests/tests/dra.rs:7:5:".into(),
@@ -178,25 +161,9 @@ test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; 
         );
         assert_eq!(
             report.failures()[1].to_string(),
-            "tests/dra.rs prepares_claims\n    thread 'prepares_claims' panicked at tests/tests/dra.rs:7:5:\n    \
+            "prepares_claims\n    thread 'prepares_claims' panicked at tests/tests/dra.rs:7:5:\n    \
              assertion `left == right` failed\n      left: 1\n     right: 2"
         );
-    }
-
-    #[test]
-    fn without_cargo_s_running_lines_a_failure_is_named_by_its_test_and_panic() {
-        let mut report = TestReport::default();
-        OUTPUT
-            .lines()
-            .filter(|line| !line.trim_start().starts_with("Running "))
-            .for_each(|line| report.line(line));
-        let named: Vec<String> = report.failures().iter().map(ToString::to_string).collect();
-        assert_eq!(
-            named[0],
-            "survives_a_kill\n    thread 'survives_a_kill' panicked at tests/tests/chaos.rs:42:9:\n    \
-             the agent came back: timed out after 60 s"
-        );
-        assert_eq!(named.len(), 2);
     }
 
     #[test]

@@ -321,7 +321,7 @@ fn owning_policy<K: Resource>(object: K) -> Option<ObjectRef<ClusterPolicy>> {
 }
 
 /// Maps any watched object to every ClusterPolicy: there is one active policy, and the others short-circuit.
-fn every_policy<K>(
+pub(crate) fn every_policy<K>(
     policies: Store<ClusterPolicy>,
 ) -> impl Fn(K) -> Vec<ObjectRef<ClusterPolicy>> + Send + Sync + 'static {
     move |_| {

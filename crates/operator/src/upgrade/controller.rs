@@ -42,8 +42,8 @@ use super::groups::{self, Governor, Group};
 use super::kept::keep_what_upgrades_read_of_pods;
 use super::settings::{Settings, StepTimeouts};
 use crate::controller::{
-    Gate, GateClosed, WatchesBackOffThemselves, active_policy, forget_bookkeeping, guarded_watcher,
-    publish_event, retry_delay,
+    Gate, GateClosed, WatchesBackOffThemselves, active_policy, every_policy, forget_bookkeeping,
+    guarded_watcher, publish_event, retry_delay,
 };
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -236,19 +236,6 @@ pub async fn run(
         .run(pass, error_policy, context)
         .for_each(|_| async {})
         .await;
-}
-
-/// Maps any watched object to every ClusterPolicy: one pass looks at every node, and only the active policy's acts.
-fn every_policy<K>(
-    policies: Store<ClusterPolicy>,
-) -> impl Fn(K) -> Vec<ObjectRef<ClusterPolicy>> + Send + Sync + 'static {
-    move |_| {
-        policies
-            .state()
-            .iter()
-            .map(|policy| ObjectRef::from_obj(policy.as_ref()))
-            .collect()
-    }
 }
 
 /// What of a Node wakes a pass: labels (state, skip, pools), annotations, cordon and readiness; not heartbeats.
