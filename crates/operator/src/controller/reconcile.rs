@@ -1,5 +1,5 @@
-//! One reconcile of a ClusterPolicy, step by step: which policy is active, validate, observe, label, build
-//! (render), apply, status; and the cleanup when the policy is deleted. Each step is a function of its own, so
+//! One reconcile of a ClusterPolicy, step by step: which policy is active, validate, observe, build
+//! (render), apply, label, status; and the cleanup when the policy is deleted. Each step is a function of its own, so
 //! that its outcomes can be tested against a mocked API server.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,10 +67,10 @@ pub(super) async fn reconcile_policy(
         nvidia_driver_pool(policy, &previous, &validated, &cluster.facts, context, &now).await?;
     let objects = render(&validated, &cluster.facts);
     let kept = cluster.drivers.kept(&context.daemonsets.state());
-    // The labels first: the DaemonSets select nodes by them, and written before any operand pod exists they meet
-    // an API server with nothing else to do (1000 nodes in 4.6 s). Written after, they queued behind the DaemonSet
-    // controller's pod creations (9 to 43 s at 1000 nodes), and every operand pod waited for its node's. A node
-    // whose labels cannot be written holds no DaemonSet back: its error ends the reconcile after they are applied.
+    // The DaemonSets first: their node affinity places a GPU node's pods whether or not its labels are written yet
+    // (`plan::labels::deploy_terms`), so the label writes are off the operands' critical path. The labels follow:
+    // NVIDIA's semantics and the tools that read them, and the toolkit's runtime label, which its DaemonSets select.
+    let summary = apply_operands(policy, &previous, &objects, &kept, context, &now).await?;
     let labelled = label_nodes(
         &validated,
         &cluster.nodes,
@@ -78,9 +78,7 @@ pub(super) async fn reconcile_policy(
         &cluster.drivers,
         context,
     )
-    .await;
-    let summary = apply_operands(policy, &previous, &objects, &kept, context, &now).await?;
-    let labelled = labelled?;
+    .await?;
     let built = Built {
         policy: &validated,
         facts: &cluster.facts,

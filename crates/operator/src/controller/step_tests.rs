@@ -698,12 +698,11 @@ fn every_object_applied(objects: &[RenderedObject]) -> Vec<Expected> {
         .collect()
 }
 
-/// A reconcile on a cluster with a GPU node: its labels are written before any operand is applied (written after,
-/// they queued behind the DaemonSet controller's pod creations, and every operand pod waited for its node's), and
-/// a refused label write holds no operand back: every one is applied, then the reconcile fails with the write's
-/// error, to be retried.
+/// A reconcile on a cluster with a GPU node applies every operand before it writes the node's labels (the
+/// DaemonSets' affinity places the pods without them; written first, the labels held every DaemonSet back), and a
+/// refused label write fails the reconcile, to be retried, with every operand applied.
 #[tokio::test]
-async fn node_labels_are_written_first_and_a_refused_write_holds_no_operand_back() {
+async fn operands_are_applied_before_node_labels_and_a_refused_label_write_fails_the_reconcile() {
     let mut policy = policy();
     // No driver: its OS pools would first look for NVIDIA's driver DaemonSet to take over.
     policy.spec = serde_json::from_value(json!({"driver": {"enabled": false}})).unwrap();
@@ -715,13 +714,13 @@ async fn node_labels_are_written_first_and_a_refused_write_holds_no_operand_back
     let validated = validate(&policy.spec, &default_images()).unwrap();
     let facts = ClusterFacts::from_nodes(NAMESPACE, [&node], ContainerRuntime::Containerd);
     let objects = render(&validated, &facts);
-    let mut expected = vec![expect(
+    let mut expected = every_object_applied(&objects);
+    expected.extend(prune_finds_nothing());
+    expected.push(expect(
         Method::PATCH,
         "/api/v1/nodes/gpu-0",
         Answer::Error(500, "InternalError"),
-    )];
-    expected.extend(every_object_applied(&objects));
-    expected.extend(prune_finds_nothing());
+    ));
     let mut fixture = Fixture::new(expected);
     fixture.cached(&objects);
     fixture
@@ -734,11 +733,11 @@ async fn node_labels_are_written_first_and_a_refused_write_holds_no_operand_back
 
     assert!(error.to_string().contains("InternalError"), "{error}");
     let sent = fixture.api.finish();
+    assert_eq!(sent.len(), objects.len() + prune_finds_nothing().len() + 1);
     assert_eq!(
-        sent[0].body["metadata"]["labels"]["nvidia.com/gpu.present"],
+        sent.last().unwrap().body["metadata"]["labels"]["nvidia.com/gpu.present"],
         "true"
     );
-    assert_eq!(sent.len(), 1 + objects.len() + prune_finds_nothing().len());
 }
 
 /// The deleted policy's device plugin DaemonSet as a metadata list answers it: labelled as the operator's, owned

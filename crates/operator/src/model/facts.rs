@@ -140,15 +140,19 @@ impl ContainerRuntime {
 /// its nodes (a DaemonSet cannot select on `status.nodeInfo`).
 pub const RUNTIME_LABEL: &str = "nvidia.com/gpu.container-runtime";
 
+/// The labels of which any one, `true`, marks a node as having an NVIDIA PCI device (NFD's, or node facts' where
+/// NFD is not installed, or an admin's).
+pub const NVIDIA_PCI_LABELS: [&str; 3] = [
+    labels::NFD_PCI_NVIDIA,
+    labels::NFD_PCI_NVIDIA_3D,
+    labels::NFD_PCI_NVIDIA_VGA,
+];
+
 /// Whether NFD (or an admin) marked the node as having an NVIDIA PCI device.
 pub fn has_nvidia_gpu(labels: &BTreeMap<String, String>) -> bool {
-    [
-        labels::NFD_PCI_NVIDIA,
-        labels::NFD_PCI_NVIDIA_3D,
-        labels::NFD_PCI_NVIDIA_VGA,
-    ]
-    .iter()
-    .any(|label| labels.get(*label).is_some_and(|value| value == "true"))
+    NVIDIA_PCI_LABELS
+        .iter()
+        .any(|label| labels.get(*label).is_some_and(|value| value == "true"))
 }
 
 impl ClusterFacts {

@@ -2,6 +2,7 @@
 
 pub mod component;
 pub mod facts;
+pub mod placement;
 pub mod policy;
 
 pub use component::Component;

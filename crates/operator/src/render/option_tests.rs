@@ -423,9 +423,29 @@ fn every_daemonsets_option_on_one_operand() {
     let plugin = render_component(spec, &one_node(), Component::DevicePlugin);
     let pod = &plugin[0]["spec"]["template"];
     assert_eq!(
-        pod["spec"]["nodeSelector"]["nvidia.com/gpu.deploy.device-plugin"], "true",
-        "the deploy label wins"
+        pod["spec"]["nodeSelector"],
+        json!({"pool": "gpu"}),
+        "the deploy label is the affinity's to decide"
     );
+    let terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        terms.len(),
+        4,
+        "the user's one term joined with each of ours"
+    );
+    for term in terms {
+        assert_eq!(
+            term["matchExpressions"][0]["key"], "node.kubernetes.io/instance-type",
+            "{term}"
+        );
+        assert_eq!(
+            term["matchExpressions"][1]["key"],
+            "nvidia.com/gpu.deploy.device-plugin"
+        );
+    }
     assert_eq!(pod["metadata"]["labels"]["team"], "gpu-platform");
     assert_eq!(
         plugin[0]["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],

@@ -8,6 +8,7 @@ use super::{
     COMPONENT_LABEL, DAEMONSET_LABEL, MANAGED_BY_LABEL, PART_OF_LABEL, RenderedObject, render,
 };
 use crate::model::Component;
+use crate::plan::labels::deploy_terms;
 
 #[test]
 fn default_policy_snapshots_per_operand() {
@@ -80,9 +81,14 @@ fn every_object_carries_the_pruning_labels_and_selects_its_own_pods() {
                     object.name()
                 );
             }
-            let deploy = &json["spec"]["template"]["spec"]["nodeSelector"]
-                [object.component().deploy_label()];
-            assert_eq!(deploy, "true");
+            let placement = &json["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"];
+            assert_eq!(
+                placement,
+                &serde_json::to_value(deploy_terms(object.component())).unwrap(),
+                "{} runs where its deploy label says",
+                object.name()
+            );
         }
     }
     assert_eq!(

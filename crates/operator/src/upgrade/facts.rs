@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::decide::{Driver, DriverPod, NodeFacts, PodFacts, PodKey, Validator, ValidatorPod};
+use crate::model::placement::places_on;
 use crate::render::{MANAGED_BY_LABEL, MANAGER};
 
 /// The label every DaemonSet pod carries with its revision.
@@ -53,22 +54,16 @@ pub fn current_revision(
         .and_then(|revision| revision.labels().get(REVISION_LABEL).cloned())
 }
 
-/// Whether `daemonset` places a pod on `node`: its pod template's nodeSelector matches the node's labels (the
-/// operator renders every operand's placement as a nodeSelector).
+/// Whether `daemonset` places a pod on `node`: its pod template's nodeSelector and required node affinity match
+/// the node.
 #[must_use]
 pub fn selects(daemonset: &DaemonSet, node: &Node) -> bool {
-    let selector = daemonset
+    daemonset
         .spec
         .template
         .spec
         .as_ref()
-        .and_then(|spec| spec.node_selector.as_ref());
-    let labels = node.labels();
-    selector.is_none_or(|selector| {
-        selector
-            .iter()
-            .all(|(key, value)| labels.get(key) == Some(value))
-    })
+        .is_none_or(|pod| places_on(pod, &node.name_any(), node.labels()))
 }
 
 /// Whether `pod` belongs to the DaemonSet with `uid`.

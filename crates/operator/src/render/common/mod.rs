@@ -22,14 +22,15 @@ use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMapVolumeSource, Container, LocalObjectReference, NodeAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration, Volume,
-    VolumeMount,
+    Affinity, ConfigMapVolumeSource, Container, LocalObjectReference, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::model::{ClusterFacts, Component, ValidatedPolicy};
+use crate::plan::labels::deploy_terms;
 
 /// Label naming the tool that manages an object; with [`PART_OF_LABEL`] and [`COMPONENT_LABEL`] it is how the
 /// apply layer finds what it rendered before, to prune what is no longer rendered.
@@ -334,9 +335,15 @@ impl<'a> OperandDaemonSet<'a> {
         let mut pod_annotations = object_annotations.clone();
         pod_annotations.extend(self.pod_annotations);
 
+        // Where the operand runs is the deploy affinity's to say (whatever `daemonsets.nodeSelector` says of the
+        // deploy label), together with the user's selector and the operand's own (a driver's OS, a toolkit's runtime).
         let mut node_selector = daemonsets.node_selector.clone();
-        node_selector.insert(self.component.deploy_label(), "true".into());
+        node_selector.remove(&self.component.deploy_label());
         node_selector.extend(self.node_selector);
+        let affinity = with_deploy_terms(
+            with_node_affinity(daemonsets.affinity.clone(), overrides.node_affinity),
+            deploy_terms(self.component),
+        );
 
         let mut pull_secrets: Vec<String> = image_spec.image_pull_secrets.clone();
         for secret in self.pull_secrets {
@@ -349,7 +356,7 @@ impl<'a> OperandDaemonSet<'a> {
             containers: vec![main],
             init_containers: non_empty(self.init_containers),
             volumes: non_empty(self.volumes),
-            node_selector: Some(node_selector),
+            node_selector: non_empty_map(node_selector),
             service_account_name: Some(app.into()),
             image_pull_secrets: non_empty(
                 pull_secrets
@@ -365,7 +372,7 @@ impl<'a> OperandDaemonSet<'a> {
             priority_class_name: overrides
                 .priority_class_name
                 .or_else(|| daemonsets.priority_class_name.clone()),
-            affinity: with_node_affinity(daemonsets.affinity.clone(), overrides.node_affinity),
+            affinity: Some(affinity),
             security_context: overrides
                 .pod_security_context
                 .or_else(|| daemonsets.pod_security_context.clone()),
@@ -436,6 +443,41 @@ fn with_node_affinity(
             ..affinity.unwrap_or_default()
         }),
     }
+}
+
+/// `affinity` with its required node affinity narrowed to `deploy`: each of the user's terms joined with each of
+/// ours, since a node must match one of each (Kubernetes ORs terms and ANDs the requirements within one).
+fn with_deploy_terms(affinity: Option<Affinity>, deploy: Vec<NodeSelectorTerm>) -> Affinity {
+    let mut affinity = affinity.unwrap_or_default();
+    let node_affinity = affinity.node_affinity.get_or_insert_default();
+    let users = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .take()
+        .map(|selector| selector.node_selector_terms)
+        .filter(|terms| !terms.is_empty());
+    let terms = match users {
+        None => deploy,
+        Some(users) => users
+            .iter()
+            .flat_map(|user| {
+                deploy.iter().map(move |ours| {
+                    let joined =
+                        |a: &Option<Vec<NodeSelectorRequirement>>,
+                         b: &Option<Vec<NodeSelectorRequirement>>| {
+                            non_empty(a.iter().chain(b).flatten().cloned().collect())
+                        };
+                    NodeSelectorTerm {
+                        match_expressions: joined(&user.match_expressions, &ours.match_expressions),
+                        match_fields: joined(&user.match_fields, &ours.match_fields),
+                    }
+                })
+            })
+            .collect(),
+    };
+    node_affinity.required_during_scheduling_ignored_during_execution = Some(NodeSelector {
+        node_selector_terms: terms,
+    });
+    affinity
 }
 
 /// `daemonsets.updateStrategy`: OnDelete, or RollingUpdate with `daemonsets.rollingUpdate.maxUnavailable`, else 1.
