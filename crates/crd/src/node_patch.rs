@@ -30,6 +30,13 @@ impl MetadataPatch {
         self
     }
 
+    /// Sets (`Some`) or removes (`None`) a label.
+    #[must_use]
+    pub fn label_or_removal(mut self, key: impl Into<String>, value: Option<String>) -> Self {
+        self.labels.insert(key.into(), value);
+        self
+    }
+
     /// Sets (`Some`) or removes (`None`) an annotation.
     #[must_use]
     pub fn annotation(mut self, key: impl Into<String>, value: Option<String>) -> Self {

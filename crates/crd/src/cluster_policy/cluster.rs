@@ -76,8 +76,9 @@ pub struct DaemonsetsSpec {
     /// Security context of every operand pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
-    /// Extra node selector ANDed with each operand's own `nvidia.com/gpu.deploy.<component>` selector, to
-    /// limit the operator to some GPU nodes. Not in NVIDIA's operator.
+    /// Extra node selector ANDed with each operand's own placement (its `nvidia.com/gpu.deploy.<component>`
+    /// rule, which an entry for that label does not change), to limit the operator to some GPU nodes. Not in
+    /// NVIDIA's operator.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Affinity of every operand pod, to keep operands on or off some nodes. Not in NVIDIA's operator.

@@ -1,7 +1,9 @@
 //! Pausing the node's GPU clients and restoring them exactly, pure.
 //!
 //! While a MIG change runs, the deploy labels of the device plugin, feature discovery, DCGM and the DCGM exporter
-//! say `paused-for-mig-change`, so their DaemonSets take their pods off the node. What each label said before is
+//! say `paused-for-mig-change`, so their DaemonSets take their pods off the node. A label the operator has not
+//! written yet is paused too: the DaemonSets' affinity places their pods on a GPU node without it. What each label
+//! said before (or that it was not there) is
 //! recorded in the [`Progress`] annotation on the Node, in the same patch that pauses them: a restarted agent
 //! finds the record and restores exactly those values, and a label can never be paused without its record. The
 //! reference stack's failure (labels left paused forever after a timeout) cannot happen: every way out of a
@@ -34,8 +36,9 @@ const DEPLOYED: &str = "true";
 pub struct Progress {
     /// The config being applied.
     pub config: String,
-    /// Each paused deploy label with the value to restore.
-    pub paused: BTreeMap<String, String>,
+    /// Each paused deploy label with the value to restore; `None` where the label was not there (restored by
+    /// removing it). Records of earlier versions hold only values.
+    pub paused: BTreeMap<String, Option<String>>,
     /// The geometry before the change, to return to on failure.
     pub previous: Vec<GpuMigGeometry>,
     /// Reboots done for this change.
@@ -76,7 +79,7 @@ impl Progress {
 }
 
 /// Starts (or resumes) a change of `config`: the record to keep and the patch that sets the state to pending,
-/// pauses every deployed client and stores the record.
+/// pauses every client that is deployed or not yet labelled (an admin's `false` stays) and stores the record.
 ///
 /// On resume the earlier record's values and previous geometry are kept (the labels hold `paused` now, not what
 /// to restore). A client label that says paused without being in any record is restored to `true`, the only value
@@ -95,14 +98,15 @@ pub fn pause(
         let label = deploy_label(component);
         let value = labels.get(&label).map(String::as_str);
         let to_restore = match value {
-            Some(DEPLOYED) => DEPLOYED,
-            Some(PAUSED_FOR_MIG_CHANGE) if !progress.paused.contains_key(&label) => DEPLOYED,
+            Some(DEPLOYED) => Some(DEPLOYED),
+            None => None,
+            Some(PAUSED_FOR_MIG_CHANGE) if !progress.paused.contains_key(&label) => Some(DEPLOYED),
             _ => continue,
         };
         progress
             .paused
             .entry(label.clone())
-            .or_insert_with(|| to_restore.to_owned());
+            .or_insert_with(|| to_restore.map(str::to_owned));
         patch = patch.label(label, PAUSED_FOR_MIG_CHANGE);
     }
     let patch = patch.annotation(PROGRESS_ANNOTATION, Some(progress.to_annotation()));
@@ -124,7 +128,7 @@ pub fn restore(
     if let Some(progress) = progress {
         for (label, value) in &progress.paused {
             if labels.get(label).map(String::as_str) == Some(PAUSED_FOR_MIG_CHANGE) {
-                patch = patch.label(label.clone(), value.clone());
+                patch = patch.label_or_removal(label.clone(), value.clone());
             }
         }
         patch = patch.annotation(PROGRESS_ANNOTATION, None);
@@ -170,16 +174,26 @@ mod tests {
     const DISCOVERY: &str = "nvidia.com/gpu.deploy.gpu-feature-discovery";
     const EXPORTER: &str = "nvidia.com/gpu.deploy.dcgm-exporter";
 
+    const DCGM: &str = "nvidia.com/gpu.deploy.dcgm";
+
     #[test]
-    fn pauses_only_deployed_clients_and_restores_exactly_them() {
+    fn pauses_deployed_and_unlabelled_clients_and_restores_exactly_them() {
         let before = labels(&[(PLUGIN, "true"), (DISCOVERY, "true"), (EXPORTER, "false")]);
         let (progress, patch) = pause(&before, None, "all-1g.10gb", vec![]);
         assert_eq!(
             progress.paused,
-            labels(&[(PLUGIN, "true"), (DISCOVERY, "true")])
+            BTreeMap::from([
+                (PLUGIN.to_owned(), Some("true".to_owned())),
+                (DISCOVERY.to_owned(), Some("true".to_owned())),
+                (DCGM.to_owned(), None),
+            ])
         );
         let during = applied(before.clone(), &patch);
         assert_eq!(during[PLUGIN], PAUSED_FOR_MIG_CHANGE);
+        assert_eq!(
+            during[DCGM], PAUSED_FOR_MIG_CHANGE,
+            "its pods run by the DaemonSet's affinity before the operator labels the node"
+        );
         assert_eq!(during[EXPORTER], "false", "an admin's false stays");
         assert_eq!(during[MIG_CONFIG_STATE], "pending");
         assert!(patch.annotations[PROGRESS_ANNOTATION].is_some());
@@ -217,7 +231,7 @@ mod tests {
     fn a_paused_label_without_a_record_is_restored_to_true() {
         let stray = labels(&[(PLUGIN, PAUSED_FOR_MIG_CHANGE)]);
         let (progress, _) = pause(&stray, None, "x", vec![]);
-        assert_eq!(progress.paused[PLUGIN], "true");
+        assert_eq!(progress.paused[PLUGIN].as_deref(), Some("true"));
     }
 
     #[test]
@@ -240,5 +254,15 @@ mod tests {
         let stored = labels(&[(PROGRESS_ANNOTATION, &progress.to_annotation())]);
         assert_eq!(Progress::from_annotations(&stored).unwrap(), Some(progress));
         assert!(Progress::from_annotations(&labels(&[(PROGRESS_ANNOTATION, "{")])).is_err());
+        let earlier = labels(&[(
+            PROGRESS_ANNOTATION,
+            r#"{"config":"x","paused":{"nvidia.com/gpu.deploy.device-plugin":"true"},"previous":[]}"#,
+        )]);
+        let read = Progress::from_annotations(&earlier).unwrap().unwrap();
+        assert_eq!(
+            read.paused[PLUGIN].as_deref(),
+            Some("true"),
+            "an earlier version's record"
+        );
     }
 }
