@@ -336,7 +336,7 @@ impl<'a> OperandDaemonSet<'a> {
         pod_annotations.extend(self.pod_annotations);
 
         // Where the operand runs is the deploy affinity's to say (whatever `daemonsets.nodeSelector` says of the
-        // deploy label), together with the user's selector and the operand's own (a driver's OS, a toolkit's runtime).
+        // deploy label), with the user's selector and the operand's own (a driver's OS, a toolkit's runtime).
         let mut node_selector = daemonsets.node_selector.clone();
         node_selector.remove(&self.component.deploy_label());
         node_selector.extend(self.node_selector);
