@@ -38,14 +38,16 @@ fn term_matches(term: &NodeSelectorTerm, node: &str, labels: &BTreeMap<String, S
     let expressions = term.match_expressions.as_deref().unwrap_or_default();
     // The only field a node selector term may name is the node's name.
     let fields = term.match_fields.as_deref().unwrap_or_default();
-    let node_name = BTreeMap::from([("metadata.name".to_owned(), node.to_owned())]);
     (!expressions.is_empty() || !fields.is_empty())
         && expressions
             .iter()
             .all(|requirement| requirement_matches(requirement, labels))
-        && fields
-            .iter()
-            .all(|requirement| requirement_matches(requirement, &node_name))
+        && (fields.is_empty() || {
+            let node_name = BTreeMap::from([("metadata.name".to_owned(), node.to_owned())]);
+            fields
+                .iter()
+                .all(|requirement| requirement_matches(requirement, &node_name))
+        })
 }
 
 fn requirement_matches(

@@ -468,70 +468,72 @@ mod tests {
                 }),
                 ..Default::default()
             };
-            let deploy = [
-                None,
-                Some("true"),
-                Some("false"),
-                Some(labels::PAUSED_FOR_MIG_CHANGE),
+            // Each label either reads, with the values that matter to it (absent, or a value).
+            let dimensions: [Vec<Option<(&str, &str)>>; 5] = [
+                [
+                    None,
+                    Some("true"),
+                    Some("false"),
+                    Some(labels::PAUSED_FOR_MIG_CHANGE),
+                ]
+                .map(|value| value.map(|value| (label.as_str(), value)))
+                .into(),
+                vec![
+                    None,
+                    Some((labels::NFD_PCI_NVIDIA, "true")),
+                    Some((labels::NFD_PCI_NVIDIA_3D, "true")),
+                    Some((labels::NFD_PCI_NVIDIA_VGA, "true")),
+                    Some((labels::NFD_PCI_NVIDIA, "false")),
+                ],
+                vec![
+                    None,
+                    Some((labels::DEPLOY_OPERANDS, "false")),
+                    Some((labels::DEPLOY_OPERANDS, "true")),
+                ],
+                vec![
+                    None,
+                    Some((MIG_CAPABLE, "true")),
+                    Some((MIG_CAPABLE, "false")),
+                ],
+                vec![None, Some((labels::GPU_PRESENT, "true"))],
             ];
-            let gpu = [
-                None,
-                Some((labels::NFD_PCI_NVIDIA, "true")),
-                Some((labels::NFD_PCI_NVIDIA_3D, "true")),
-                Some((labels::NFD_PCI_NVIDIA_VGA, "true")),
-                Some((labels::NFD_PCI_NVIDIA, "false")),
-            ];
-            let operands = [None, Some("false"), Some("true")];
-            let mig = [None, Some("true"), Some("false")];
-            let present = [None, Some("true")];
-            for d in deploy {
-                for g in gpu {
-                    for o in operands {
-                        for m in mig {
-                            for p in present {
-                                let mut labels = BTreeMap::new();
-                                let mut put = |key: &str, value: Option<&str>| {
-                                    if let Some(value) = value {
-                                        labels.insert(key.to_string(), value.to_string());
-                                    }
-                                };
-                                put(&label, d);
-                                if let Some((key, value)) = g {
-                                    put(key, Some(value));
+            let every_node = dimensions
+                .iter()
+                .fold(vec![BTreeMap::new()], |nodes, values| {
+                    nodes
+                        .iter()
+                        .flat_map(|node| {
+                            values.iter().map(move |value| {
+                                let mut node: BTreeMap<String, String> = node.clone();
+                                if let Some((key, value)) = value {
+                                    node.insert((*key).to_owned(), (*value).to_owned());
                                 }
-                                put(labels::DEPLOY_OPERANDS, o);
-                                put(MIG_CAPABLE, m);
-                                put(labels::GPU_PRESENT, p);
-                                let mut written = labels.clone();
-                                for (key, value) in
-                                    plan_node(&policy, &labels, ContainerRuntime::Containerd)
-                                {
-                                    match value {
-                                        Some(value) => written.insert(key, value),
-                                        None => written.remove(&key),
-                                    };
-                                }
-                                let deployed = written.get(&label).is_some_and(|v| v == DEPLOY);
-                                let places = |labels: &BTreeMap<String, String>| {
-                                    crate::model::placement::places_on(&pod, "node", labels)
-                                };
-                                assert_eq!(
-                                    places(&written),
-                                    deployed,
-                                    "{component:?} on {written:?}"
-                                );
-                                if d.is_none() {
-                                    assert_eq!(
-                                        places(&labels),
-                                        deployed,
-                                        "{component:?} before the write, on {labels:?}"
-                                    );
-                                }
-                                checked += 1;
-                            }
-                        }
-                    }
+                                node
+                            })
+                        })
+                        .collect()
+                });
+            let places = |labels: &BTreeMap<String, String>| {
+                crate::model::placement::places_on(&pod, "node", labels)
+            };
+            for labels in every_node {
+                let mut written = labels.clone();
+                for (key, value) in plan_node(&policy, &labels, ContainerRuntime::Containerd) {
+                    match value {
+                        Some(value) => written.insert(key, value),
+                        None => written.remove(&key),
+                    };
                 }
+                let deployed = written.get(&label).is_some_and(|v| v == DEPLOY);
+                assert_eq!(places(&written), deployed, "{component:?} on {written:?}");
+                if !labels.contains_key(&label) {
+                    assert_eq!(
+                        places(&labels),
+                        deployed,
+                        "{component:?} before the write, on {labels:?}"
+                    );
+                }
+                checked += 1;
             }
         }
         assert!(checked > 1000, "{checked} cases");
