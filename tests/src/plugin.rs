@@ -49,7 +49,8 @@ pub struct DevicePlugin {
 
 impl DevicePlugin {
     /// Starts `gpu-device-plugin run <args>` for `node` on the simulated GPUs in `state`, with MIG polled every
-    /// second so that the test sees geometry changes quickly, on a kubelet root of its own (no kubelet).
+    /// second so that the test sees geometry changes quickly (unless `args` sets `--mig-poll-seconds`), on a
+    /// kubelet root of its own (no kubelet).
     pub fn start(node: &str, state: &Path, args: &[&str]) -> Self {
         Self::start_on(&kubelet_root(node, state), node, state, args)
     }
@@ -69,7 +70,12 @@ impl DevicePlugin {
             .arg(files.join("mps"))
             .arg("--cdi-dir")
             .arg(&cdi_dir)
-            .args(["--mig-poll-seconds", "1"])
+            .args(
+                (!args.contains(&"--mig-poll-seconds"))
+                    .then_some(["--mig-poll-seconds", "1"])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("KUBECONFIG", pod_token_kubeconfig(SERVICE_ACCOUNT, node))
             .env("OPERATOR_NAMESPACE", NAMESPACE)
             .env("RUST_LOG", "info")
@@ -83,6 +89,11 @@ impl DevicePlugin {
             cdi_dir,
             log,
         }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The plugin's output so far.

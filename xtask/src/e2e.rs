@@ -88,6 +88,29 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         cluster::add_nodes(&pool)?;
     }
     let bin_dir = build_binaries(root, &BINARIES)?;
+    let env = test_env(root, info, &bin_dir)?;
+    // The switch suite installs NVIDIA's chart and runs NVIDIA's operator through the harness, which finds them
+    // in the cache: built here, before any test's clock starts.
+    cluster::nvidia_gpu_operator()?;
+    // The oldest-Kubernetes suite starts the API server of the oldest version the chart claims beside the cluster.
+    cluster::oldest_api_server_binary()?;
+    let suites = suites(root)?;
+    let mut args = vec!["test", "--locked", "--no-fail-fast", "--package", "e2e"];
+    for suite in &suites {
+        args.extend(["--test", suite]);
+    }
+    args.extend(["--", "--ignored", "--show-output", "--test-threads=1"]);
+    args.extend(filter);
+    command::run_tests(root, &env, &args)
+}
+
+/// The environment of the end-to-end suites on the running cluster `info`: the cluster's, the binaries under test
+/// in `bin_dir` (workspace binaries and the fake runtime, built into it here), the real kubelet, the audit log.
+pub fn test_env(
+    root: &Path,
+    info: &cluster::ClusterInfo,
+    bin_dir: &Path,
+) -> anyhow::Result<Vec<(String, String)>> {
     let mut env = cluster::env_vars(info);
     env.push((
         "E2E_OPERATOR_BIN".into(),
@@ -113,23 +136,11 @@ fn run_tests(root: &Path, info: &cluster::ClusterInfo, filter: Option<&str>) -> 
         info.bin_dir.join("kubelet").display().to_string(),
     ));
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
-    // The switch suite installs NVIDIA's chart and runs NVIDIA's operator through the harness, which finds them
-    // in the cache: built here, before any test's clock starts.
-    cluster::nvidia_gpu_operator()?;
-    // The oldest-Kubernetes suite starts the API server of the oldest version the chart claims beside the cluster.
-    cluster::oldest_api_server_binary()?;
     env.push((
         "E2E_AUDIT_LOG".into(),
         info.state_dir.join("logs/audit.log").display().to_string(),
     ));
-    let suites = suites(root)?;
-    let mut args = vec!["test", "--locked", "--no-fail-fast", "--package", "e2e"];
-    for suite in &suites {
-        args.extend(["--test", suite]);
-    }
-    args.extend(["--", "--ignored", "--show-output", "--test-threads=1"]);
-    args.extend(filter);
-    command::run_tests(root, &env, &args)
+    Ok(env)
 }
 
 /// The e2e crate's test targets (`tests/tests/*.rs`) but the real-node suite.

@@ -4,15 +4,19 @@
 //!   the real node with containerd, the local registry), its state and how to reach it;
 //! - [`images`]: the operator's container images for linux/amd64 and linux/arm64, built and pushed as OCI
 //!   indexes;
+//! - [`node_side`]: what the node side's measurement records;
 //! - [`operators`]: this operator and NVIDIA's as processes on that cluster;
 //! - [`apt`] and [`command`]: the Debian packages and the commands both need;
-//! - [`test_report`]: which tests of a `cargo test` run failed, and why.
+//! - [`test_report`]: which tests of a `cargo test` run failed, and why;
+//! - [`proc_stats`]: a process's memory and CPU time, for the benchmarks.
 
 pub mod apt;
 pub mod cluster;
 pub mod command;
 pub mod images;
+pub mod node_side;
 pub mod operators;
+pub mod proc_stats;
 pub mod test_report;
 
 use std::path::{Path, PathBuf};

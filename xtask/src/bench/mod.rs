@@ -9,17 +9,15 @@
 mod contender;
 mod dra;
 mod floor;
+mod node_side;
 mod observe;
 mod packing;
 mod plot;
-mod proc_stats;
 mod report;
 mod upgrade;
 mod watchdog;
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,6 +27,7 @@ use contender::{Contender, Operator};
 use harness::cluster::audit::{self, Requests};
 use harness::cluster::{self, AddNodes, ClusterInfo, Connection};
 use harness::command;
+use harness::proc_stats;
 use observe::{Observer, Snapshot};
 use report::{Allocate, Environment, Reconciles, Results, Row};
 
@@ -72,6 +71,10 @@ pub struct Args {
     /// rows of the same operator and node count are replaced.
     #[arg(long)]
     operators_only: bool,
+    /// Measure only the node side (every role of a GPU node on one real kubelet's node, on a fresh cluster),
+    /// keeping the other results of bench.json.
+    #[arg(long)]
+    node_side_only: bool,
     /// Replay only MIG on demand's packing, our device order against NVIDIA's (seconds, no cluster), keeping the
     /// other results of bench.json.
     #[arg(long)]
@@ -120,6 +123,8 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             "gpu-operator",
             "--package",
             "device-plugin",
+            "--bin",
+            "gpu-device-plugin",
             "--example",
             "allocate_latency",
             "--package",
@@ -139,10 +144,10 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
     )?;
     // The driver upgrade runs at the largest node count.
     let upgrade_nodes = counts.iter().copied().max().unwrap_or_default();
-    if args.watchdog_only || args.dra_only || args.upgrade_only {
+    if args.watchdog_only || args.dra_only || args.upgrade_only || args.node_side_only {
         let earlier = std::fs::read(out.join("bench.json")).context(
-            "--watchdog-only, --dra-only and --upgrade-only keep the other results of bench.json, which does not \
-             exist yet",
+            "--watchdog-only, --dra-only, --upgrade-only and --node-side-only keep the other results of bench.json, \
+             which does not exist yet",
         )?;
         let mut results: Results = serde_json::from_slice(&earlier)?;
         let environment = environment(root, args.ours_only)?;
@@ -159,6 +164,9 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             let measured = dra::measure(root, &info, &environment);
             cluster::down()?;
             results.dra = Some(measured?);
+        }
+        if args.node_side_only {
+            results.node_side = Some(node_side::measure_on_fresh_cluster(root, &environment)?);
         }
         if args.upgrade_only {
             let info = fresh_cluster(upgrade_nodes)?;
@@ -203,6 +211,7 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             dra: None,
             upgrade: None,
             packing: None,
+            node_side: None,
         }
     };
     let mut outcome = Ok(());
@@ -286,6 +295,12 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
             Err(error) => {
                 outcome = Err(error.context("measuring fractional GPUs through DRA failed"))
             }
+        }
+    }
+    if outcome.is_ok() && rest {
+        match node_side::measure_on_fresh_cluster(root, &results.environment) {
+            Ok(measured) => results.node_side = Some(measured),
+            Err(error) => outcome = Err(error.context("measuring the node side failed")),
         }
     }
     if outcome.is_ok() && rest {
@@ -485,7 +500,7 @@ fn measure(
         .transpose()?;
 
     say(format!("patching toolkit.version to {PATCHED_VERSION}"));
-    let rollout_start = AuditMark::now(&audit_log)?;
+    let rollout_start = audit::Mark::now(&audit_log)?;
     let patched = Instant::now();
     command::run(
         root,
@@ -502,7 +517,7 @@ fn measure(
     )?;
     let (to_daemonset, to_ready) =
         time_patch(&observer, patched, |snapshot| snapshot.settled(nodes))?;
-    let rollout = rollout_start.operator_requests()?;
+    let rollout = rollout_start.requests(audit::OPERATOR_USER)?;
 
     say(format!(
         "{} s at rest, then {} s of counting requests",
@@ -511,11 +526,11 @@ fn measure(
     ));
     std::thread::sleep(REST_BEFORE_RSS);
     let steady = proc_stats::read(workload.pid)?;
-    let rest_start = AuditMark::now(&audit_log)?;
+    let rest_start = audit::Mark::now(&audit_log)?;
     std::thread::sleep(REST_WINDOW);
     let end = proc_stats::read(workload.pid)?;
     let reconciles = reconciles(operator, metrics_addr)?;
-    let at_rest = rest_start.operator_requests()?;
+    let at_rest = rest_start.requests(audit::OPERATOR_USER)?;
 
     say(format!("removing {}", operator.label()));
     contender.remove(root, info)?;
@@ -706,104 +721,4 @@ fn reconciles(operator: Operator, metrics_addr: SocketAddr) -> anyhow::Result<Re
         .reconcile_histogram()
         .context("the floor runs no operator to count reconciles of")?;
     report::reconciles(&text, histogram).with_context(|| format!("{url} has no {histogram}"))
-}
-
-/// A point in the audit log to count requests from. The API server rotates its log at 100 MB (lumberjack's
-/// default, as the cluster sets no `--audit-log-maxsize`): it renames the file to `audit-<time>.log` beside it and
-/// starts a new one, which a 1000-node rollout does several times. A rename keeps the inode, so a window is the
-/// marked file from the offset on, plus every file made since.
-struct AuditMark {
-    log: PathBuf,
-    inode: u64,
-    offset: u64,
-    /// The rotated files that existed at the mark: before the window.
-    earlier: BTreeSet<PathBuf>,
-}
-
-impl AuditMark {
-    fn now(log: &Path) -> anyhow::Result<Self> {
-        let metadata =
-            std::fs::metadata(log).with_context(|| format!("cannot read {}", log.display()))?;
-        let mut earlier = audit_files(log)?;
-        earlier.remove(log);
-        Ok(Self {
-            log: log.to_owned(),
-            inode: metadata.ino(),
-            offset: metadata.len(),
-            earlier,
-        })
-    }
-
-    /// The operator's requests from the mark to now (a line cut at the offset is skipped by the counting).
-    fn operator_requests(&self) -> anyhow::Result<Requests> {
-        let mut requests = Requests::default();
-        for file in audit_files(&self.log)?.difference(&self.earlier) {
-            let bytes =
-                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-            let from = if std::fs::metadata(file)?.ino() == self.inode {
-                self.offset as usize
-            } else {
-                0
-            };
-            let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default());
-            requests.add(audit::count(&text, audit::OPERATOR_USER));
-        }
-        Ok(requests)
-    }
-}
-
-/// The audit log and the rotated files beside it.
-fn audit_files(log: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
-    let dir = log.parent().context("the audit log has no folder")?;
-    let stem = log
-        .file_stem()
-        .and_then(|stem| stem.to_str())
-        .context("the audit log has no name")?;
-    let rotated = format!("{stem}-");
-    let mut files = BTreeSet::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let path = entry?.path();
-        let name = path
-            .file_name()
-            .and_then(|name| name.to_str())
-            .unwrap_or_default();
-        if path == log || (name.starts_with(&rotated) && name.ends_with(".log")) {
-            files.insert(path);
-        }
-    }
-    Ok(files)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn line(verb: &str) -> String {
-        format!(
-            r#"{{"stage":"ResponseComplete","verb":"{verb}","user":{{"username":"{}"}},"objectRef":{{"resource":"nodes"}}}}"#,
-            audit::OPERATOR_USER
-        ) + "\n"
-    }
-
-    #[test]
-    fn an_audit_window_spans_the_rotated_files() {
-        let dir = std::env::temp_dir().join(format!("xtask-audit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("audit.log");
-        std::fs::write(dir.join("audit-2026-11-27T09-00-00.000.log"), line("list")).unwrap();
-        std::fs::write(dir.join("kube-apiserver.log"), line("list")).unwrap();
-        std::fs::write(&log, line("get")).unwrap();
-        let mark = AuditMark::now(&log).unwrap();
-        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-        std::io::Write::write_all(&mut file, line("patch").as_bytes()).unwrap();
-        std::fs::rename(&log, dir.join("audit-2026-11-27T10-00-00.000.log")).unwrap();
-        std::fs::write(&log, line("delete")).unwrap();
-        let requests = mark.operator_requests().unwrap();
-        assert_eq!(
-            requests.by_kind.keys().collect::<Vec<_>>(),
-            ["delete nodes", "patch nodes"]
-        );
-        assert_eq!(requests.total(), 2);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

@@ -126,6 +126,9 @@ pub struct Results {
     /// MIG on demand: our device order and NVIDIA's under the scheduler's first fit.
     #[serde(default)]
     pub packing: Option<PackingBench>,
+    /// Every role of a GPU node, at rest, loaded and through a MIG change.
+    #[serde(default)]
+    pub node_side: Option<super::node_side::NodeSideBench>,
 }
 
 impl Results {
@@ -284,6 +287,9 @@ pub fn render(results: &Results) -> String {
             );
         }
     }
+    if let Some(node_side) = &results.node_side {
+        render_node_side(node_side, &mut text);
+    }
     if let Some(upgrade) = &results.upgrade {
         render_upgrade(upgrade, &mut text);
     }
@@ -291,6 +297,77 @@ pub fn render(results: &Results) -> String {
         render_packing(packing, &mut text);
     }
     text
+}
+
+/// The node side: every role's CPU and RSS in each window, its requests at rest, and the default install's sum.
+fn render_node_side(bench: &super::node_side::NodeSideBench, text: &mut String) {
+    let node = &bench.measured;
+    let window = node.window_seconds;
+    let _ = writeln!(
+        text,
+        "\n## The node side\n\nEvery role of a GPU node as a release process on one real kubelet's node (the \
+         kubelet's own device manager, pod-resources and DRA plugin calls; a fake container runtime) with {gpus} \
+         simulated GPUs, each under its chart ServiceAccount's pod-bound token with its DaemonSet's command line and \
+         default intervals. Windows of {window} s: **at rest** no pod, the exporter scraped every {scrape} s; \
+         **loaded** {plugin} pods on time-sliced GPUs (the kubelet calls Allocate) and {dra} with DRA shares (it \
+         calls NodePrepareResources) arrive, each with a GPU process the exporter and the watchdog map to its pod; \
+         **MIG change** the pods gone, the node labelled `{mig}`, applied in {mig_s:.1} s while discovery, the \
+         plugin and the driver follow. CPU in % of one core over the window; RSS at its end, in MiB. Requests: to \
+         the API server at rest, per minute, from the audit log. Measured {date} at commit {commit}.\n\n\
+         | role | command | default install | CPU at rest | RSS at rest | CPU loaded | RSS loaded | CPU MIG change | RSS MIG change | peak RSS | requests/min at rest | writes/min at rest |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        gpus = node.gpus,
+        scrape = node.scrape_interval_seconds,
+        plugin = node.plugin_pods,
+        dra = node.dra_pods,
+        mig = node.mig_config,
+        mig_s = node.mig_change_seconds,
+        date = bench.date,
+        commit = bench.commit,
+    );
+    for role in &node.roles {
+        let _ = writeln!(
+            text,
+            "| {} | `{}` | {} | {:.2} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            role.role,
+            role.command,
+            if role.default_install { "yes" } else { "no" },
+            role.at_rest.cpu_percent,
+            role.at_rest.rss_mib,
+            role.loaded.cpu_percent,
+            role.loaded.rss_mib,
+            role.mig_change.cpu_percent,
+            role.mig_change.rss_mib,
+            role.peak_rss_mib,
+            role.requests_per_minute(window),
+            role.writes_per_minute(window),
+        );
+    }
+    let sum = |value: &dyn Fn(&harness::node_side::RoleUsage) -> f64| -> f64 {
+        node.default_install().map(value).sum()
+    };
+    let _ = writeln!(
+        text,
+        "| **default install, per node** | | | {:.2} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        sum(&|role| role.at_rest.cpu_percent),
+        sum(&|role| role.at_rest.rss_mib),
+        sum(&|role| role.loaded.cpu_percent),
+        sum(&|role| role.loaded.rss_mib),
+        sum(&|role| role.mig_change.cpu_percent),
+        sum(&|role| role.mig_change.rss_mib),
+        sum(&|role| role.peak_rss_mib),
+        sum(&|role| role.requests_per_minute(window)),
+        sum(&|role| role.writes_per_minute(window)),
+    );
+    let requests_per_node = sum(&|role| role.requests_per_minute(window));
+    let _ = writeln!(
+        text,
+        "\nAt 5,000 nodes the default install's roles send the API server {:.0} requests a minute at rest ({:.1} per \
+         node). NVIDIA's node components (device plugin, GFD, DCGM and dcgm-exporter, MIG manager) need a GPU and \
+         its driver to start, so they are not measured here.",
+        requests_per_node * 5000.0,
+        requests_per_node,
+    );
 }
 
 /// MIG on demand, packing: both orders' figures over the seeds, and which order is better by how much.
@@ -745,6 +822,7 @@ mod tests {
             dra: None,
             upgrade: None,
             packing: None,
+            node_side: None,
         }
     }
 
@@ -776,6 +854,73 @@ mod tests {
         assert!(text.contains("| `update configmaps` | 0 | 0 | 30 | 0 |"));
         assert!(text.contains("| `patch daemonsets` | 0 | 36 | 0 | 9 |"));
         assert!(text.contains("p50 80 µs, p99 150 µs"));
+    }
+
+    #[test]
+    fn renders_the_node_side_with_the_default_installs_sum() {
+        use harness::node_side::{NodeSide, Phase, RoleUsage};
+        let role = |name: &str, default_install: bool, rss_mib: f64, lists: u64| RoleUsage {
+            role: name.into(),
+            command: format!("gpu-node-agent {name}"),
+            default_install,
+            at_rest: Phase {
+                cpu_percent: 0.5,
+                rss_mib,
+            },
+            loaded: Phase {
+                cpu_percent: 2.0,
+                rss_mib: rss_mib + 1.0,
+            },
+            mig_change: Phase {
+                cpu_percent: 1.0,
+                rss_mib,
+            },
+            peak_rss_mib: rss_mib + 2.0,
+            requests_at_rest: requests(&[("list nodes", lists), ("patch nodes", 1)]),
+        };
+        let mut results = results(Vec::new());
+        results.node_side = Some(super::super::node_side::NodeSideBench {
+            commit: "def5678".into(),
+            date: "2026-11-28T10:00:00Z".into(),
+            measured: NodeSide {
+                gpus: "h100-80gb:8".into(),
+                plugin_pods: 40,
+                dra_pods: 10,
+                scrape_interval_seconds: 15,
+                window_seconds: 30,
+                mig_change_seconds: 12.5,
+                mig_config: "all-1g.10gb".into(),
+                roles: vec![
+                    role("exporter", true, 10.0, 3),
+                    role("discovery", true, 6.0, 1),
+                    role("watchdog", false, 8.0, 5),
+                ],
+            },
+        });
+        let text = render(&results);
+        assert!(text.contains("## The node side"), "{text}");
+        assert!(text.contains("applied in 12.5 s"), "{text}");
+        assert!(
+            text.contains(
+                "| exporter | `gpu-node-agent exporter` | yes | 0.50 | 10.0 | 2.00 | 11.0 | 1.00 | 10.0 | 12.0 | 8.0 | 2.0 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("| watchdog | `gpu-node-agent watchdog` | no |"),
+            "{text}"
+        );
+        // The watchdog is not in the default install's sum: 4 + 2 requests in 30 s, 16 MiB at rest.
+        assert!(
+            text.contains(
+                "| **default install, per node** | | | 1.00 | 16.0 | 4.00 | 18.0 | 2.00 | 16.0 | 20.0 | 12.0 | 4.0 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("60000 requests a minute at rest (12.0 per node)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use serde_json::json;
 use super::contender::Contender;
 use super::observe::Observer;
 use super::report::Environment;
-use super::{AuditMark, SETTLE, TIMEOUT, free_local_address, say};
-use harness::cluster::audit::Requests;
+use super::{SETTLE, TIMEOUT, free_local_address, say};
+use harness::cluster::audit::{self, Requests};
 use harness::cluster::{self, ClusterInfo, Connection};
 use harness::command;
 
@@ -125,7 +125,7 @@ pub fn measure(
         "driver upgrade: patching driver.version to {UPGRADED_VERSION}"
     ));
     let audit_log = info.state_dir.join("logs/audit.log");
-    let audit_start = AuditMark::now(&audit_log)?;
+    let audit_start = audit::Mark::now(&audit_log)?;
     tracker.begin(Instant::now());
     patch_policy(
         &kubectl,
@@ -140,7 +140,7 @@ pub fn measure(
         )
         .with_context(log)?;
     let total = tracker.since_begin();
-    let requests = audit_start.operator_requests()?;
+    let requests = audit_start.requests(audit::OPERATOR_USER)?;
     let in_flight = tracker.per_second(total);
     let upgrade = UpgradeBench {
         commit: environment.commit.clone(),

@@ -12,11 +12,11 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use super::proc_stats;
 use super::report::Environment;
 use super::say;
 use harness::cluster::{self, AddNodes, ClusterInfo};
 use harness::command;
+use harness::proc_stats;
 
 const PODS: u32 = 25;
 const GPUS: u32 = 8;

@@ -1,8 +1,11 @@
-//! Counting an operator's API requests in the API server's audit log (JSON, one event a line, Metadata level; the
+//! Counting an operator's (or a node role's) API requests in the API server's audit log (JSON, one event a line, Metadata level; the
 //! cluster's audit policy records every request of the operator's namespace's ServiceAccounts).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 /// The operators' ServiceAccount (both charts name it so), as the audit log names it.
@@ -91,6 +94,73 @@ pub fn count(log: &str, user: &str) -> Requests {
     requests
 }
 
+/// A point in the audit log to count requests from. The API server rotates its log at 100 MB (lumberjack's
+/// default, as the cluster sets no `--audit-log-maxsize`): it renames the file to `audit-<time>.log` beside it and
+/// starts a new one, which a 1000-node rollout does several times. A rename keeps the inode, so a window is the
+/// marked file from the offset on, plus every file made since.
+#[derive(Debug)]
+pub struct Mark {
+    log: PathBuf,
+    inode: u64,
+    offset: u64,
+    /// The rotated files that existed at the mark: before the window.
+    earlier: BTreeSet<PathBuf>,
+}
+
+impl Mark {
+    pub fn now(log: &Path) -> anyhow::Result<Self> {
+        let metadata =
+            std::fs::metadata(log).with_context(|| format!("cannot read {}", log.display()))?;
+        let mut earlier = audit_files(log)?;
+        earlier.remove(log);
+        Ok(Self {
+            log: log.to_owned(),
+            inode: metadata.ino(),
+            offset: metadata.len(),
+            earlier,
+        })
+    }
+
+    /// `user`'s requests from the mark to now (a line cut at the offset is skipped by the counting).
+    pub fn requests(&self, user: &str) -> anyhow::Result<Requests> {
+        let mut requests = Requests::default();
+        for file in audit_files(&self.log)?.difference(&self.earlier) {
+            let bytes =
+                std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+            let from = if std::fs::metadata(file)?.ino() == self.inode {
+                self.offset as usize
+            } else {
+                0
+            };
+            let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default());
+            requests.add(count(&text, user));
+        }
+        Ok(requests)
+    }
+}
+
+/// The audit log and the rotated files beside it.
+fn audit_files(log: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+    let dir = log.parent().context("the audit log has no folder")?;
+    let stem = log
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .context("the audit log has no name")?;
+    let rotated = format!("{stem}-");
+    let mut files = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        if path == log || (name.starts_with(&rotated) && name.ends_with(".log")) {
+            files.insert(path);
+        }
+    }
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +205,35 @@ mod tests {
         assert_eq!(sum.total(), 10);
         assert_eq!(sum.by_kind["patch nodes"], 2);
         assert_eq!(sum.user_agents.len(), 1);
+    }
+
+    fn rotated_line(verb: &str) -> String {
+        event("ResponseComplete", verb, OPERATOR_USER, "nodes") + "\n"
+    }
+
+    #[test]
+    fn a_window_spans_the_rotated_files() {
+        let dir = std::env::temp_dir().join(format!("harness-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("audit.log");
+        std::fs::write(
+            dir.join("audit-2026-11-27T09-00-00.000.log"),
+            rotated_line("list"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("kube-apiserver.log"), rotated_line("list")).unwrap();
+        std::fs::write(&log, rotated_line("get")).unwrap();
+        let mark = Mark::now(&log).unwrap();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut file, rotated_line("patch").as_bytes()).unwrap();
+        std::fs::rename(&log, dir.join("audit-2026-11-27T10-00-00.000.log")).unwrap();
+        std::fs::write(&log, rotated_line("delete")).unwrap();
+        let requests = mark.requests(OPERATOR_USER).unwrap();
+        assert_eq!(
+            requests.by_kind.keys().collect::<Vec<_>>(),
+            ["delete nodes", "patch nodes"]
+        );
+        assert_eq!(requests.total(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

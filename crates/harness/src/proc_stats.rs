@@ -47,7 +47,7 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
 
 /// CLK_TCK from `getconf`; 100 (Linux's value everywhere in practice) when that fails.
 fn clock_ticks_per_second() -> f64 {
-    harness::command::output(&[], "getconf", &["CLK_TCK"])
+    crate::command::output(&[], "getconf", &["CLK_TCK"])
         .ok()
         .and_then(|text| text.trim().parse().ok())
         .unwrap_or(100.0)
