@@ -249,7 +249,9 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
     let window = window();
     let dir = scenario_dir("e2e-node-side");
     let state = dir.join(format!("{NODE}.json"));
-    let host = dir.join("host");
+    // The host's folders: the plugin's (its CDI specs, MPS) are where the driver's go too, one CDI folder for the
+    // kubelet's runtime to resolve both from, as on a node.
+    let host = e2e::plugin::kubelet_root(NODE, &state);
     let cdi_dir = host.join("cdi");
     let proc_root = dir.join("proc");
     for folder in [&cdi_dir, &proc_root, &host.join("etc")] {
