@@ -10,8 +10,8 @@
 //!
 //! For each role: CPU per second and RSS of each window, its peak RSS, and its API requests at rest from the audit
 //! log. With `E2E_NODE_SIDE_OUT` set, the figures are written there (`cargo xtask bench --node-side-only` runs
-//! this suite on release binaries with 60 s windows); the end-to-end run uses short windows and checks that every
-//! role lived through all three and that the load reached each one.
+//! this suite on release binaries, 300 s at rest and 60 s for the others); the end-to-end run uses short windows
+//! and checks that every role lived through all three and that the load reached each one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -26,7 +26,7 @@ use e2e::kubelet::{DEVICE_PLUGIN_ROOT, Kubelet, allocatable, gpu_pod};
 use e2e::plugin::DevicePlugin;
 use e2e::*;
 use harness::cluster::audit;
-use harness::node_side::{NodeSide, OUT_VAR, Phase, RoleUsage, WINDOW_VAR};
+use harness::node_side::{NodeSide, OUT_VAR, Phase, REST_VAR, RoleUsage, WINDOW_VAR};
 use harness::proc_stats;
 use serde_json::{Value, json};
 
@@ -49,10 +49,10 @@ const PROCESS_MIB: u64 = 2000;
 const SETTLE: Duration = Duration::from_secs(20);
 const WAIT: Duration = Duration::from_secs(180);
 
-/// The length of each window: `E2E_NODE_SIDE_WINDOW_SECONDS`, else 20 s.
-fn window() -> Duration {
+/// A window's length: the seconds in environment variable `var`, else 20.
+fn seconds(var: &str) -> Duration {
     Duration::from_secs(
-        std::env::var(WINDOW_VAR)
+        std::env::var(var)
             .ok()
             .and_then(|text| text.parse().ok())
             .unwrap_or(20),
@@ -246,7 +246,7 @@ fn dra_pod_gpu(pod: &Value) -> Option<u32> {
 #[ignore = "needs the local cluster: run `cargo xtask e2e`"]
 fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
     chart_installed();
-    let window = window();
+    let (rest, window) = (seconds(REST_VAR), seconds(WINDOW_VAR));
     let dir = scenario_dir("e2e-node-side");
     let state = dir.join(format!("{NODE}.json"));
     // The host's folders: the plugin's (its CDI specs, MPS) are where the driver's go too, one CDI folder for the
@@ -480,7 +480,7 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
     let mark = audit::Mark::now(Path::new(&audit_log)).expect("the audit log");
     let before = usage(&roles);
     let rest_start = Instant::now();
-    std::thread::sleep(window);
+    std::thread::sleep(rest);
     let at_rest = phases(&before, &usage(&roles), rest_start.elapsed().as_secs_f64());
     let requests_at_rest: Vec<audit::Requests> = roles
         .iter()
@@ -599,6 +599,7 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
         plugin_pods: PLUGIN_PODS,
         dra_pods: DRA_PODS,
         scrape_interval_seconds: SCRAPE_INTERVAL.as_secs(),
+        rest_seconds: rest.as_secs(),
         window_seconds: window.as_secs(),
         mig_change_seconds,
         mig_config: MIG_CONFIG.into(),
@@ -628,8 +629,17 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
             role.mig_change.cpu_percent,
             role.mig_change.rss_mib,
             role.peak_rss_mib,
-            role.requests_per_minute(measured.window_seconds),
+            role.requests_per_minute(measured.rest_seconds),
             role.requests_at_rest.by_kind
+        );
+    }
+    // Nothing is written at rest, though the Node the roles watch changes every 2 s (this kubelet's status).
+    for role in &measured.roles {
+        let writes = role.requests_at_rest.writes() + role.requests_at_rest.lease_writes();
+        assert_eq!(
+            writes, 0,
+            "{} writes at rest: {:?}",
+            role.role, role.requests_at_rest.by_kind
         );
     }
     // The load reached the roles it is for: the kubelet's calls, the scrapes, the change.

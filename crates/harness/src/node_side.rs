@@ -9,8 +9,12 @@ use crate::cluster::audit::Requests;
 
 /// Where the `node_side` suite writes its [`NodeSide`] (JSON), when set.
 pub const OUT_VAR: &str = "E2E_NODE_SIDE_OUT";
-/// The length of each measured window in seconds (the suite's default is short, to keep the end-to-end run quick).
+/// The length of the loaded and MIG change windows in seconds (the suite's default is short, to keep the
+/// end-to-end run quick).
 pub const WINDOW_VAR: &str = "E2E_NODE_SIDE_WINDOW_SECONDS";
+/// The length of the rest window in seconds: requests at rest are mostly watches that end after about five
+/// minutes and start again, so a window of a minute catches them by chance.
+pub const REST_VAR: &str = "E2E_NODE_SIDE_REST_SECONDS";
 
 /// One node's roles, measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,7 +26,9 @@ pub struct NodeSide {
     pub dra_pods: u32,
     /// Seconds between two scrapes of the exporter, all through the measurement.
     pub scrape_interval_seconds: u64,
-    /// Seconds of the rest and loaded windows.
+    /// Seconds of the rest window.
+    pub rest_seconds: u64,
+    /// Seconds of the loaded and MIG change windows.
     pub window_seconds: u64,
     /// Seconds the MIG change took, from the label to `nvidia.com/mig.config.state=success`.
     pub mig_change_seconds: f64,
@@ -68,19 +74,19 @@ impl NodeSide {
 
 impl RoleUsage {
     /// Requests per minute at rest.
-    pub fn requests_per_minute(&self, window_seconds: u64) -> f64 {
-        per_minute(self.requests_at_rest.total(), window_seconds)
+    pub fn requests_per_minute(&self, rest_seconds: u64) -> f64 {
+        per_minute(self.requests_at_rest.total(), rest_seconds)
     }
 
     /// Writes per minute at rest, leases included.
-    pub fn writes_per_minute(&self, window_seconds: u64) -> f64 {
+    pub fn writes_per_minute(&self, rest_seconds: u64) -> f64 {
         per_minute(
             self.requests_at_rest.writes() + self.requests_at_rest.lease_writes(),
-            window_seconds,
+            rest_seconds,
         )
     }
 }
 
-fn per_minute(count: u64, window_seconds: u64) -> f64 {
-    count as f64 * 60.0 / window_seconds.max(1) as f64
+fn per_minute(count: u64, seconds: u64) -> f64 {
+    count as f64 * 60.0 / seconds.max(1) as f64
 }

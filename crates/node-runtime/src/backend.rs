@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use clap::Args;
 use crd::labels::SIMULATED_GPUS_ANNOTATION;
@@ -126,10 +126,25 @@ impl Gpus {
     /// # Errors
     /// As [`Gpus::open`], and when the Node cannot be read.
     pub async fn open_reading_node(source: &GpuSource, node: Option<&str>) -> anyhow::Result<Self> {
+        // A node's simulated hardware does not change while a process runs: its annotation, once found, is kept, so
+        // that a role reopening its GPUs (the validator's checks) costs the API server nothing, as with NVML.
+        static FOUND: Mutex<Option<(String, String)>> = Mutex::new(None);
         let annotation = match (&source.simulate, node) {
             (Some(Simulate::Node), Some(name)) => {
-                let node = NodeApi::new(kube_io::client().await?, name).get().await?;
-                kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION).map(str::to_owned)
+                let found = FOUND.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                match found.filter(|(found_for, _)| found_for == name) {
+                    Some((_, annotation)) => Some(annotation),
+                    None => {
+                        let node = NodeApi::new(kube_io::client().await?, name).get().await?;
+                        let annotation = kube_io::annotation(&node, SIMULATED_GPUS_ANNOTATION)
+                            .map(str::to_owned);
+                        if let Some(annotation) = &annotation {
+                            *FOUND.lock().unwrap_or_else(PoisonError::into_inner) =
+                                Some((name.to_owned(), annotation.clone()));
+                        }
+                        annotation
+                    }
+                }
             }
             _ => None,
         };

@@ -302,16 +302,16 @@ pub fn render(results: &Results) -> String {
 /// The node side: every role's CPU and RSS in each window, its requests at rest, and the default install's sum.
 fn render_node_side(bench: &super::node_side::NodeSideBench, text: &mut String) {
     let node = &bench.measured;
-    let window = node.window_seconds;
+    let (rest, window) = (node.rest_seconds, node.window_seconds);
     let _ = writeln!(
         text,
         "\n## The node side\n\nEvery role of a GPU node as a release process on one real kubelet's node (the \
          kubelet's own device manager, pod-resources and DRA plugin calls; a fake container runtime) with {gpus} \
          simulated GPUs, each under its chart ServiceAccount's pod-bound token with its DaemonSet's command line and \
-         default intervals. Windows of {window} s: **at rest** no pod, the exporter scraped every {scrape} s; \
-         **loaded** {plugin} pods on time-sliced GPUs (the kubelet calls Allocate) and {dra} with DRA shares (it \
+         default intervals. **At rest** ({rest} s) no pod, the exporter scraped every {scrape} s; **loaded** \
+         ({window} s) {plugin} pods on time-sliced GPUs (the kubelet calls Allocate) and {dra} with DRA shares (it \
          calls NodePrepareResources) arrive, each with a GPU process the exporter and the watchdog map to its pod; \
-         **MIG change** the pods gone, the node labelled `{mig}`, applied in {mig_s:.1} s while discovery, the \
+         **MIG change** ({window} s) the pods gone, the node labelled `{mig}`, applied in {mig_s:.1} s while discovery, the \
          plugin and the driver follow. CPU in % of one core over the window; RSS at its end, in MiB. Requests: to \
          the API server at rest, per minute, from the audit log. Measured {date} at commit {commit}.\n\n\
          | role | command | default install | CPU at rest | RSS at rest | CPU loaded | RSS loaded | CPU MIG change | RSS MIG change | peak RSS | requests/min at rest | writes/min at rest |\n\
@@ -339,8 +339,8 @@ fn render_node_side(bench: &super::node_side::NodeSideBench, text: &mut String) 
             role.mig_change.cpu_percent,
             role.mig_change.rss_mib,
             role.peak_rss_mib,
-            role.requests_per_minute(window),
-            role.writes_per_minute(window),
+            role.requests_per_minute(rest),
+            role.writes_per_minute(rest),
         );
     }
     let sum = |value: &dyn Fn(&harness::node_side::RoleUsage) -> f64| -> f64 {
@@ -356,10 +356,10 @@ fn render_node_side(bench: &super::node_side::NodeSideBench, text: &mut String) 
         sum(&|role| role.mig_change.cpu_percent),
         sum(&|role| role.mig_change.rss_mib),
         sum(&|role| role.peak_rss_mib),
-        sum(&|role| role.requests_per_minute(window)),
-        sum(&|role| role.writes_per_minute(window)),
+        sum(&|role| role.requests_per_minute(rest)),
+        sum(&|role| role.writes_per_minute(rest)),
     );
-    let requests_per_node = sum(&|role| role.requests_per_minute(window));
+    let requests_per_node = sum(&|role| role.requests_per_minute(rest));
     let _ = writeln!(
         text,
         "\nAt 5,000 nodes the default install's roles send the API server {:.0} requests a minute at rest ({:.1} per \
@@ -887,7 +887,8 @@ mod tests {
                 plugin_pods: 40,
                 dra_pods: 10,
                 scrape_interval_seconds: 15,
-                window_seconds: 30,
+                rest_seconds: 30,
+                window_seconds: 60,
                 mig_change_seconds: 12.5,
                 mig_config: "all-1g.10gb".into(),
                 roles: vec![

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crd::gpu_node::{GpuMigGeometry, GpuNodeStatus};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use tracing::{info, instrument, warn};
 
@@ -211,10 +212,13 @@ impl MigManager {
                 self.fail(rejection.into(), request, observed.progress, roll_back)
                     .await
             }
-            (Decision::Converged, _, _) => self.succeed(observed.progress).await,
+            (Decision::Converged, _, _) => {
+                self.succeed(observed.progress, Some(&watched.node)).await
+            }
             (Decision::Idle, _, _) => {
                 self.report.clear_state();
-                self.finish(observed.progress.as_ref(), None).await?;
+                self.finish(observed.progress.as_ref(), None, Some(&watched.node))
+                    .await?;
                 self.publish().await
             }
             _ => self.publish().await,
@@ -259,7 +263,7 @@ impl MigManager {
                 }
                 Next::Succeed => {
                     info!(elapsed = ?started.elapsed(), "MIG config applied");
-                    return self.succeed(Some(run.take_record())).await;
+                    return self.succeed(Some(run.take_record()), None).await;
                 }
                 Next::Fail { reason, roll_back } => {
                     let record = run.take_record();
@@ -302,11 +306,15 @@ impl MigManager {
     }
 
     /// Ends a change (or finds the GPUs right): clients restored, state `success`.
-    async fn succeed(&mut self, progress: Option<Progress>) -> Result<(), ReconcileError> {
+    async fn succeed(
+        &mut self,
+        progress: Option<Progress>,
+        seen: Option<&Node>,
+    ) -> Result<(), ReconcileError> {
         self.report.set_state(MigState::Success);
         self.report.set_error(None);
         self.failed = None;
-        self.finish(progress.as_ref(), Some(MigState::Success))
+        self.finish(progress.as_ref(), Some(MigState::Success), seen)
             .await?;
         if let Some(progress) = progress {
             self.report
@@ -341,7 +349,7 @@ impl MigManager {
         self.report.set_state(MigState::Failed);
         self.report.set_error(Some(reason.clone()));
         self.failed = request;
-        self.finish(progress.as_ref(), Some(MigState::Failed))
+        self.finish(progress.as_ref(), Some(MigState::Failed), None)
             .await?;
         self.report.event(MigEvent::Failed, &reason).await;
         self.report.views = self.read_gpus().await?;
@@ -349,12 +357,22 @@ impl MigManager {
     }
 
     /// Restores the clients and sets the state label, retrying until the API server takes it: labels are never
-    /// left paused.
+    /// left paused. `seen` is the Node as this reconcile watched it, when nothing was written since: if it already
+    /// carries the result, there is nothing to read or write (a later change comes through the watch, with a
+    /// reconcile of its own). Without it, or when a write is due, the Node is read fresh to patch against.
     async fn finish(
         &self,
         progress: Option<&Progress>,
         state: Option<MigState>,
+        seen: Option<&Node>,
     ) -> Result<(), ReconcileError> {
+        if let Some(node) = seen
+            && restore(node.labels(), progress, state)
+                .minus(node.labels(), node.annotations())
+                .is_empty()
+        {
+            return Ok(());
+        }
         let mut retry = node_runtime::Backoff::default();
         loop {
             let attempt = async {
