@@ -111,36 +111,53 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    say(
-        "building our operator, the node agent, the DRA driver and the benchmarks' examples (release)",
-    );
-    command::release_build(
-        root,
-        &[
+    // The node side alone needs only the node's binaries: with the size-tuned release profile every binary is a
+    // link of several minutes on two cores.
+    let node_side_alone =
+        args.node_side_only && !(args.watchdog_only || args.dra_only || args.upgrade_only);
+    let mut targets = vec![
+        "--package",
+        "device-plugin",
+        "--bin",
+        "gpu-device-plugin",
+        "--package",
+        "node-agent",
+        "--bin",
+        "gpu-node-agent",
+        "--package",
+        "dra-driver",
+        "--bin",
+        "gpu-dra-driver",
+    ];
+    if node_side_alone {
+        say("building the node agent, the device plugin and the DRA driver (release)");
+    } else {
+        say(
+            "building our operator, the node agent, the device plugin, the DRA driver and the benchmarks' examples \
+             (release)",
+        );
+        targets.extend([
             "--package",
             "operator",
             "--bin",
             "gpu-operator",
             "--package",
             "device-plugin",
-            "--bin",
-            "gpu-device-plugin",
             "--example",
             "allocate_latency",
             "--package",
             "node-agent",
-            "--bin",
-            "gpu-node-agent",
             "--example",
             "watchdog_load",
             "--package",
             "dra-driver",
-            "--bin",
-            "gpu-dra-driver",
             "--example",
             "prepare_latency",
-        ]
-        .map(String::from),
+        ]);
+    }
+    command::release_build(
+        root,
+        &targets.into_iter().map(String::from).collect::<Vec<_>>(),
     )?;
     // The driver upgrade runs at the largest node count.
     let upgrade_nodes = counts.iter().copied().max().unwrap_or_default();
