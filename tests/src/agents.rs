@@ -73,6 +73,29 @@ impl NodeAgent {
         Self { child, log }
     }
 
+    /// Node facts for `node` as its DaemonSet runs it, on the host folder `host`: its `etc/os-release` and a
+    /// `kernel` file holding the kernel release stand in for the host's.
+    pub fn node_facts(node: &str, state: &Path, host: &Path) -> Self {
+        let (host_root, kernel) = (
+            host.display().to_string(),
+            host.join("kernel").display().to_string(),
+        );
+        Self::start(
+            &node_agent_bin(),
+            node,
+            "gpu-node-facts",
+            state,
+            &[
+                "node-facts",
+                "--host-root",
+                &host_root,
+                "--kernel-release-file",
+                &kernel,
+            ],
+            &[],
+        )
+    }
+
     /// Kills the process at once (SIGKILL), as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();

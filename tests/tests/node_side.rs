@@ -283,11 +283,7 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
         "--overwrite",
     ]);
     let root = kubelet.root().display().to_string();
-    let (host_root, kernel, proc) = (
-        host.display().to_string(),
-        host.join("kernel").display().to_string(),
-        proc_root.display().to_string(),
-    );
+    let proc = proc_root.display().to_string();
     let exporter_port = free_port();
     let exporter_listen = format!("127.0.0.1:{exporter_port}");
     let watchdog_listen = format!("127.0.0.1:{}", free_port());
@@ -296,17 +292,7 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
     };
     // The command lines of the chart's DaemonSets (`gpu-operator render` of the chart's ClusterPolicy), with this
     // machine's folders for the host's.
-    let node_facts = agent(
-        "gpu-node-facts",
-        &[
-            "node-facts",
-            "--host-root",
-            &host_root,
-            "--kernel-release-file",
-            &kernel,
-        ],
-        &[],
-    );
+    let node_facts = NodeAgent::node_facts(NODE, &state, &host);
     let validations = dir.join("validations").display().to_string();
     let validator = agent(
         "nvidia-operator-validator",
@@ -618,21 +604,10 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
             })
             .collect(),
     };
-    for role in &measured.roles {
-        eprintln!(
-            "{:<18} rest {:5.2} % {:5.1} MiB | loaded {:5.2} % {:5.1} MiB | MIG {:5.2} % {:5.1} MiB | peak {:5.1} MiB | {:.1} requests/min at rest {:?}",
-            role.role,
-            role.at_rest.cpu_percent,
-            role.at_rest.rss_mib,
-            role.loaded.cpu_percent,
-            role.loaded.rss_mib,
-            role.mig_change.cpu_percent,
-            role.mig_change.rss_mib,
-            role.peak_rss_mib,
-            role.requests_per_minute(measured.rest_seconds),
-            role.requests_at_rest.by_kind
-        );
-    }
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&measured).expect("the figures as JSON")
+    );
     // Nothing is written at rest, though the Node the roles watch changes every 2 s (this kubelet's status).
     for role in &measured.roles {
         let writes = role.requests_at_rest.writes() + role.requests_at_rest.lease_writes();

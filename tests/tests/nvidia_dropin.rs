@@ -214,23 +214,7 @@ fn node_facts_replace_nfd() {
         "feature.node.kubernetes.io/pci-10de.present-",
     ]);
 
-    let state = host.join("gpus.json");
-    let host_root = host.display().to_string();
-    let kernel = host.join("kernel").display().to_string();
-    let agent = agents::NodeAgent::start(
-        &agents::node_agent_bin(),
-        &node,
-        "gpu-node-facts",
-        &state,
-        &[
-            "node-facts",
-            "--host-root",
-            &host_root,
-            "--kernel-release-file",
-            &kernel,
-        ],
-        &[],
-    );
+    let agent = agents::NodeAgent::node_facts(&node, &host.join("gpus.json"), &host);
     eventually(WAIT, || {
         let node = kubectl_json(&["get", "node", &node]);
         let present =
