@@ -608,13 +608,24 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
         "{}",
         serde_json::to_string_pretty(&measured).expect("the figures as JSON")
     );
-    // Nothing is written at rest, though the Node the roles watch changes every 2 s (this kubelet's status).
+    if let Ok(out) = std::env::var(OUT_VAR) {
+        std::fs::write(&out, serde_json::to_string_pretty(&measured).expect("JSON"))
+            .unwrap_or_else(|error| panic!("writing {out}: {error}"));
+    }
+    // Nothing is written at rest, though the Node the roles watch changes every 2 s (this kubelet's status), but
+    // for feature discovery's `nvidia.com/gfd.timestamp`, renewed once a minute as NVIDIA's GFD renews it.
     for role in &measured.roles {
         let writes = role.requests_at_rest.writes() + role.requests_at_rest.lease_writes();
-        assert_eq!(
-            writes, 0,
+        let allowed = if role.role == "feature discovery" {
+            rest.as_secs() / 60 + 1
+        } else {
+            0
+        };
+        assert!(
+            writes <= allowed,
             "{} writes at rest: {:?}",
-            role.role, role.requests_at_rest.by_kind
+            role.role,
+            role.requests_at_rest.by_kind
         );
     }
     // The load reached the roles it is for: the kubelet's calls, the scrapes, the change.
@@ -638,8 +649,4 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
         "{:?}",
         role("MIG manager")
     );
-    if let Ok(out) = std::env::var(OUT_VAR) {
-        std::fs::write(&out, serde_json::to_string_pretty(&measured).expect("JSON"))
-            .unwrap_or_else(|error| panic!("writing {out}: {error}"));
-    }
 }

@@ -363,8 +363,10 @@ fn render_node_side(bench: &super::node_side::NodeSideBench, text: &mut String) 
     let _ = writeln!(
         text,
         "\nAt 5,000 nodes the default install's roles send the API server {:.0} requests a minute at rest ({:.1} per \
-         node). NVIDIA's node components (device plugin, GFD, DCGM and dcgm-exporter, MIG manager) need a GPU and \
-         its driver to start, so they are not measured here.",
+         node). Feature discovery's writes at rest renew `nvidia.com/gfd.timestamp` once a minute, as NVIDIA's GFD \
+         does; `GFD_NO_TIMESTAMP=true` in the ClusterPolicy's `gfd.env` leaves the label out. NVIDIA's node \
+         components (device plugin, GFD, DCGM and dcgm-exporter, MIG manager) need a GPU and its driver to start, so \
+         they are not measured here.",
         requests_per_node * 5000.0,
         requests_per_node,
     );
