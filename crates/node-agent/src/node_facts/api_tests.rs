@@ -48,8 +48,11 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// One pass over the Node as the fake API server holds it now (as the watch delivers it).
     async fn pass(&self) -> Result<(), String> {
-        pass(&self.args, &GpuSource::default(), &self.node_api)
+        let node: Node =
+            serde_json::from_value(self.api.object(NODE).expect("the Node")).expect("a Node");
+        pass(&self.args, &GpuSource::default(), &self.node_api, &node)
             .await
             .map_err(|error| format!("{error:#}"))
     }
@@ -106,4 +109,14 @@ async fn standard_a_refused_patch_is_an_error_naming_the_node_and_the_reason() {
         async || fixture.pass().await,
     )
     .await;
+}
+
+/// A pass works from the Node as watched: once the labels are right, it sends nothing at all.
+#[tokio::test]
+async fn a_pass_over_a_labelled_node_sends_no_request() {
+    let fixture = fixture();
+    fixture.pass().await.unwrap();
+    fixture.api.take_requests();
+    fixture.pass().await.unwrap();
+    assert_eq!(fixture.api.take_requests(), Vec::new());
 }
