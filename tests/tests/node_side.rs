@@ -565,12 +565,15 @@ fn every_node_role_measured_at_rest_loaded_and_through_a_mig_change() {
         &format!("nvidia.com/mig.config={MIG_CONFIG}"),
         "--overwrite",
     ]);
+    // The state label already says `success` (of the default config): the GPUNode says which config it is.
     eventually(WAIT, || {
-        let labels = kubectl_json(&["get", "node", NODE])["metadata"]["labels"].clone();
-        Ok((labels["nvidia.com/mig.config.state"] == "success").then_some(()))
+        let mig = kubectl_json(&["get", "gpunode", NODE])["status"]["mig"].clone();
+        Ok((mig["config"] == MIG_CONFIG && mig["state"] == "success").then_some(()))
     })
     .unwrap_or_else(|error| panic!("the MIG change never succeeded: {error:#}\n{}", logs()));
     let mig_change_seconds = mig_start.elapsed().as_secs_f64();
+    let devices = simulator_tool(NODE, &state, &["devices"]).lines().count();
+    assert_eq!(devices, 8 * 7, "seven 1g.10gb on each H100-80GB");
     // Discovery, the plugin and the driver follow the geometry on their own clocks (a read every 10 to 60 s).
     if let Some(left) = window.checked_sub(mig_start.elapsed()) {
         std::thread::sleep(left);
