@@ -1,7 +1,8 @@
 //! The node side: every role of a GPU node (the node agent's roles, the device plugin, the DRA driver) as a release
 //! process on one real kubelet's node, at rest, loaded and through a MIG change. The measurement is the end-to-end
 //! suite `node_side` (where the real kubelet, its fake runtime and the roles' pod-bound tokens are), run here on
-//! the release binaries (300 s at rest, 60 s loaded and through the MIG change); it writes [`NodeSide`], which this wraps with the commit and date.
+//! the release binaries (300 s at rest, 60 s loaded and through the MIG change); it writes [`NodeSide`], which
+//! this wraps with the commit and date.
 
 use std::path::Path;
 
@@ -30,7 +31,7 @@ pub struct NodeSideBench {
 }
 
 /// Runs the `node_side` suite on the running cluster `info` with the release binaries `run` built.
-pub fn measure(
+fn measure(
     root: &Path,
     info: &ClusterInfo,
     environment: &Environment,

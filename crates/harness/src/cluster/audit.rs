@@ -1,5 +1,6 @@
-//! Counting an operator's (or a node role's) API requests in the API server's audit log (JSON, one event a line, Metadata level; the
-//! cluster's audit policy records every request of the operator's namespace's ServiceAccounts).
+//! Counting an operator's (or a node role's) API requests in the API server's audit log (JSON, one event a line,
+//! Metadata level; the cluster's audit policy records every request of the operator's namespace's
+//! ServiceAccounts).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt as _;
