@@ -87,6 +87,7 @@ fn dra_driver_on_a_real_kubelet() {
         ("pod", "e2e-dra-tainted".into()),
         ("pod", "e2e-dra-extended".into()),
         ("pod", "e2e-dra-classic".into()),
+        ("pod", "e2e-dra-capped".into()),
         ("pod", "training".into()),
         ("pod", "notebook".into()),
         ("resourceclaimtemplate", "e2e-share-3000-30".into()),
@@ -569,6 +570,27 @@ fn dra_driver_on_a_real_kubelet() {
     );
     delete_pod("e2e-dra-extended");
     kubectl(&["label", "node", KUBELET_NODE, "nvidia.com/dra.gpus-"]);
+    // Until the driver publishes GPU 1 alone, the scheduler may still allocate GPU 0 from the slice it read:
+    // a claim allocated so would never be prepared, by this driver or the one restarted below.
+    eventually(WAIT, || {
+        let plugin_has_gpu_0 =
+            e2e::kubelet::allocatable(KUBELET_NODE, "nvidia.com/gpu").as_deref() == Some("1");
+        let gpu_1_alone = slice_of(KUBELET_NODE).is_some_and(|slice| {
+            slice["spec"]["devices"].as_array().map(|devices| {
+                devices
+                    .iter()
+                    .map(|device| device["name"].clone())
+                    .collect::<Vec<_>>()
+            }) == Some(vec![json!("gpu-1")])
+        });
+        Ok((plugin_has_gpu_0 && gpu_1_alone).then_some(()))
+    })
+    .unwrap_or_else(|error| {
+        panic!(
+            "without the label, GPU 0 never went back to the plugin: {error:#}\n{}",
+            logs(&driver)
+        )
+    });
 
     step(
         "an R615 driver and a toolkit whose CDI hook applies memory limits (MEMORY_LIMIT_HOOK, as the operator renders it for toolkit 1.20.1+): on a cgroup v2 host the driver holds the claim's memory through the hook, elsewhere MPS does and GPUNode says why",
@@ -587,27 +609,7 @@ fn dra_driver_on_a_real_kubelet() {
             ("MEMORY_LIMIT_HOOK", hook),
         ],
     );
-    assert!(
-        kubectl_apply(
-            &claim_pod("e2e-dra-capped", KUBELET_NODE, "e2e-share-2g"),
-            &[]
-        )
-        .success
-    );
-    let capped = wait_running("e2e-dra-capped", &|| logs(&driver));
-    let claim = kubectl_json(&["get", "resourceclaim", &claim_of(&capped), "-n", "default"]);
-    let spec_file = cdi_dir.join(format!(
-        "k8s.gpu.nvidia.com-claim_{}.json",
-        claim["metadata"]["uid"].as_str().expect("claim uid")
-    ));
-    let spec: Value =
-        serde_json::from_slice(&std::fs::read(&spec_file).expect("the claim's CDI spec"))
-            .expect("a CDI spec");
-    let edits = &spec["devices"][0]["containerEdits"];
-    let container = kubelet
-        .container_of("e2e-dra-capped")
-        .expect("container of e2e-dra-capped");
-    // The restarted driver's status, once it is written.
+    // The restarted driver's status, once it is written: the driver is up before the pod comes.
     let cgroup_v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let status = eventually(WAIT, || {
         let status = kubectl_json(&["get", "gpunode", KUBELET_NODE])["status"]["dra"].clone();
@@ -630,6 +632,26 @@ fn dra_driver_on_a_real_kubelet() {
         )
     });
     eprintln!("GPUNode status.dra: {status}");
+    assert!(
+        kubectl_apply(
+            &claim_pod("e2e-dra-capped", KUBELET_NODE, "e2e-share-2g"),
+            &[]
+        )
+        .success
+    );
+    let capped = wait_running("e2e-dra-capped", &|| logs(&driver));
+    let claim = kubectl_json(&["get", "resourceclaim", &claim_of(&capped), "-n", "default"]);
+    let spec_file = cdi_dir.join(format!(
+        "k8s.gpu.nvidia.com-claim_{}.json",
+        claim["metadata"]["uid"].as_str().expect("claim uid")
+    ));
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).expect("the claim's CDI spec"))
+            .expect("a CDI spec");
+    let edits = &spec["devices"][0]["containerEdits"];
+    let container = kubelet
+        .container_of("e2e-dra-capped")
+        .expect("container of e2e-dra-capped");
     if cgroup_v2 {
         assert_eq!(
             container["env"]["NVIDIA_GPU_MEMORY_LIMIT"], "2048",
