@@ -71,6 +71,10 @@ pub struct Args {
     /// rows of the same operator and node count are replaced.
     #[arg(long)]
     operators_only: bool,
+    /// Runs of the operators and the floor per node count, each on a fresh cluster; the report gives their medians
+    /// and spread, and in every second run the floor goes first.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// Measure only the node side (every role of a GPU node on one real kubelet's node, on a fresh cluster),
     /// keeping the other results of bench.json.
     #[arg(long)]
@@ -232,59 +236,89 @@ pub fn run(root: &Path, args: &Args) -> anyhow::Result<()> {
         }
     };
     let mut outcome = Ok(());
+    let measured_operators: Vec<Operator> = contenders
+        .iter()
+        .map(|contender| contender.operator)
+        .chain([Operator::Floor])
+        .collect();
     'counts: for nodes in counts {
-        let info = match fresh_cluster(nodes) {
-            Ok(info) => info,
-            Err(error) => {
-                outcome = Err(error.context(format!("preparing {nodes} nodes failed")));
-                break;
-            }
-        };
-        // The ClusterPolicy both operators get: NVIDIA's chart's when NVIDIA's runs, else ours.
-        let env = cluster::env_vars(&info);
-        let policy = info.state_dir.join("bench-clusterpolicy.yaml");
-        let rendered = contenders
-            .last()
-            .context("no operator to measure")
-            .and_then(|last| last.render_policy(&env))
-            .and_then(|yaml| Ok(std::fs::write(&policy, yaml)?));
-        if let Err(error) = rendered {
-            outcome = Err(error.context("rendering the ClusterPolicy failed"));
-            break;
-        }
-        for contender in &contenders {
-            let label = format!("{} nodes, {}", nodes, contender.operator.label());
-            let measured =
-                measure(root, &info, contender, &policy, nodes).and_then(|(row, captured)| {
-                    let mut rows = vec![row];
-                    if let Some(captured) = captured {
-                        rows.push(measure_floor(root, &info, contender, &captured, nodes)?);
-                    }
-                    Ok(rows)
-                });
-            match measured {
-                Ok(rows) => {
-                    for row in rows {
-                        say(format!(
-                            "{} nodes, {}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, {} requests/min \
-                             at rest",
-                            row.nodes,
-                            row.operator.label(),
-                            row.ready_s,
-                            row.patch_to_ready_s,
-                            row.steady_rss_mib,
-                            row.at_rest.total()
-                        ));
-                        results.rows.retain(|earlier| {
-                            (earlier.operator, earlier.nodes) != (row.operator, row.nodes)
-                        });
-                        results.rows.push(row);
-                    }
-                    write_outputs(&out, &results)?;
-                }
+        // A count measured anew replaces its earlier runs whole: runs of two commits are not one median.
+        results.rows.retain(|earlier| {
+            earlier.nodes != nodes || !measured_operators.contains(&earlier.operator)
+        });
+        // What our operator's last run rendered and labelled, for a run where the floor goes first.
+        let mut captured: Option<floor::Captured> = None;
+        for run in 1..=args.runs {
+            let info = match fresh_cluster(nodes) {
+                Ok(info) => info,
                 Err(error) => {
-                    outcome = Err(error.context(format!("the run with {label} failed")));
+                    outcome = Err(error.context(format!("preparing {nodes} nodes failed")));
                     break 'counts;
+                }
+            };
+            // The ClusterPolicy both operators get: NVIDIA's chart's when NVIDIA's runs, else ours.
+            let env = cluster::env_vars(&info);
+            let policy = info.state_dir.join("bench-clusterpolicy.yaml");
+            let rendered = contenders
+                .last()
+                .context("no operator to measure")
+                .and_then(|last| last.render_policy(&env))
+                .and_then(|yaml| Ok(std::fs::write(&policy, yaml)?));
+            if let Err(error) = rendered {
+                outcome = Err(error.context("rendering the ClusterPolicy failed"));
+                break 'counts;
+            }
+            let floor_first = report::floor_first(run) && captured.is_some();
+            let mut steps: Vec<Step> = Vec::new();
+            if floor_first {
+                steps.push(Step::Floor);
+            }
+            steps.extend(contenders.iter().map(Step::Operator));
+            for step in steps {
+                let label = format!("{nodes} nodes, run {run}, {}", step.label());
+                let measured = match step {
+                    Step::Floor => captured
+                        .as_ref()
+                        .context("no capture of our operator's run")
+                        .and_then(|captured| {
+                            measure_floor(root, &info, &ours(root), captured, nodes)
+                        })
+                        .map(|row| vec![row]),
+                    Step::Operator(contender) => measure(root, &info, contender, &policy, nodes)
+                        .and_then(|(row, capture)| {
+                            let mut rows = vec![row];
+                            if let Some(capture) = capture {
+                                if !floor_first {
+                                    rows.push(measure_floor(
+                                        root, &info, contender, &capture, nodes,
+                                    )?);
+                                }
+                                captured = Some(capture);
+                            }
+                            Ok(rows)
+                        }),
+                };
+                match measured {
+                    Ok(rows) => {
+                        for row in rows {
+                            say(format!(
+                                "{} nodes, run {run}, {}: ready {:.2} s, patch→ready {:.2} s, steady RSS {:.1} MiB, \
+                                 {} requests/min at rest",
+                                row.nodes,
+                                row.operator.label(),
+                                row.ready_s,
+                                row.patch_to_ready_s,
+                                row.steady_rss_mib,
+                                row.at_rest.total()
+                            ));
+                            results.rows.push(Row { run, ..row });
+                        }
+                        write_outputs(&out, &results)?;
+                    }
+                    Err(error) => {
+                        outcome = Err(error.context(format!("the run with {label} failed")));
+                        break 'counts;
+                    }
                 }
             }
         }
@@ -393,7 +427,7 @@ fn write_outputs(out: &Path, results: &Results) -> anyhow::Result<()> {
         serde_json::to_string_pretty(results)? + "\n",
     )?;
     if !results.rows.is_empty() {
-        plot::draw_all(&results.rows, out)?;
+        plot::draw_all(&results.summaries(), out)?;
     }
     if let Some(upgrade) = &results.upgrade {
         plot::draw_upgrade(upgrade, out)?;
@@ -564,6 +598,21 @@ fn measure(
     Ok((row, captured))
 }
 
+/// One measurement of a run: an operator's, or the floor's.
+enum Step<'a> {
+    Operator(&'a Contender),
+    Floor,
+}
+
+impl Step<'_> {
+    fn label(&self) -> String {
+        match self {
+            Self::Operator(contender) => contender.operator.label(),
+            Self::Floor => Operator::Floor.label(),
+        }
+    }
+}
+
 /// The floor at `nodes`: what our operator's run rendered and labelled, applied with no operator.
 fn measure_floor(
     root: &Path,
@@ -628,6 +677,8 @@ impl Timeline {
         Row {
             operator,
             nodes,
+            // Numbered by the caller, which knows the run.
+            run: 1,
             daemonsets_s: self.daemonsets_s,
             labelled_s: self.labelled_s,
             available_s: self.available_s,

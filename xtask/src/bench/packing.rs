@@ -91,7 +91,7 @@ pub struct PackingBench {
     pub runs: Vec<Run>,
 }
 
-/// The median, least and most of a figure over the seeds.
+/// The median, least and most of a figure over seeds or runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
     pub median: f64,
@@ -99,21 +99,28 @@ pub struct Spread {
     pub max: f64,
 }
 
-impl PackingBench {
-    /// A figure of one order over the runs.
-    pub fn spread(&self, order: Order, figure: impl Fn(&Figures) -> f64) -> Spread {
-        let mut values: Vec<f64> = self.runs.iter().map(|run| figure(run.of(order))).collect();
+impl Spread {
+    /// The median, least and most of `values`; all zero when there are none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Self {
+        let mut values: Vec<f64> = values.into_iter().collect();
         values.sort_by(f64::total_cmp);
         let median = match values.len() {
             0 => 0.0,
             n if n % 2 == 1 => values[n / 2],
             n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
         };
-        Spread {
+        Self {
             median,
             min: values.first().copied().unwrap_or_default(),
             max: values.last().copied().unwrap_or_default(),
         }
+    }
+}
+
+impl PackingBench {
+    /// A figure of one order over the runs.
+    pub fn spread(&self, order: Order, figure: impl Fn(&Figures) -> f64) -> Spread {
+        Spread::of(self.runs.iter().map(|run| figure(run.of(order))))
     }
 
     /// Seeds on which ours refused fewer pods than NVIDIA's order, and on which it refused more.

@@ -437,6 +437,7 @@ mod tests {
         Row {
             operator,
             nodes,
+            run: 1,
             daemonsets_s: 0.5,
             labelled_s: 0.6,
             available_s: ready_s,

@@ -16,6 +16,9 @@ use harness::cluster::audit::Requests;
 pub struct Row {
     pub operator: Operator,
     pub nodes: u32,
+    /// Which of the node count's runs, from 1, each on a fresh cluster (reports before runs had one).
+    #[serde(default = "first_run")]
+    pub run: u32,
     /// From creating the ClusterPolicy to the last operand DaemonSet existing.
     pub daemonsets_s: f64,
     /// From creating the ClusterPolicy to the device plugin's DaemonSet wanting a pod on every node (the operator
@@ -46,6 +49,16 @@ pub struct Row {
     pub reconciles: Reconciles,
     /// The operand DaemonSets it created.
     pub daemonsets: Vec<String>,
+}
+
+fn first_run() -> u32 {
+    1
+}
+
+/// Whether the floor goes first in `run`: in every second run, so that neither our operator nor the floor always
+/// meets a cluster that has rolled the same pods out once already.
+pub fn floor_first(run: u32) -> bool {
+    run.is_multiple_of(2)
 }
 
 impl Row {
@@ -132,10 +145,56 @@ pub struct Results {
 }
 
 impl Results {
-    fn row(&self, operator: Operator, nodes: u32) -> Option<&Row> {
+    /// The runs of `operator` at `nodes`, in run order.
+    fn runs(&self, operator: Operator, nodes: u32) -> Vec<&Row> {
+        let mut runs: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|row| row.operator == operator && row.nodes == nodes)
+            .collect();
+        runs.sort_by_key(|row| row.run);
+        runs
+    }
+
+    /// `operator` at `nodes` over its runs: each time, memory and CPU figure the median of the runs'; the requests,
+    /// reconciles and DaemonSets those of the run whose time to ready is the median (the later one of two).
+    fn median_of_runs(&self, operator: Operator, nodes: u32) -> Option<Row> {
+        let mut runs = self.runs(operator, nodes);
+        runs.sort_by(|a, b| a.ready_s.total_cmp(&b.ready_s));
+        let middle = (*runs.get(runs.len() / 2)?).clone();
+        let median =
+            |figure: fn(&Row) -> f64| Spread::of(runs.iter().map(|row| figure(row))).median;
+        Some(Row {
+            daemonsets_s: median(|row| row.daemonsets_s),
+            labelled_s: median(|row| row.labelled_s),
+            available_s: median(|row| row.available_s),
+            ready_s: median(|row| row.ready_s),
+            patch_to_daemonset_s: median(|row| row.patch_to_daemonset_s),
+            patch_to_ready_s: median(|row| row.patch_to_ready_s),
+            peak_rss_mib: median(|row| row.peak_rss_mib),
+            steady_rss_mib: median(|row| row.steady_rss_mib),
+            cpu_s: median(|row| row.cpu_s),
+            cpu_rest_s: median(|row| row.cpu_rest_s),
+            ..middle
+        })
+    }
+
+    /// The node counts at which our operator ran more than once.
+    fn repeated_counts(&self) -> Vec<u32> {
+        self.node_counts()
+            .into_iter()
+            .filter(|&nodes| self.runs(Operator::Ours, nodes).len() > 1)
+            .collect()
+    }
+
+    /// Every operator and node count over its runs, in the order they were first measured.
+    pub fn summaries(&self) -> Vec<Row> {
+        let mut seen = BTreeSet::new();
         self.rows
             .iter()
-            .find(|row| row.operator == operator && row.nodes == nodes)
+            .filter(|row| seen.insert((row.nodes, row.operator.label())))
+            .filter_map(|row| self.median_of_runs(row.operator, row.nodes))
+            .collect()
     }
 
     fn node_counts(&self) -> BTreeSet<u32> {
@@ -153,17 +212,24 @@ pub fn render(results: &Results) -> String {
          scheduler), kwok nodes; {}. Produced by `cargo xtask bench`.\n\n",
         env.date, env.commit, env.cores, env.memory_gib, env.kubernetes, env.nvidia
     );
+    if !results.repeated_counts().is_empty() {
+        text.push_str(
+            "Each figure is the median of the runs; every run, and the spread, are under [Runs](#runs).\n\n",
+        );
+    }
     text.push_str(
-        "| nodes | operator | ready s | patch→DaemonSet s | patch→ready s | peak RSS MiB | steady RSS MiB | CPU s | \
-         CPU s/min at rest | requests/min at rest | writes/min at rest | lease writes/min | requests/min in rollout |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| nodes | operator | runs | ready s | patch→DaemonSet s | patch→ready s | peak RSS MiB | steady RSS MiB | \
+         CPU s | CPU s/min at rest | requests/min at rest | writes/min at rest | lease writes/min | requests/min in \
+         rollout |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for row in &results.rows {
+    for row in &results.summaries() {
         let _ = write!(
             text,
-            "| {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             row.nodes,
             row.operator.label(),
+            results.runs(row.operator, row.nodes).len(),
             row.ready_s,
             row.patch_to_daemonset_s,
             row.patch_to_ready_s,
@@ -186,6 +252,7 @@ pub fn render(results: &Results) -> String {
         };
     }
     render_floor(results, &mut text);
+    render_runs(results, &mut text);
     render_goals(results, &mut text);
     render_timeline(results, &mut text);
     render_requests(results, &mut text);
@@ -556,14 +623,14 @@ fn ratio(nvidia: f64, ours: f64) -> f64 {
 /// How close to the floor ours came (and NVIDIA's, where it ran), with the goals that are stated against the floor:
 /// ready within 5 % of it from 1000 nodes on, and a patch in every DaemonSet within a second.
 fn render_floor(results: &Results, text: &mut String) {
-    let counts: Vec<(u32, &Row, &Row)> = results
+    let counts: Vec<(u32, Row, Row)> = results
         .node_counts()
         .into_iter()
         .filter_map(|nodes| {
             Some((
                 nodes,
-                results.row(Operator::Floor, nodes)?,
-                results.row(Operator::Ours, nodes)?,
+                results.median_of_runs(Operator::Floor, nodes)?,
+                results.median_of_runs(Operator::Ours, nodes)?,
             ))
         })
         .collect();
@@ -582,7 +649,7 @@ fn render_floor(results: &Results, text: &mut String) {
     for (nodes, floor, ours) in counts {
         let ready = ratio(ours.ready_s, floor.ready_s);
         let to_ready = ratio(ours.patch_to_ready_s, floor.patch_to_ready_s);
-        let nvidia = results.row(Operator::Nvidia, nodes).map_or_else(
+        let nvidia = results.median_of_runs(Operator::Nvidia, nodes).map_or_else(
             || "—".to_owned(),
             |row| format!("{:.2}×", ratio(row.ready_s, floor.ready_s)),
         );
@@ -606,15 +673,79 @@ fn render_floor(results: &Results, text: &mut String) {
     }
 }
 
+/// Every run of ours and the floor at each node count measured more than once, who went first, and the spread of
+/// each figure and ratio over the runs: what a median hides.
+fn render_runs(results: &Results, text: &mut String) {
+    let counts = results.repeated_counts();
+    if counts.is_empty() {
+        return;
+    }
+    text.push_str(
+        "\n## Runs\n\n\
+         Each run on a fresh cluster. In every second run the floor went first, with what our operator rendered and \
+         labelled in the run before, so that neither always meets a cluster that has rolled the same pods out once. \
+         Ratios are ours ÷ the floor's in the same run; the last line of a node count is the median (least–most).\n\n\
+         | nodes | run | first | ours ready s | floor ready s | ready ratio | ours patch→ready s | floor patch→ready s \
+         | patch→ready ratio | ours steady RSS MiB |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let spread = |values: &[f64], digits: usize| {
+        if values.is_empty() {
+            return "—".to_owned();
+        }
+        let Spread { median, min, max } = Spread::of(values.iter().copied());
+        format!("{median:.digits$} ({min:.digits$}–{max:.digits$})")
+    };
+    // Decimals of each figure's column: seconds and ratios in hundredths, RSS in tenths.
+    const DIGITS: [usize; 7] = [2, 2, 2, 2, 2, 2, 1];
+    for nodes in counts {
+        let floors = results.runs(Operator::Floor, nodes);
+        let mut columns: [Vec<f64>; 7] = Default::default();
+        for ours in results.runs(Operator::Ours, nodes) {
+            let floor = floors.iter().find(|floor| floor.run == ours.run);
+            let first = if floor.is_some() && floor_first(ours.run) {
+                "floor"
+            } else {
+                "ours"
+            };
+            let figures = [
+                Some(ours.ready_s),
+                floor.map(|floor| floor.ready_s),
+                floor.map(|floor| ratio(ours.ready_s, floor.ready_s)),
+                Some(ours.patch_to_ready_s),
+                floor.map(|floor| floor.patch_to_ready_s),
+                floor.map(|floor| ratio(ours.patch_to_ready_s, floor.patch_to_ready_s)),
+                Some(ours.steady_rss_mib),
+            ];
+            let _ = write!(text, "| {nodes} | {} | {first} |", ours.run);
+            for (index, figure) in figures.into_iter().enumerate() {
+                let digits = DIGITS[index];
+                match figure {
+                    Some(value) => {
+                        columns[index].push(value);
+                        let _ = write!(text, " {value:.digits$} |");
+                    }
+                    None => text.push_str(" — |"),
+                }
+            }
+            text.push('\n');
+        }
+        let _ = write!(text, "| {nodes} | median | |");
+        for (values, digits) in columns.iter().zip(DIGITS) {
+            let _ = write!(text, " {} |", spread(values, digits));
+        }
+        text.push('\n');
+    }
+}
+
 fn render_goals(results: &Results, text: &mut String) {
-    let pairs: Vec<(u32, &Row, &Row)> = results
+    let pairs: Vec<(u32, Row, Row)> = results
         .node_counts()
         .into_iter()
         .filter_map(|nodes| {
             Some((
                 nodes,
-                results.row(Operator::Ours, nodes)?,
-                results.row(Operator::Nvidia, nodes)?,
+                results.median_of_runs(Operator::Ours, nodes)?,
+                results.median_of_runs(Operator::Nvidia, nodes)?,
             ))
         })
         .collect();
@@ -674,7 +805,7 @@ fn render_timeline(results: &Results, text: &mut String) {
          | nodes | operator | DaemonSets created | nodes labelled | pods available | ready | reconciles | seconds in \
          reconciles |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    for row in &results.rows {
+    for row in &results.summaries() {
         let _ = write!(
             text,
             "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
@@ -702,9 +833,9 @@ fn render_requests(results: &Results, text: &mut String) {
     let Some(nodes) = results.node_counts().into_iter().max() else {
         return;
     };
-    let rows: Vec<&Row> = [Operator::Ours, Operator::Nvidia]
+    let rows: Vec<Row> = [Operator::Ours, Operator::Nvidia]
         .into_iter()
-        .filter_map(|operator| results.row(operator, nodes))
+        .filter_map(|operator| results.median_of_runs(operator, nodes))
         .collect();
     let kinds: BTreeSet<&String> = rows
         .iter()
@@ -784,6 +915,7 @@ mod tests {
         Row {
             operator,
             nodes,
+            run: 1,
             daemonsets_s: 0.5,
             labelled_s: 0.75,
             available_s: ready_s - 0.25,
@@ -838,7 +970,7 @@ mod tests {
         ]));
         assert!(text.contains("on 2 cores and 24 GiB; Kubernetes v1.37.1"));
         assert!(text.contains(&format!(
-            "| 10 | {} | 2.00 | 0.20 | 1.00 | 40.0 | 20.0 | 1.50 | 0.02 | 20 | 0 | 20 | 180 |",
+            "| 10 | {} | 1 | 2.00 | 0.20 | 1.00 | 40.0 | 20.0 | 1.50 | 0.02 | 20 | 0 | 20 | 180 |",
             Operator::Ours.label()
         )));
         assert!(text.contains(&format!(
@@ -998,6 +1130,74 @@ mod tests {
     }
 
     #[test]
+    fn three_runs_give_medians_their_spread_and_who_went_first() {
+        let run = |operator, run, ready_s, rss| Row {
+            run,
+            ..row(operator, 1000, ready_s, rss, 0)
+        };
+        let results = results(vec![
+            run(Operator::Ours, 1, 99.4, 39.8),
+            run(Operator::Floor, 1, 62.4, 0.0),
+            run(Operator::Floor, 2, 64.6, 0.0),
+            run(Operator::Ours, 2, 71.1, 40.5),
+            run(Operator::Ours, 3, 83.0, 40.2),
+            run(Operator::Floor, 3, 56.5, 0.0),
+        ]);
+        let text = render(&results);
+        assert!(
+            text.contains("median of the runs; every run, and the spread, are under [Runs](#runs)")
+        );
+        // One line per operator, of medians: ready 83.0 s, RSS 40.2 MiB, patch→ready 41.5 s (the middle run's).
+        assert!(
+            text.contains(
+                "| 1000 | gpu-operator-rs 0.1.0 | 3 | 83.00 | 8.30 | 41.50 | 80.4 | 40.2 |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("| 1000 | floor (our DaemonSets, no operator) | 3 | 62.40 |"));
+        assert_eq!(
+            text.matches("| 1000 | gpu-operator-rs 0.1.0 |").count(),
+            2,
+            "{text}"
+        );
+        // Against the floor: the medians' ratio, 83.0 ÷ 62.4.
+        assert!(text.contains("| 1000 | 62.40 | 1.33× |"), "{text}");
+        // Every run with its order and ratio, then the spread.
+        assert!(
+            text.contains("| 1000 | 1 | ours | 99.40 | 62.40 | 1.59 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| 1000 | 2 | floor | 71.10 | 64.60 | 1.10 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| 1000 | 3 | ours | 83.00 | 56.50 | 1.47 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| 1000 | median | | 83.00 (71.10–99.40) | 62.40 (56.50–64.60) | 1.47 (1.10–1.59) |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("40.2 (39.8–40.5) |\n"), "{text}");
+    }
+
+    #[test]
+    fn one_run_has_no_runs_section_and_an_earlier_json_is_run_1() {
+        let text = render(&results(vec![
+            row(Operator::Ours, 100, 7.9, 33.1, 0),
+            row(Operator::Floor, 100, 7.4, 0.0, 0),
+        ]));
+        assert!(!text.contains("Runs"), "{text}");
+        let mut json = serde_json::to_value(row(Operator::Ours, 100, 7.9, 33.1, 0)).unwrap();
+        json.as_object_mut().unwrap().remove("run");
+        let loaded: Row = serde_json::from_value(json).unwrap();
+        assert_eq!(loaded.run, 1);
+    }
+
+    #[test]
     fn an_earlier_bench_json_without_packing_still_loads() {
         let mut json = serde_json::to_value(results(Vec::new())).unwrap();
         json.as_object_mut().unwrap().remove("packing");
@@ -1030,7 +1230,7 @@ mod tests {
             "under 1000 nodes only the patch goal counts: {text}"
         );
         assert!(text.contains(&format!(
-            "| 10 | {} | 1.00 | 0.10 | 0.50 | — | — | — | — | — | — | — | — |",
+            "| 10 | {} | 1 | 1.00 | 0.10 | 0.50 | — | — | — | — | — | — | — | — |",
             Operator::Floor.label()
         )));
         assert!(text.contains(&format!(
