@@ -1,18 +1,19 @@
 //! NodePrepareResources latency of running DRA drivers, for `cargo xtask bench`: it plays the kubelet, calling each
-//! claim's driver over its unix socket to prepare the claim and then to unprepare it, as the kubelet does for a
-//! pod that starts and ends. Like the kubelet (`getOrCreateGRPCConn` in its DRA plugin manager), it keeps one
-//! connection per driver, opened before the first call, so that a call's time is the call's and not a connection's. The claims are real, allocated by the kube-scheduler for pods bound to the drivers'
-//! nodes, so each prepare finds its claim as its driver read it when the pod was bound (or reads it from the API
-//! server when it was not read ahead) and writes its CDI spec and checkpoint.
+//! claim's driver over its unix socket to prepare the claims, and in a second run to unprepare them, as the kubelet
+//! does for pods that start and, later, end. Like the kubelet (`getOrCreateGRPCConn` in its DRA plugin manager), it
+//! keeps one connection per driver, opened before the first call, so that a call's time is the call's and not a
+//! connection's. The claims are real, allocated by the kube-scheduler for pods bound to the drivers' nodes, so each
+//! prepare finds its claim as its driver read it when the pod was bound (or reads it from the API server when it
+//! was not read ahead) and writes its CDI spec and checkpoint.
 //!
-//! `--claims FILE`: a JSON list of `{"socket", "namespace", "name", "uid"}`. Prints
-//! `{"claims": n, "prepare_p50_us": .., "prepare_p99_us": .., "unprepare_p50_us": .., "unprepare_p99_us": ..}`.
+//! `--claims FILE`: a JSON list of `{"socket", "namespace", "name", "uid"}`; `--call prepare` or `unprepare`.
+//! Prints `{"claims": n, "p50_us": .., "p99_us": ..}`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use clap::Parser;
 use dra_driver::api::dra_plugin_client::DraPluginClient;
 use dra_driver::api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
@@ -24,6 +25,15 @@ struct Args {
     /// The claims to prepare, with their driver's socket.
     #[arg(long)]
     claims: PathBuf,
+    /// The call to make for each claim.
+    #[arg(long, value_enum)]
+    call: Call,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Call {
+    Prepare,
+    Unprepare,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,7 +68,7 @@ async fn main() -> anyhow::Result<()> {
             clients.insert(target.socket.clone(), DraPluginClient::new(channel));
         }
     }
-    let (mut prepare, mut unprepare) = (Vec::new(), Vec::new());
+    let mut latencies = Vec::new();
     for target in &targets {
         let client = clients
             .get_mut(&target.socket)
@@ -69,40 +79,51 @@ async fn main() -> anyhow::Result<()> {
             name: target.name.clone(),
         };
         let started = Instant::now();
-        let prepared = client
-            .node_prepare_resources(NodePrepareResourcesRequest {
-                claims: vec![claim.clone()],
-            })
-            .await?
-            .into_inner();
-        prepare.push(started.elapsed());
-        let answer = &prepared.claims[&target.uid];
-        ensure!(
-            answer.error.is_empty() && !answer.devices.is_empty(),
-            "claim {}/{} was not prepared: {}",
-            target.namespace,
-            target.name,
-            answer.error
-        );
-        let started = Instant::now();
-        client
-            .node_unprepare_resources(NodeUnprepareResourcesRequest {
-                claims: vec![claim],
-            })
-            .await?;
-        unprepare.push(started.elapsed());
+        let refusal = match args.call {
+            Call::Prepare => {
+                let answer = client
+                    .node_prepare_resources(NodePrepareResourcesRequest {
+                        claims: vec![claim],
+                    })
+                    .await?
+                    .into_inner()
+                    .claims
+                    .remove(&target.uid)
+                    .context("the driver did not answer for the claim")?;
+                latencies.push(started.elapsed());
+                if answer.devices.is_empty() && answer.error.is_empty() {
+                    Some("no device".to_owned())
+                } else {
+                    (!answer.error.is_empty()).then_some(answer.error)
+                }
+            }
+            Call::Unprepare => {
+                let answer = client
+                    .node_unprepare_resources(NodeUnprepareResourcesRequest {
+                        claims: vec![claim],
+                    })
+                    .await?
+                    .into_inner()
+                    .claims
+                    .remove(&target.uid)
+                    .context("the driver did not answer for the claim")?;
+                latencies.push(started.elapsed());
+                (!answer.error.is_empty()).then_some(answer.error)
+            }
+        };
+        if let Some(why) = refusal {
+            bail!(
+                "{:?} of claim {}/{} failed: {why}",
+                args.call,
+                target.namespace,
+                target.name
+            );
+        }
     }
-    let (prepare_p50, prepare_p99) = percentiles(prepare);
-    let (unprepare_p50, unprepare_p99) = percentiles(unprepare);
+    let (p50, p99) = percentiles(latencies);
     println!(
         "{}",
-        serde_json::json!({
-            "claims": targets.len(),
-            "prepare_p50_us": prepare_p50,
-            "prepare_p99_us": prepare_p99,
-            "unprepare_p50_us": unprepare_p50,
-            "unprepare_p99_us": unprepare_p99,
-        })
+        serde_json::json!({"claims": targets.len(), "p50_us": p50, "p99_us": p99})
     );
     Ok(())
 }

@@ -135,6 +135,15 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         role.client.clone(),
         claims.clone(),
     );
+    let statuses = Arc::new(claim_status::Queue::default());
+    let status_writes = {
+        let (statuses, client) = (statuses.clone(), role.client.clone());
+        async move {
+            statuses
+                .run(|pending| claim_status::write(client.clone(), pending))
+                .await;
+        }
+    };
     let driver = service::Driver {
         reader: prefetch::PrefetchingReader {
             client: role.client.clone(),
@@ -143,7 +152,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         claims,
         devices: publisher.devices.subscribe(),
         changed: changed.clone(),
-        status_writer: Some(role.client.clone()),
+        statuses,
     };
     let health = health::HealthService {
         pool: args.node.node_name.clone(),
@@ -156,6 +165,7 @@ pub async fn run(args: RunArgs, source: &GpuSource) -> anyhow::Result<()> {
         published = publisher.run(changed) => published,
         () = monitor => anyhow::bail!("the health monitor stopped"),
         () = read_ahead => anyhow::bail!("the watch of this node's pods stopped"),
+        () = status_writes => anyhow::bail!("the writer of claims' device status stopped"),
     }
 }
 

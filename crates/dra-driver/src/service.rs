@@ -25,7 +25,7 @@ use crate::registration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
 use crate::slices::DriverDevice;
-use crate::{authority, cdi};
+use crate::{authority, cdi, claim_status};
 
 /// The service the kubelet picks: the DRA plugin API v1.
 const SERVICE_V1: &str = "v1.DRAPlugin";
@@ -66,9 +66,9 @@ pub struct Driver<R> {
     pub devices: watch::Receiver<Vec<DriverDevice>>,
     /// Woken after each change of the prepared claims (GPUNode status follows).
     pub changed: Arc<Notify>,
-    /// Writes prepared claims' device status ([`claim_status`](crate::claim_status)); `None` in tests without an
-    /// API.
-    pub status_writer: Option<kube::Client>,
+    /// Prepared claims' device status ([`claim_status`](crate::claim_status)), written when the kubelet's calls
+    /// pause.
+    pub statuses: Arc<claim_status::Queue>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Driver<R> {
@@ -87,6 +87,7 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
         &self,
         request: Request<NodePrepareResourcesRequest>,
     ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
+        self.statuses.call();
         let mut response = NodePrepareResourcesResponse::default();
         for claim in request.into_inner().claims {
             let reference = ClaimRef {
@@ -101,18 +102,7 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
                 .await
             {
                 Ok(devices) => {
-                    if let Some(client) = self.status_writer.clone() {
-                        let (reference, devices) = (reference.clone(), devices.clone());
-                        tokio::spawn(async move {
-                            crate::claim_status::write(
-                                client,
-                                &reference.namespace,
-                                &reference.name,
-                                &devices,
-                            )
-                            .await;
-                        });
-                    }
+                    self.statuses.prepared(&reference, &devices);
                     NodePrepareResourceResponse {
                         devices: devices
                             .into_iter()
@@ -148,10 +138,14 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
         &self,
         request: Request<NodeUnprepareResourcesRequest>,
     ) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
+        self.statuses.call();
         let mut response = NodeUnprepareResourcesResponse::default();
         for claim in request.into_inner().claims {
             let error = match self.claims.unprepare(&claim.uid).await {
-                Ok(()) => String::new(),
+                Ok(()) => {
+                    self.statuses.unprepared(&claim.uid);
+                    String::new()
+                }
                 Err(error) => {
                     warn!(claim = %claim.uid, %error, "cannot unprepare");
                     error

@@ -81,6 +81,11 @@ pub struct PrepareRound {
     /// The claims prepared from what the driver read ahead.
     #[serde(default)]
     pub read_ahead: u32,
+    /// From the round's last prepare until every claim of the round carried its device status in the API (polled,
+    /// so to within about a second). 0 in results recorded before, when each claim was unprepared right after its
+    /// prepare.
+    #[serde(default)]
+    pub status_written_ms: u64,
 }
 
 /// One prepare as its driver logged it.
@@ -155,6 +160,21 @@ impl DraBench {
             rounds.iter().map(|round| round.read_ahead).sum(),
             rounds.iter().map(|round| round.claims).sum(),
         ))
+    }
+
+    /// The median and the longest, over the rounds, of the time until every prepared claim carried its device
+    /// status; `None` for results recorded before it was measured.
+    #[must_use]
+    pub fn status_written_ms(&self) -> Option<(u64, u64)> {
+        let times: Vec<u64> = self
+            .prepare_rounds
+            .iter()
+            .map(|round| round.status_written_ms)
+            .collect();
+        if times.is_empty() || times.contains(&0) {
+            return None;
+        }
+        Some((median(times.clone()), times.into_iter().max().unwrap_or(0)))
     }
 }
 
@@ -436,13 +456,44 @@ fn prepare_latency(
         ));
         let file = work.join(format!("claims-{round}.json"));
         std::fs::write(&file, serde_json::to_vec(sample)?)?;
-        let line = super::example_json(
-            root,
-            "prepare_latency",
-            &["--claims", &file.display().to_string()],
-        )?;
-        let measured: Value = serde_json::from_str(&line)?;
-        let figure = |name: &str| measured[name].as_u64().unwrap_or(0);
+        let call = |call: &str| -> anyhow::Result<(u64, u64)> {
+            let line = super::example_json(
+                root,
+                "prepare_latency",
+                &["--claims", &file.display().to_string(), "--call", call],
+            )?;
+            let measured: Value = serde_json::from_str(&line)?;
+            let figure = |name: &str| measured[name].as_u64().unwrap_or(0);
+            Ok((figure("p50_us"), figure("p99_us")))
+        };
+        // As the kubelet does for pods that start, run, and end: every claim is prepared, its device status
+        // reaches the API server (the driver writes it once the calls pause), then every claim is unprepared.
+        let (prepare_p50_us, prepare_p99_us) = call("prepare")?;
+        let prepared_at = Instant::now();
+        let uids: BTreeSet<&str> = sample
+            .iter()
+            .filter_map(|claim| claim["uid"].as_str())
+            .collect();
+        wait(TIMEOUT, "every prepared claim's device status", || {
+            let claims: Value = serde_json::from_str(&kubectl(&[
+                "get",
+                "resourceclaims",
+                "-n",
+                "default",
+                "-o",
+                "json",
+            ])?)?;
+            let written = count(&claims, |claim| {
+                claim["metadata"]["uid"]
+                    .as_str()
+                    .is_some_and(|uid| uids.contains(uid))
+                    && claim["status"]["devices"][0]["driver"] == "gpu.nvidia.com"
+            });
+            Ok(written == uids.len())
+        })?;
+        let status_written_ms =
+            u64::try_from(prepared_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (unprepare_p50_us, unprepare_p99_us) = call("unprepare")?;
         let keys: BTreeSet<String> = sample
             .iter()
             .filter_map(|claim| {
@@ -467,11 +518,12 @@ fn prepare_latency(
         let (_, host_p99_us) =
             percentiles(in_driver.iter().map(|prepare| prepare.host_us).collect());
         rounds.push(PrepareRound {
-            claims: u32::try_from(figure("claims")).unwrap_or(u32::MAX),
-            prepare_p50_us: figure("prepare_p50_us"),
-            prepare_p99_us: figure("prepare_p99_us"),
-            unprepare_p50_us: figure("unprepare_p50_us"),
-            unprepare_p99_us: figure("unprepare_p99_us"),
+            claims: u32::try_from(sample.len()).unwrap_or(u32::MAX),
+            prepare_p50_us,
+            prepare_p99_us,
+            unprepare_p50_us,
+            unprepare_p99_us,
+            status_written_ms,
             in_driver_p50_us,
             in_driver_p99_us,
             host_p99_us,
@@ -519,6 +571,7 @@ mod tests {
             in_driver_p99_us: 900,
             host_p99_us: 500,
             read_ahead: 300,
+            status_written_ms: p99 / 10,
         }
     }
 
@@ -573,6 +626,7 @@ mod tests {
         };
         assert_eq!(bench.prepare_p99_spread(), Some((4448, 6791)));
         assert_eq!(bench.in_driver(), Some((300, 900, 500, 900, 900)));
+        assert_eq!(bench.status_written_ms(), Some((465, 679)));
         let before_rounds: DraBench = serde_json::from_value(serde_json::json!({
             "commit": "c", "date": "d", "gpus": 100, "nodes": 25, "runs": [], "prepared_claims": 300,
             "prepare_p50_us": 1, "prepare_p99_us": 2, "unprepare_p50_us": 1, "unprepare_p99_us": 2
@@ -580,5 +634,6 @@ mod tests {
         .unwrap();
         assert_eq!(before_rounds.prepare_p99_spread(), None);
         assert_eq!(before_rounds.in_driver(), None);
+        assert_eq!(before_rounds.status_written_ms(), None);
     }
 }
