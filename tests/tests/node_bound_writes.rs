@@ -18,6 +18,8 @@ const MIG_MANAGER: &str = "nvidia-mig-manager";
 const DRA_DRIVER: &str = "nvidia-dra-driver-gpu";
 /// The label and annotation the test writes with the agents' tokens (NVIDIA's prefix, as the agents' own).
 const LABEL: &str = "nvidia.com/e2e-node-bound";
+/// A grant of every node's claim status to the DRA driver, which Kubernetes 1.34 and 1.35 give without one.
+const CLAIM_STATUS_ANY_NODE: &str = "e2e-node-bound-claim-status-any-node";
 
 /// Runs kubectl as the user of `kubeconfig`.
 fn kubectl_as(kubeconfig: &Path, args: &[&str]) -> Run {
@@ -227,6 +229,7 @@ impl Drop for Cleanup {
         for claim in ["e2e-node-bound-claim-a", "e2e-node-bound-claim-b"] {
             clean_up(&["resourceclaim", claim, "-n", "default"]);
         }
+        clean_up(&["clusterrolebinding,clusterrole", CLAIM_STATUS_ANY_NODE]);
         for pod in &self.pods {
             clean_up(&["pod", pod, "-n", NAMESPACE, "--wait=false"]);
         }
@@ -500,6 +503,44 @@ fn node_agents_write_only_their_own_nodes_objects() {
         &write_claim_status(&dra, "e2e-node-bound-claim-b", NODE_B, None),
         "cannot arbitrary-node:patch resource \"resourceclaims/driver\"",
     );
+    // On 1.34 and 1.35 the API server has no `resourceclaims/driver` check: the status subresource is enough, and
+    // the chart's policy is all that stands between a driver and another node's claims. Given the verbs that 1.36+
+    // asks for, the driver meets that policy alone here, and it must refuse the same write.
+    let granted = json!({
+        "apiVersion": "v1", "kind": "List", "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": CLAIM_STATUS_ANY_NODE},
+                "rules": [{
+                    "apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+                    "resourceNames": ["gpu.nvidia.com"],
+                    "verbs": ["arbitrary-node:patch", "arbitrary-node:update"],
+                }],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": CLAIM_STATUS_ANY_NODE},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLAIM_STATUS_ANY_NODE},
+                "subjects": [{"kind": "ServiceAccount", "name": DRA_DRIVER, "namespace": NAMESPACE}],
+            },
+        ],
+    });
+    assert_allowed(
+        "granting the DRA driver every node's claims, as 1.34 and 1.35 do",
+        &kubectl_apply(&granted.to_string(), &[]),
+    );
+    let refused = eventually(Duration::from_secs(30), || {
+        let written = write_claim_status(&dra, "e2e-node-bound-claim-b", NODE_B, None);
+        // RBAC grants reach the authorizer's cache within a moment: until then, the authorizer still refuses.
+        Ok((!written.stderr.contains("arbitrary-node")).then_some(written))
+    })
+    .expect("the grant of arbitrary-node verbs never took effect");
+    assert_refused(
+        "writing the device status of a claim allocated on gpu-a100-1, with every node's claims granted",
+        &refused,
+        "may only write the status of ResourceClaims allocated on its node",
+    );
+    clean_up(&["clusterrolebinding,clusterrole", CLAIM_STATUS_ANY_NODE]);
     assert_refused(
         "writing another pool's device status on a claim of gpu-a100-0",
         &write_claim_status(&dra, "e2e-node-bound-claim-a", NODE_B, None),
