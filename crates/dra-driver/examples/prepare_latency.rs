@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use clap::Parser;
 use dra_driver::api::dra_plugin_client::DraPluginClient;
 use dra_driver::api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
@@ -54,6 +54,13 @@ fn percentiles(mut samples: Vec<Duration>) -> (u128, u128) {
     (at(0.5), at(0.99))
 }
 
+/// The driver's answer for the claim with UID `uid`.
+fn answer_for<T>(mut answers: HashMap<String, T>, uid: &str) -> anyhow::Result<T> {
+    answers
+        .remove(uid)
+        .context("the driver did not answer for the claim")
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -79,46 +86,39 @@ async fn main() -> anyhow::Result<()> {
             name: target.name.clone(),
         };
         let started = Instant::now();
-        let refusal = match args.call {
+        let (error, no_device) = match args.call {
             Call::Prepare => {
-                let answer = client
-                    .node_prepare_resources(NodePrepareResourcesRequest {
-                        claims: vec![claim],
-                    })
-                    .await?
-                    .into_inner()
-                    .claims
-                    .remove(&target.uid)
-                    .context("the driver did not answer for the claim")?;
-                latencies.push(started.elapsed());
-                if answer.devices.is_empty() && answer.error.is_empty() {
-                    Some("no device".to_owned())
-                } else {
-                    (!answer.error.is_empty()).then_some(answer.error)
-                }
+                let request = NodePrepareResourcesRequest {
+                    claims: vec![claim],
+                };
+                let answers = client.node_prepare_resources(request).await?;
+                let answer = answer_for(answers.into_inner().claims, &target.uid)?;
+                (answer.error, answer.devices.is_empty())
             }
             Call::Unprepare => {
-                let answer = client
-                    .node_unprepare_resources(NodeUnprepareResourcesRequest {
-                        claims: vec![claim],
-                    })
-                    .await?
-                    .into_inner()
-                    .claims
-                    .remove(&target.uid)
-                    .context("the driver did not answer for the claim")?;
-                latencies.push(started.elapsed());
-                (!answer.error.is_empty()).then_some(answer.error)
+                let request = NodeUnprepareResourcesRequest {
+                    claims: vec![claim],
+                };
+                let answers = client.node_unprepare_resources(request).await?;
+                (
+                    answer_for(answers.into_inner().claims, &target.uid)?.error,
+                    false,
+                )
             }
         };
-        if let Some(why) = refusal {
-            bail!(
-                "{:?} of claim {}/{} failed: {why}",
-                args.call,
-                target.namespace,
-                target.name
-            );
-        }
+        latencies.push(started.elapsed());
+        ensure!(
+            error.is_empty() && !no_device,
+            "{:?} of claim {}/{} failed: {}",
+            args.call,
+            target.namespace,
+            target.name,
+            if error.is_empty() {
+                "no device"
+            } else {
+                &error
+            }
+        );
     }
     let (p50, p99) = percentiles(latencies);
     println!(

@@ -421,14 +421,7 @@ fn prepare_latency(
     work: &Path,
     nodes: &[String],
 ) -> anyhow::Result<Vec<PrepareRound>> {
-    let claims: Value = serde_json::from_str(&kubectl(&[
-        "get",
-        "resourceclaims",
-        "-n",
-        "default",
-        "-o",
-        "json",
-    ])?)?;
+    let claims = claims_of_the_pods(kubectl)?;
     let targets: Vec<Value> = claims["items"]
         .as_array()
         .into_iter()
@@ -475,15 +468,7 @@ fn prepare_latency(
             .filter_map(|claim| claim["uid"].as_str())
             .collect();
         wait(TIMEOUT, "every prepared claim's device status", || {
-            let claims: Value = serde_json::from_str(&kubectl(&[
-                "get",
-                "resourceclaims",
-                "-n",
-                "default",
-                "-o",
-                "json",
-            ])?)?;
-            let written = count(&claims, |claim| {
+            let written = count(&claims_of_the_pods(kubectl)?, |claim| {
                 claim["metadata"]["uid"]
                     .as_str()
                     .is_some_and(|uid| uids.contains(uid))
@@ -531,6 +516,14 @@ fn prepare_latency(
         });
     }
     Ok(rounds)
+}
+
+/// The ResourceClaims of the benchmark's pods (generated in their namespace), as a JSON list.
+fn claims_of_the_pods(
+    kubectl: &dyn Fn(&[&str]) -> anyhow::Result<String>,
+) -> anyhow::Result<Value> {
+    let listed = kubectl(&["get", "resourceclaims", "-n", "default", "-o", "json"])?;
+    Ok(serde_json::from_str(&listed)?)
 }
 
 /// The items of a list that pass `keep`.
