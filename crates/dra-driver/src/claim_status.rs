@@ -135,7 +135,7 @@ impl Queue {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A kubelet call arrived: queued statuses wait for the next pause.
+    /// A kubelet call arrived or was answered: queued statuses wait for the next pause.
     pub fn call(&self) {
         self.state().last_call = Some(Instant::now());
     }

@@ -87,6 +87,7 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
         &self,
         request: Request<NodePrepareResourcesRequest>,
     ) -> Result<Response<NodePrepareResourcesResponse>, Status> {
+        // A call marks the kubelet busy from its start to its answer (a MIG instance's creation can take seconds).
         self.statuses.call();
         let mut response = NodePrepareResourcesResponse::default();
         for claim in request.into_inner().claims {
@@ -131,6 +132,7 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
             response.claims.insert(reference.uid, answer);
         }
         self.changed.notify_one();
+        self.statuses.call();
         Ok(Response::new(response))
     }
 
@@ -156,6 +158,7 @@ impl<R: ClaimReader + 'static> DraPlugin for Driver<R> {
                 .insert(claim.uid, NodeUnprepareResourceResponse { error });
         }
         self.changed.notify_one();
+        self.statuses.call();
         Ok(Response::new(response))
     }
 }
