@@ -658,6 +658,8 @@ fn measure_floor(
 struct Timeline {
     /// The DaemonSets seen.
     daemonsets: Vec<String>,
+    /// When each DaemonSet was rolled out for the last time.
+    rolled_out_s: std::collections::BTreeMap<String, f64>,
     daemonsets_s: f64,
     labelled_s: f64,
     available_s: f64,
@@ -693,6 +695,7 @@ impl Timeline {
             rollout: Requests::default(),
             reconciles: Reconciles::default(),
             daemonsets: self.daemonsets,
+            rolled_out_s: self.rolled_out_s,
         }
     }
 }
@@ -707,6 +710,7 @@ fn time_rollout(
     settled: impl Fn(&Snapshot) -> bool,
 ) -> anyhow::Result<Timeline> {
     let mut first_seen = std::collections::BTreeMap::new();
+    let mut rolled_out = std::collections::BTreeMap::new();
     let (mut labelled, mut available) = (None, None);
     let ready = observer.until(
         since,
@@ -716,6 +720,7 @@ fn time_rollout(
             for name in snapshot.daemonsets.keys() {
                 first_seen.entry(name.clone()).or_insert(at);
             }
+            snapshot.note_rolled_out(&mut rolled_out, at);
             if snapshot.labelled(nodes) {
                 labelled.get_or_insert(at);
             }
@@ -734,6 +739,10 @@ fn time_rollout(
     ));
     Ok(Timeline {
         daemonsets: first_seen.into_keys().collect(),
+        rolled_out_s: rolled_out
+            .into_iter()
+            .map(|(name, at)| (name, at.as_secs_f64()))
+            .collect(),
         daemonsets_s: daemonsets_at.as_secs_f64(),
         labelled_s: labelled.unwrap_or(ready).as_secs_f64(),
         available_s: available.unwrap_or(ready).as_secs_f64(),

@@ -87,6 +87,19 @@ impl Snapshot {
         )
     }
 
+    /// Notes in `rolled_out`, for each DaemonSet, when (`at`) it became rolled out, and forgets one that is not:
+    /// a DaemonSet reads as rolled out while its nodes still join it (0 of 0 pods), so what counts is the last
+    /// time it became rolled out and stayed so.
+    pub fn note_rolled_out(&self, rolled_out: &mut BTreeMap<String, Duration>, at: Duration) {
+        for (name, rollout) in &self.daemonsets {
+            if !rollout.done() {
+                rolled_out.remove(name);
+            } else if !rolled_out.contains_key(name) {
+                rolled_out.insert(name.clone(), at);
+            }
+        }
+    }
+
     /// Whether a DaemonSet runs an image ending in `suffix` (a patched version tag).
     pub fn runs_image(&self, daemonset: &str, suffix: &str) -> bool {
         self.daemonsets
@@ -253,5 +266,29 @@ mod tests {
         );
         assert!(!snapshot.runs_image("nvidia-container-toolkit-daemonset", ":bench-2"));
         assert!(!snapshot.runs_image("nvidia-device-plugin-daemonset", ":v0.17.1"));
+    }
+
+    #[test]
+    fn a_daemonset_counts_as_rolled_out_from_the_last_time_it_became_so() {
+        let snapshot = |desired: i32, available: i32| Snapshot {
+            state: String::new(),
+            daemonsets: BTreeMap::from([(
+                DEVICE_PLUGIN.to_owned(),
+                Rollout {
+                    available,
+                    ..rolled_out(desired)
+                },
+            )]),
+        };
+        let mut rolled_out = BTreeMap::new();
+        let second = |n: u64| Duration::from_secs(n);
+        // No node has joined yet: 0 of 0 reads as rolled out.
+        snapshot(0, 0).note_rolled_out(&mut rolled_out, second(1));
+        assert_eq!(rolled_out[DEVICE_PLUGIN], second(1));
+        snapshot(10, 4).note_rolled_out(&mut rolled_out, second(2));
+        assert!(rolled_out.is_empty());
+        snapshot(10, 10).note_rolled_out(&mut rolled_out, second(3));
+        snapshot(10, 10).note_rolled_out(&mut rolled_out, second(4));
+        assert_eq!(rolled_out[DEVICE_PLUGIN], second(3));
     }
 }

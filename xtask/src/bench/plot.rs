@@ -452,6 +452,7 @@ mod tests {
             rollout: Requests::default(),
             reconciles: Reconciles::default(),
             daemonsets: Vec::new(),
+            rolled_out_s: std::collections::BTreeMap::new(),
         }
     }
 

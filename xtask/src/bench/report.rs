@@ -1,6 +1,6 @@
 //! The benchmark's results and their Markdown report (pure).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -49,6 +49,10 @@ pub struct Row {
     pub reconciles: Reconciles,
     /// The operand DaemonSets it created.
     pub daemonsets: Vec<String>,
+    /// From creating the ClusterPolicy to each operand DaemonSet rolled out for the last time in the rollout (every
+    /// pod it wants updated and available); empty in reports from before it was measured.
+    #[serde(default)]
+    pub rolled_out_s: BTreeMap<String, f64>,
 }
 
 fn first_run() -> u32 {
@@ -253,6 +257,7 @@ pub fn render(results: &Results) -> String {
     }
     render_floor(results, &mut text);
     render_runs(results, &mut text);
+    render_last_daemonsets(results, &mut text);
     render_goals(results, &mut text);
     render_timeline(results, &mut text);
     render_requests(results, &mut text);
@@ -748,6 +753,59 @@ fn render_runs(results: &Results, text: &mut String) {
     }
 }
 
+/// Per node count where ours and the floor both have them: when each DaemonSet was rolled out, the median over the
+/// runs, so that the one an operator holds back shows.
+fn render_last_daemonsets(results: &Results, text: &mut String) {
+    let mut header = false;
+    for nodes in results.node_counts() {
+        let medians = |operator| {
+            let runs = results.runs(operator, nodes);
+            let names: BTreeSet<&String> = runs
+                .iter()
+                .flat_map(|row| row.rolled_out_s.keys())
+                .collect();
+            names
+                .into_iter()
+                .map(|name| {
+                    let times = runs
+                        .iter()
+                        .filter_map(|row| row.rolled_out_s.get(name).copied());
+                    (name.clone(), Spread::of(times))
+                })
+                .collect::<BTreeMap<String, Spread>>()
+        };
+        let (ours, floor) = (medians(Operator::Ours), medians(Operator::Floor));
+        if ours.is_empty() || floor.is_empty() {
+            continue;
+        }
+        if !header {
+            header = true;
+            text.push_str(
+                "\n## When each DaemonSet was rolled out\n\n\
+                 Seconds from the start to a DaemonSet's last rollout (every pod it wants updated and available), \
+                 median (least–most) over the runs; the last one is what ready waits for.\n\n\
+                 | nodes | DaemonSet | ours s | floor s | ours − floor s |\n|---:|---|---:|---:|---:|\n",
+            );
+        }
+        for (name, mine) in &ours {
+            let Some(theirs) = floor.get(name) else {
+                continue;
+            };
+            let _ = writeln!(
+                text,
+                "| {nodes} | {name} | {:.2} ({:.2}–{:.2}) | {:.2} ({:.2}–{:.2}) | {:.2} |",
+                mine.median,
+                mine.min,
+                mine.max,
+                theirs.median,
+                theirs.min,
+                theirs.max,
+                mine.median - theirs.median
+            );
+        }
+    }
+}
+
 fn render_goals(results: &Results, text: &mut String) {
     let pairs: Vec<(u32, Row, Row)> = results
         .node_counts()
@@ -944,6 +1002,7 @@ mod tests {
                 seconds: 0.5,
             },
             daemonsets: vec!["nvidia-device-plugin-daemonset".into()],
+            rolled_out_s: BTreeMap::new(),
         }
     }
 
@@ -1206,6 +1265,44 @@ mod tests {
         json.as_object_mut().unwrap().remove("run");
         let loaded: Row = serde_json::from_value(json).unwrap();
         assert_eq!(loaded.run, 1);
+        assert!(loaded.rolled_out_s.is_empty());
+        assert!(!text.contains("When each DaemonSet"), "{text}");
+    }
+
+    #[test]
+    fn each_daemonsets_rollout_is_given_for_ours_and_the_floor_by_its_median() {
+        let timed = |operator, run, toolkit: f64| Row {
+            run,
+            rolled_out_s: BTreeMap::from([
+                ("nvidia-container-toolkit-daemonset".to_owned(), toolkit),
+                ("nvidia-device-plugin-daemonset".to_owned(), 50.0),
+            ]),
+            ..row(operator, 1000, toolkit, 40.0, 0)
+        };
+        let text = render(&results(vec![
+            timed(Operator::Ours, 1, 80.0),
+            timed(Operator::Floor, 1, 70.0),
+            timed(Operator::Floor, 2, 66.0),
+            timed(Operator::Ours, 2, 68.0),
+            timed(Operator::Ours, 3, 77.0),
+            timed(Operator::Floor, 3, 64.0),
+        ]));
+        assert!(
+            text.contains("## When each DaemonSet was rolled out"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| 1000 | nvidia-container-toolkit-daemonset | 77.00 (68.00–80.00) | 66.00 (64.00–70.00) | 11.00 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| 1000 | nvidia-device-plugin-daemonset | 50.00 (50.00–50.00) | 50.00 (50.00–50.00) | 0.00 |"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
