@@ -71,6 +71,14 @@ pub enum ContainerRuntime {
 }
 
 impl ContainerRuntime {
+    pub const ALL: [Self; 5] = [
+        Self::Containerd,
+        Self::K3sContainerd,
+        Self::Rke2Containerd,
+        Self::CriO,
+        Self::Docker,
+    ];
+
     /// From `status.nodeInfo`: the runtime scheme of containerRuntimeVersion (`containerd://2.1.4`), and the
     /// kubelet version for k3s (`v1.33.1+k3s1`) and RKE2 (`v1.33.1+rke2r1`), which run their own containerd.
     pub fn detect(runtime_version: &str, kubelet_version: &str) -> Option<Self> {

@@ -16,7 +16,7 @@
 //!
 //! A plan holds only the labels that must change, so nodes are patched only when something changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crd::labels;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
@@ -123,6 +123,28 @@ pub fn deploy_terms(component: Component) -> Vec<NodeSelectorTerm> {
         }
     });
     std::iter::once(written).chain(unwritten).collect()
+}
+
+/// Which nodes' runtime label lets a toolkit DaemonSet for `runtime` run there, when the cluster's GPU nodes run
+/// `present`.
+/// - One runtime in the cluster (the usual case): the label is that runtime's or not written yet, so the toolkit's
+///   pods schedule at once, as the other operands' do, instead of after the operator's label write. A node of
+///   another runtime joining later changes the facts, and with them this rule, before the toolkit's pod gets past
+///   its wait for the driver.
+/// - Several: only that runtime's label, since an unlabelled node could be either.
+pub fn runtime_requirement(
+    runtime: ContainerRuntime,
+    present: &BTreeSet<ContainerRuntime>,
+) -> NodeSelectorRequirement {
+    if present.len() > 1 {
+        return requirement(RUNTIME_LABEL, "In", &[runtime.name()]);
+    }
+    let others: Vec<&str> = ContainerRuntime::ALL
+        .iter()
+        .filter(|other| **other != runtime)
+        .map(|other| other.name())
+        .collect();
+    requirement(RUNTIME_LABEL, "NotIn", &others)
 }
 
 fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {

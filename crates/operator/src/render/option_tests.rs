@@ -1,13 +1,14 @@
 //! One golden snapshot per class of option that changes the rendered objects, with the essential facts also
 //! asserted in code so that a wrongly accepted snapshot cannot hide them.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::fixture::{
     container, default_images, env_value, facts, host_path_of, names, node, objects_of, one_node,
     policy, policy_with, render_component, snapshot,
 };
 use super::render;
+use crate::model::facts::RUNTIME_LABEL;
 use crate::model::{AssignedDriver, Component, ContainerRuntime};
 
 #[test]
@@ -245,7 +246,63 @@ fn toolkit_per_runtime() {
         ),
         Some("/runtime/config-dir/daemon.json")
     );
+    for (toolkit, runtime) in toolkits.iter().zip(["k3s", "crio", "docker"]) {
+        assert_eq!(
+            runtime_requirements(toolkit),
+            [json!({"key": RUNTIME_LABEL, "operator": "In", "values": [runtime]})],
+            "with several runtimes an unlabelled node could be any: only the {runtime} label admits"
+        );
+    }
     snapshot("toolkit_k3s_crio_docker", &toolkits);
+}
+
+#[test]
+fn toolkit_of_the_only_runtime_runs_before_the_runtime_label() {
+    let toolkits = render_component(
+        json!({}),
+        &facts([node("gpu-0"), node("gpu-1")]),
+        Component::ContainerToolkit,
+    );
+    assert_eq!(names(&toolkits), ["nvidia-container-toolkit-daemonset"]);
+    assert_eq!(
+        runtime_requirements(&toolkits[0]),
+        [json!({
+            "key": RUNTIME_LABEL,
+            "operator": "NotIn",
+            "values": ["k3s", "rke2", "crio", "docker"]
+        })],
+        "a node without the label yet, or with containerd's, admits the toolkit"
+    );
+    assert!(
+        toolkits[0]["spec"]["template"]["spec"]["nodeSelector"][RUNTIME_LABEL].is_null(),
+        "no equality on the label, which would wait for its write"
+    );
+}
+
+/// The distinct requirements on the runtime label over a DaemonSet's affinity terms; every term carries them.
+fn runtime_requirements(daemonset: &Value) -> Vec<Value> {
+    let terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_array()
+        .unwrap();
+    let mut found: Vec<Value> = Vec::new();
+    for term in terms {
+        let on_label: Vec<&Value> = term["matchExpressions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["key"] == RUNTIME_LABEL)
+            .collect();
+        assert_eq!(
+            on_label.len(),
+            1,
+            "every term requires the runtime label: {term}"
+        );
+        if !found.contains(on_label[0]) {
+            found.push(on_label[0].clone());
+        }
+    }
+    found
 }
 
 #[test]

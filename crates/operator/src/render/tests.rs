@@ -1,14 +1,16 @@
 //! The default policy on one ubuntu22.04 containerd node, one golden snapshot per operand, and the rules every
 //! rendered object follows.
 
+use std::collections::BTreeSet;
+
 use serde_json::json;
 
 use super::fixture::{NAMESPACE, container, facts, names, objects_of, one_node, policy, snapshot};
 use super::{
     COMPONENT_LABEL, DAEMONSET_LABEL, MANAGED_BY_LABEL, PART_OF_LABEL, RenderedObject, render,
 };
-use crate::model::Component;
-use crate::plan::labels::deploy_terms;
+use crate::model::{Component, ContainerRuntime};
+use crate::plan::labels::{deploy_terms, runtime_requirement};
 
 #[test]
 fn default_policy_snapshots_per_operand() {
@@ -83,10 +85,19 @@ fn every_object_carries_the_pruning_labels_and_selects_its_own_pods() {
             }
             let placement = &json["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                 ["nodeSelectorTerms"];
+            let mut expected = deploy_terms(object.component());
+            if object.component() == Component::ContainerToolkit {
+                let only = ContainerRuntime::Containerd;
+                for term in &mut expected {
+                    term.match_expressions
+                        .get_or_insert_default()
+                        .push(runtime_requirement(only, &BTreeSet::from([only])));
+                }
+            }
             assert_eq!(
                 placement,
-                &serde_json::to_value(deploy_terms(object.component())).unwrap(),
-                "{} runs where its deploy label says",
+                &serde_json::to_value(expected).unwrap(),
+                "{} runs where its deploy label says (the toolkit: and its runtime label)",
                 object.name()
             );
         }

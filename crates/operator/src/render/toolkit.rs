@@ -1,12 +1,15 @@
 //! The NVIDIA container toolkit, NVIDIA's image (run with its own entrypoint, configured by environment): one
 //! DaemonSet per container runtime present, because containerd, k3s, RKE2, CRI-O and Docker keep their
 //! configuration and socket in different places and a DaemonSet cannot select nodes by `status.nodeInfo`. Each
-//! selects its nodes by the runtime label the operator writes ([`RUNTIME_LABEL`]).
+//! selects its nodes by the runtime label the operator writes ([`RUNTIME_LABEL`](crate::model::facts::RUNTIME_LABEL)), as
+//! [`runtime_requirement`] rules: where the cluster has one runtime, also before the label is written.
+
+use std::collections::BTreeSet;
 
 use super::RenderedObject;
 use super::common::{Awaits, HostMount, OperandDaemonSet, RootFs, env, privileged, split_path};
-use crate::model::facts::RUNTIME_LABEL;
 use crate::model::{ClusterFacts, Component, ContainerRuntime, ValidatedPolicy};
+use crate::plan::labels::runtime_requirement;
 
 /// Where the runtime's configuration folder is mounted; `RUNTIME_CONFIG` points into it.
 const CONFIG_DIR: &str = "/runtime/config-dir";
@@ -14,10 +17,10 @@ const CONFIG_DIR: &str = "/runtime/config-dir";
 const SOCKET_DIR: &str = "/runtime/sock-dir";
 
 pub(super) fn render(policy: &ValidatedPolicy, facts: &ClusterFacts) -> Vec<RenderedObject> {
-    facts
-        .runtimes()
-        .into_iter()
-        .map(|runtime| runtime_daemonset(policy, facts, runtime))
+    let present = facts.runtimes();
+    present
+        .iter()
+        .map(|runtime| runtime_daemonset(policy, facts, *runtime, &present))
         .collect()
 }
 
@@ -25,6 +28,7 @@ fn runtime_daemonset(
     policy: &ValidatedPolicy,
     facts: &ClusterFacts,
     runtime: ContainerRuntime,
+    present: &BTreeSet<ContainerRuntime>,
 ) -> RenderedObject {
     let spec = &policy.spec;
     let install_dir = spec.toolkit.install_dir.as_str();
@@ -40,8 +44,8 @@ fn runtime_daemonset(
             runtime.name()
         );
     }
-    ds.node_selector
-        .insert(RUNTIME_LABEL.into(), runtime.name().into());
+    ds.node_requirements
+        .push(runtime_requirement(runtime, present));
     ds.main.name = "nvidia-container-toolkit-ctr".into();
     ds.main.env = Some(vec![
         env("RUNTIME", runtime.toolkit_runtime()),

@@ -149,6 +149,9 @@ pub(super) struct OperandDaemonSet<'a> {
     pub main: Container,
     /// Node selector entries of this operand, over the deploy label and `daemonsets.nodeSelector`.
     pub node_selector: BTreeMap<String, String>,
+    /// Requirements of the operand's own that a label equality cannot say (a toolkit's runtime), joined to each
+    /// deploy affinity term.
+    pub node_requirements: Vec<NodeSelectorRequirement>,
     pub host_pid: bool,
     pub host_ipc: bool,
     pub host_network: bool,
@@ -181,6 +184,7 @@ impl<'a> OperandDaemonSet<'a> {
             image: policy.image(component).into(),
             main: Container::default(),
             node_selector: BTreeMap::new(),
+            node_requirements: Vec::new(),
             host_pid: false,
             host_ipc: false,
             host_network: false,
@@ -336,13 +340,19 @@ impl<'a> OperandDaemonSet<'a> {
         pod_annotations.extend(self.pod_annotations);
 
         // Where the operand runs is the deploy affinity's to say (whatever `daemonsets.nodeSelector` says of the
-        // deploy label), with the user's selector and the operand's own (a driver's OS, a toolkit's runtime).
+        // deploy label), with the user's selector and the operand's own (a driver's OS).
         let mut node_selector = daemonsets.node_selector.clone();
         node_selector.remove(&self.component.deploy_label());
         node_selector.extend(self.node_selector);
+        let mut deploy = deploy_terms(self.component);
+        for term in &mut deploy {
+            term.match_expressions
+                .get_or_insert_default()
+                .extend(self.node_requirements.iter().cloned());
+        }
         let affinity = with_deploy_terms(
             with_node_affinity(daemonsets.affinity.clone(), overrides.node_affinity),
-            deploy_terms(self.component),
+            deploy,
         );
 
         let mut pull_secrets: Vec<String> = image_spec.image_pull_secrets.clone();
