@@ -138,7 +138,7 @@ pub fn test_env(
     env.push(("E2E_REPO_ROOT".into(), root.display().to_string()));
     env.push((
         "E2E_AUDIT_LOG".into(),
-        info.state_dir.join("logs/audit.log").display().to_string(),
+        info.audit_log().display().to_string(),
     ));
     Ok(env)
 }

@@ -70,6 +70,13 @@ impl NodeSide {
     pub fn default_install(&self) -> impl Iterator<Item = &RoleUsage> {
         self.roles.iter().filter(|role| role.default_install)
     }
+
+    /// What one node of the default install sends the API server at rest, per minute, over all its roles.
+    pub fn default_install_requests_per_minute(&self) -> f64 {
+        self.default_install()
+            .map(|role| role.requests_per_minute(self.rest_seconds))
+            .sum()
+    }
 }
 
 impl RoleUsage {

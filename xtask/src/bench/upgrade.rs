@@ -124,7 +124,7 @@ pub fn measure(
     say(format!(
         "driver upgrade: patching driver.version to {UPGRADED_VERSION}"
     ));
-    let audit_log = info.state_dir.join("logs/audit.log");
+    let audit_log = info.audit_log();
     let audit_start = audit::Mark::now(&audit_log)?;
     tracker.begin(Instant::now());
     patch_policy(

@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// The operators' ServiceAccount (both charts name it so), as the audit log names it.
@@ -124,7 +125,12 @@ impl Mark {
 
     /// `user`'s requests from the mark to now (a line cut at the offset is skipped by the counting).
     pub fn requests(&self, user: &str) -> anyhow::Result<Requests> {
-        let mut requests = Requests::default();
+        Ok(count(&self.text()?, user))
+    }
+
+    /// The log from the mark to now, oldest first (the rotated files sort before the live one: `-` before `.`).
+    pub fn text(&self) -> anyhow::Result<String> {
+        let mut text = String::new();
         for file in audit_files(&self.log)?.difference(&self.earlier) {
             let bytes =
                 std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -133,11 +139,68 @@ impl Mark {
             } else {
                 0
             };
-            let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default());
-            requests.add(count(&text, user));
+            text.push_str(&String::from_utf8_lossy(
+                bytes.get(from..).unwrap_or_default(),
+            ));
+            text.push('\n');
         }
-        Ok(requests)
+        Ok(text)
     }
+}
+
+/// An object as the audit log names it: resource (plural) and name.
+pub type Object<'a> = (&'a str, &'a str);
+
+/// From the API server receiving the first write of `cause` in `log` to it completing the last write of `effect`
+/// that completed by `until` (the write that left what was then seen; `cause`'s own write where both are one
+/// object): how long a writer took to carry a user's change into another object, on the API server's clock, so
+/// that neither the client's start nor a poll's period is in it. Writes of subresources (a DaemonSet's status)
+/// do not count. `None` when the log has no such pair.
+pub fn reaction(
+    log: &str,
+    cause: Object,
+    effect: Object,
+    until: Timestamp,
+) -> Option<SignedDuration> {
+    let mut asked: Option<Timestamp> = None;
+    let mut done: Option<Timestamp> = None;
+    for event in log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    {
+        let Some((object, received, completed)) = write_of(&event) else {
+            continue;
+        };
+        if asked.is_none() && object == cause {
+            asked = Some(received);
+        }
+        if let Some(asked) = asked
+            && object == effect
+            && received >= asked
+            && completed <= until
+        {
+            done = Some(completed);
+        }
+    }
+    Some(done?.duration_since(asked?))
+}
+
+/// A completed write of an object (not of a subresource) in an audit event: the object, and when the API server
+/// received the write and completed it.
+fn write_of(event: &serde_json::Value) -> Option<(Object<'_>, Timestamp, Timestamp)> {
+    let write = event["stage"] == "ResponseComplete"
+        && WRITE_VERBS.contains(&event["verb"].as_str()?)
+        && event["objectRef"]["subresource"].is_null();
+    if !write {
+        return None;
+    }
+    let object = (
+        event["objectRef"]["resource"].as_str()?,
+        event["objectRef"]["name"].as_str()?,
+    );
+    let received = event["requestReceivedTimestamp"].as_str()?.parse().ok()?;
+    let completed = event["stageTimestamp"].as_str()?.parse().ok()?;
+    Some((object, received, completed))
 }
 
 /// The audit log and the rotated files beside it.
@@ -206,6 +269,72 @@ mod tests {
         assert_eq!(sum.total(), 10);
         assert_eq!(sum.by_kind["patch nodes"], 2);
         assert_eq!(sum.user_agents.len(), 1);
+    }
+
+    /// A completed write as the audit log has it, received and completed at seconds past a minute.
+    fn write(verb: &str, object: Object, subresource: Option<&str>, seconds: (f64, f64)) -> String {
+        let at = |seconds: f64| format!("2026-11-29T02:09:{seconds:09.6}Z");
+        serde_json::json!({
+            "stage": "ResponseComplete",
+            "verb": verb,
+            "user": {"username": "anyone"},
+            "objectRef": {"resource": object.0, "name": object.1, "subresource": subresource},
+            "requestReceivedTimestamp": at(seconds.0),
+            "stageTimestamp": at(seconds.1),
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_reaction_runs_from_the_change_received_to_the_last_write_seen() {
+        let policy = ("clusterpolicies", "cluster-policy");
+        let toolkit = ("daemonsets", "nvidia-container-toolkit-daemonset");
+        let log = [
+            // Before the user's change: not the reaction.
+            write("patch", toolkit, None, (10.0, 10.1)),
+            write("patch", policy, None, (21.5, 21.6)),
+            write("update", toolkit, Some("status"), (21.65, 21.66)),
+            write("patch", toolkit, None, (21.7, 21.75)),
+            write(
+                "patch",
+                ("daemonsets", "nvidia-dcgm-exporter"),
+                None,
+                (21.8, 21.9),
+            ),
+            // After what was seen: not what left it.
+            write("patch", toolkit, None, (30.0, 30.2)),
+        ]
+        .join("\n");
+        let seen: Timestamp = "2026-11-29T02:09:25Z".parse().unwrap();
+        let reaction = reaction(&log, policy, toolkit, seen).unwrap();
+        assert_eq!(
+            reaction.as_millis(),
+            250,
+            "21.5 received to 21.75 completed"
+        );
+        assert_eq!(
+            super::reaction(
+                &log,
+                toolkit,
+                toolkit,
+                "2026-11-29T02:09:11Z".parse().unwrap()
+            )
+            .unwrap()
+            .as_millis(),
+            100,
+            "one object: its own write, received to completed"
+        );
+        assert!(super::reaction(&log, ("clusterpolicies", "other"), toolkit, seen).is_none());
+        assert!(
+            super::reaction(
+                &log,
+                policy,
+                toolkit,
+                "2026-11-29T02:09:21.7Z".parse().unwrap()
+            )
+            .is_none(),
+            "nothing written by then"
+        );
     }
 
     fn rotated_line(verb: &str) -> String {

@@ -75,6 +75,13 @@ pub struct ClusterInfo {
     pub state_dir: PathBuf,
 }
 
+impl ClusterInfo {
+    /// The API server's audit log (JSON; the rotated files lie beside it).
+    pub fn audit_log(&self) -> PathBuf {
+        self.state_dir.join("logs/audit.log")
+    }
+}
+
 /// Builds the tools if they are not cached, without starting a cluster; the environment that puts them first on
 /// `PATH` (as [`env_vars`] does), for checks that need only helm or kubectl.
 pub fn tools_env() -> anyhow::Result<Vec<(String, String)>> {
