@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -141,32 +142,44 @@ pub fn written_labels(
     groups.into_iter().collect()
 }
 
-/// `kubectl label` of `nodes`, with `arguments` (`key=value` to set, `key-` to remove).
+/// Merge-patches `labels` onto every node of `nodes` (`None` removes the key), [`IN_FLIGHT`] patches at a time:
+/// `kubectl label` patches one node after another, which took 15 minutes at 5,000 nodes.
 fn label_nodes(
-    root: &Path,
-    env: &[(String, String)],
+    connection: &Connection,
     nodes: &[String],
-    arguments: impl IntoIterator<Item = String>,
+    labels: &BTreeMap<&str, Option<&str>>,
 ) -> anyhow::Result<()> {
-    let mut args: Vec<String> = vec!["label".into(), "nodes".into(), "--overwrite".into()];
-    args.extend(nodes.iter().cloned());
-    args.extend(arguments);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    command::run(root, env, "kubectl", &args)
+    let api: Api<Node> = Api::all(connection.client.clone());
+    let patch = Patch::Merge(serde_json::json!({"metadata": {"labels": labels}}));
+    let params = PatchParams::default();
+    super::say(format!("labelling {} nodes", nodes.len()));
+    // One request call per chunk, so that each stays well inside the connection's timeout.
+    for chunk in nodes.chunks(IN_FLIGHT * 4) {
+        connection.request(
+            futures::stream::iter(chunk)
+                .map(|node| api.patch(node, &params, &patch))
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<Vec<_>>(),
+        )?;
+    }
+    Ok(())
 }
+
+/// Node label patches in flight at once.
+const IN_FLIGHT: usize = 32;
 
 impl Captured {
     /// Our chart installed (no operator started) and the captured labels written, before the clock starts.
     pub fn prepare(&self, root: &Path, info: &ClusterInfo, ours: &Contender) -> anyhow::Result<()> {
         let env = cluster::env_vars(info);
         ours.install(root, &env)?;
+        let connection = Connection::open(&info.kubeconfig)?;
         for (labels, nodes) in &self.labels {
-            label_nodes(
-                root,
-                &env,
-                nodes,
-                labels.iter().map(|(key, value)| format!("{key}={value}")),
-            )?;
+            let set = labels
+                .iter()
+                .map(|(key, value)| (key.as_str(), Some(value.as_str())))
+                .collect();
+            label_nodes(&connection, nodes, &set)?;
         }
         Ok(())
     }
@@ -224,13 +237,10 @@ impl Captured {
                 "delete", "service", "-n", NAMESPACE, "-l", RENDERED, "--wait",
             ],
         )?;
+        let connection = Connection::open(&info.kubeconfig)?;
         for (labels, nodes) in &self.labels {
-            label_nodes(
-                root,
-                &env,
-                nodes,
-                labels.keys().map(|key| format!("{key}-")),
-            )?;
+            let removed = labels.keys().map(|key| (key.as_str(), None)).collect();
+            label_nodes(&connection, nodes, &removed)?;
         }
         ours.uninstall(root, &env)
     }
