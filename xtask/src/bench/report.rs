@@ -704,9 +704,12 @@ fn render_meaning(results: &Results, text: &mut String) {
     }
 }
 
-/// Seconds as a reader takes them in: tenths under 10 s, whole seconds under 2 minutes, else minutes too.
+/// Seconds as a reader takes them in: milliseconds under 1 s, tenths under 10 s, whole seconds under 2 minutes,
+/// else minutes too.
 fn duration(seconds: f64) -> String {
-    if seconds < 10.0 {
+    if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1000.0)
+    } else if seconds < 10.0 {
         format!("{seconds:.1} s")
     } else if seconds < 120.0 {
         format!("{seconds:.0} s")
@@ -1211,7 +1214,8 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("- **10 nodes.** After the ClusterPolicy is created, every GPU node runs its operands after 2.0 s. A change"),
+            text.contains("- **10 nodes.** After the ClusterPolicy is created, every GPU node runs its operands after 2.0 s. A change \
+                 to the policy is in its DaemonSets after 200 ms and on every node after 1.0 s."),
             "a size without the floor or NVIDIA names neither: {text}"
         );
     }
