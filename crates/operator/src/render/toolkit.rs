@@ -1,8 +1,9 @@
 //! The NVIDIA container toolkit, NVIDIA's image (run with its own entrypoint, configured by environment): one
 //! DaemonSet per container runtime present, because containerd, k3s, RKE2, CRI-O and Docker keep their
 //! configuration and socket in different places and a DaemonSet cannot select nodes by `status.nodeInfo`. Each
-//! selects its nodes by the runtime label the operator writes ([`RUNTIME_LABEL`](crate::model::facts::RUNTIME_LABEL)), as
-//! [`runtime_requirement`] rules: where the cluster has one runtime, also before the label is written.
+//! selects its nodes by the runtime label the operator writes
+//! ([`RUNTIME_LABEL`](crate::model::facts::RUNTIME_LABEL)), as [`runtime_requirement`] rules: where the cluster
+//! has one runtime, also before the label is written.
 
 use std::collections::BTreeSet;
 
