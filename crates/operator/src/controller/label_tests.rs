@@ -2,6 +2,7 @@
 //! write of a patch the Node cache has not shown yet.
 
 use super::*;
+use std::borrow::Cow;
 
 const NODE_PATH: &str = "/api/v1/nodes/gpu-0";
 
@@ -98,6 +99,12 @@ async fn a_label_patch_the_cache_has_not_shown_yet_is_not_written_again() {
             &fixture.context,
         )
         .await
+        .map(|labelled| {
+            labelled
+                .into_iter()
+                .map(Cow::into_owned)
+                .collect::<Vec<_>>()
+        })
     };
     let first = pass(&stale).await.unwrap();
     assert_eq!(first[0]["nvidia.com/gpu.deploy.device-plugin"], "true");

@@ -10,6 +10,7 @@
 //! the cache holds any other version (the patch, or a later write by anyone), the cache is the truth again and the
 //! node is forgotten. Only equality of versions is used, never their order, which the API leaves opaque.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -26,23 +27,26 @@ pub struct LabelsInFlight(Mutex<HashMap<String, Written>>);
 
 impl LabelsInFlight {
     /// The labels to plan `node` from: the remembered ones while the cache still holds the version (`cached_at`)
-    /// the last patch was planned at, else the cache's (`cached`), and the node is forgotten.
-    pub fn labels(
+    /// the last patch was planned at, else the cache's (`cached`, borrowed: the usual case, with no copy), and the
+    /// node is forgotten.
+    pub fn labels<'a>(
         &self,
         node: &str,
         cached_at: Option<&str>,
-        cached: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
+        cached: &'a BTreeMap<String, String>,
+    ) -> Cow<'a, BTreeMap<String, String>> {
         let Ok(mut written) = self.0.lock() else {
-            return cached.clone();
+            return Cow::Borrowed(cached);
         };
         match written.get(node) {
-            Some(entry) if Some(entry.planned_at.as_str()) == cached_at => entry.labels.clone(),
+            Some(entry) if Some(entry.planned_at.as_str()) == cached_at => {
+                Cow::Owned(entry.labels.clone())
+            }
             Some(_) => {
                 written.remove(node);
-                cached.clone()
+                Cow::Borrowed(cached)
             }
-            None => cached.clone(),
+            None => Cow::Borrowed(cached),
         }
     }
 
@@ -87,17 +91,17 @@ mod tests {
         let after = labels(&[("nfd", "true"), ("nvidia.com/gpu.present", "true")]);
         in_flight.record("a", Some("10"), after.clone());
         assert_eq!(
-            in_flight.labels("a", Some("10"), &before),
+            *in_flight.labels("a", Some("10"), &before),
             after,
             "still version 10"
         );
         assert_eq!(
-            in_flight.labels("a", Some("10"), &before),
+            *in_flight.labels("a", Some("10"), &before),
             after,
             "asked again"
         );
         assert_eq!(
-            in_flight.labels("b", Some("10"), &before),
+            *in_flight.labels("b", Some("10"), &before),
             before,
             "another node"
         );
@@ -113,10 +117,10 @@ mod tests {
             ("nvidia.com/gpu.present", "true"),
             ("nvidia.com/gpu.deploy.device-plugin", "false"),
         ]);
-        assert_eq!(in_flight.labels("a", Some("12"), &admins), admins);
+        assert_eq!(*in_flight.labels("a", Some("12"), &admins), admins);
         let stale = labels(&[]);
         assert_eq!(
-            in_flight.labels("a", Some("10"), &stale),
+            *in_flight.labels("a", Some("10"), &stale),
             stale,
             "forgotten: version 10 again is the cache's own word now"
         );
@@ -128,16 +132,16 @@ mod tests {
         let after = labels(&[("nvidia.com/gpu.present", "true")]);
         in_flight.record("unversioned", None, after.clone());
         assert_eq!(
-            in_flight.labels("unversioned", None, &labels(&[])),
+            *in_flight.labels("unversioned", None, &labels(&[])),
             labels(&[])
         );
         in_flight.record("deleted", Some("3"), after.clone());
         in_flight.record("kept", Some("4"), after.clone());
         in_flight.retain(&HashSet::from(["kept"]));
         assert_eq!(
-            in_flight.labels("deleted", Some("3"), &labels(&[])),
+            *in_flight.labels("deleted", Some("3"), &labels(&[])),
             labels(&[])
         );
-        assert_eq!(in_flight.labels("kept", Some("4"), &labels(&[])), after);
+        assert_eq!(*in_flight.labels("kept", Some("4"), &labels(&[])), after);
     }
 }

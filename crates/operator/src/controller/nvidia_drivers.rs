@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crd::nvidia_driver::{NVIDIADriver, NvidiaDriverStatus};
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -20,7 +21,8 @@ use tracing::warn;
 
 use super::{Context, ReconcileError, publish_event};
 use crate::crd_install::FIELD_MANAGER;
-use crate::model::{AssignedDriver, GpuNodeFacts, ValidatedPolicy};
+use crate::model::facts::has_nvidia_gpu;
+use crate::model::{AssignedDriver, ValidatedPolicy};
 use crate::plan::driver_assignment::{Assignment, DriverClaim, assign};
 use crate::plan::nvidia_driver_status::{self, CONFLICT_REASON, Outcome};
 use crate::render::RenderedObject;
@@ -37,10 +39,11 @@ pub(super) struct DriverObjects {
 }
 
 impl DriverObjects {
-    /// observe: the objects in the watch cache (those being deleted left out) and their nodes among `gpu_nodes`.
+    /// observe: the objects in the watch cache (those being deleted left out) and their nodes among the GPU nodes
+    /// of `nodes`.
     pub(super) fn observe(
         policy: &ValidatedPolicy,
-        gpu_nodes: &[GpuNodeFacts],
+        nodes: &[Arc<Node>],
         store: &Store<NVIDIADriver>,
     ) -> Self {
         let enabled = policy.spec.driver.use_nvidia_driver_crd == Some(true);
@@ -64,11 +67,12 @@ impl DriverObjects {
                     created: object.creation_timestamp().map(|time| time.0),
                 })
                 .collect();
-            let nodes: Vec<(String, BTreeMap<String, String>)> = gpu_nodes
+            let gpu_nodes: Vec<(String, BTreeMap<String, String>)> = nodes
                 .iter()
-                .map(|node| (node.name.clone(), node.labels.clone()))
+                .filter(|node| has_nvidia_gpu(node.labels()))
+                .map(|node| (node.name_any(), node.labels().clone()))
                 .collect();
-            assign(&claims, &nodes)
+            assign(&claims, &gpu_nodes)
         } else {
             Assignment::default()
         };

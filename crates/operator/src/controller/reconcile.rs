@@ -2,6 +2,7 @@
 //! (render), apply, label, status; and the cleanup when the policy is deleted. Each step is a function of its own, so
 //! that its outcomes can be tested against a mocked API server.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -114,7 +115,7 @@ fn observe(validated: &ValidatedPolicy, context: &Context) -> Cluster {
         nodes.iter().map(AsRef::as_ref),
         default_runtime,
     );
-    let drivers = DriverObjects::observe(validated, &facts.gpu_nodes, &context.nvidia_drivers);
+    let drivers = DriverObjects::observe(validated, &nodes, &context.nvidia_drivers);
     facts.nvidia_drivers = drivers.accepted();
     Cluster {
         nodes,
@@ -202,7 +203,7 @@ async fn report_apply_failure(
 struct Built<'a> {
     policy: &'a ValidatedPolicy,
     facts: &'a ClusterFacts,
-    labelled: &'a [BTreeMap<String, String>],
+    labelled: &'a [Cow<'a, BTreeMap<String, String>>],
     objects: &'a [RenderedObject],
     summary: &'a ApplySummary,
 }
@@ -218,12 +219,7 @@ async fn compute_status(
 ) -> ClusterPolicyStatus {
     let unknown_fields = unknown_fields(policy, context).await;
     let daemonsets = context.daemonsets.state();
-    let gpu_nodes: Vec<GPUNode> = context
-        .gpu_nodes
-        .state()
-        .iter()
-        .map(|n| n.as_ref().clone())
-        .collect();
+    let gpu_nodes = context.gpu_nodes.state();
     let observed = Observed {
         policy: built.policy,
         generation: policy.meta().generation,
@@ -310,7 +306,7 @@ async fn unknown_fields(policy: &ClusterPolicy, context: &Context) -> Vec<String
 /// For each enabled component, how many nodes its deploy label selects.
 fn expected_nodes(
     policy: &ValidatedPolicy,
-    labelled: &[BTreeMap<String, String>],
+    labelled: &[Cow<'_, BTreeMap<String, String>>],
 ) -> BTreeMap<Component, usize> {
     policy
         .enabled()
@@ -319,7 +315,7 @@ fn expected_nodes(
             let label = component.deploy_label();
             let count = labelled
                 .iter()
-                .filter(|labels| labels.get(&label).is_some_and(|v| v == "true"))
+                .filter(|labels| labels.get(label).is_some_and(|v| v == "true"))
                 .count();
             (component, count)
         })
@@ -401,9 +397,9 @@ mod tests {
         let policy = validate(&crd::ClusterPolicySpec::default(), &default_images()).unwrap();
         let label = Component::DevicePlugin.deploy_label();
         let labelled = vec![
-            BTreeMap::from([(label.clone(), "true".to_string())]),
-            BTreeMap::from([(label.clone(), "false".to_string())]),
-            BTreeMap::new(),
+            Cow::Owned(BTreeMap::from([(label.to_owned(), "true".to_string())])),
+            Cow::Owned(BTreeMap::from([(label.to_owned(), "false".to_string())])),
+            Cow::Owned(BTreeMap::new()),
         ];
         assert_eq!(
             expected_nodes(&policy, &labelled)[&Component::DevicePlugin],

@@ -886,7 +886,7 @@ async fn nvidia_driver_statuses_are_written_once_and_a_refusal_is_an_event() {
         },
         ..Node::default()
     };
-    let facts = ClusterFacts::from_nodes(NAMESPACE, [&node], ContainerRuntime::Containerd);
+    let nodes = [Arc::new(node)];
     let policy = validate(
         &serde_json::from_value(json!({"driver": {"useNvidiaDriverCRD": true}})).unwrap(),
         &default_images(),
@@ -897,7 +897,7 @@ async fn nvidia_driver_statuses_are_written_once_and_a_refusal_is_an_event() {
         for object in objects {
             writer.apply_watcher_event(&watcher::Event::Apply(object.clone()));
         }
-        DriverObjects::observe(&policy, &facts.gpu_nodes, &writer.as_reader())
+        DriverObjects::observe(&policy, &nodes, &writer.as_reader())
     };
     let status_path = |name: &str| format!("/apis/nvidia.com/v1alpha1/nvidiadrivers/{name}/status");
     let stored = |object: &NVIDIADriver| Answer::Json(200, serde_json::to_value(object).unwrap());

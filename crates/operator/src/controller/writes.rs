@@ -1,6 +1,7 @@
 //! The controller's writes besides apply: node labels, the ClusterPolicy status, Events. Each writes only when
 //! something changed.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,29 +26,28 @@ use crate::plan::labels::{LabelChanges, plan_driver_owner, plan_node};
 /// DaemonSet was applied; the API server takes these small patches in parallel.
 const LABEL_PATCHES_IN_FLIGHT: usize = 32;
 
+/// A node's name, its labels as planned from, and the changes planned.
+type Planned<'a> = (&'a str, Cow<'a, BTreeMap<String, String>>, LabelChanges);
+
 /// Applies the label plan to every node that needs a change; returns every node's labels after it, in the order
-/// of `nodes`.
-pub(super) async fn label_nodes(
+/// of `nodes`, borrowed from the cache where the plan changed nothing (each reconcile reads every node).
+pub(super) async fn label_nodes<'a>(
     policy: &ValidatedPolicy,
-    nodes: &[Arc<Node>],
+    nodes: &'a [Arc<Node>],
     default_runtime: ContainerRuntime,
     drivers: &DriverObjects,
     context: &Context,
-) -> Result<Vec<BTreeMap<String, String>>, ReconcileError> {
+) -> Result<Vec<Cow<'a, BTreeMap<String, String>>>, ReconcileError> {
     let api = Api::<Node>::all(context.client.clone());
     let in_flight = &context.labels_in_flight;
-    in_flight.retain(
-        &nodes
-            .iter()
-            .filter_map(|node| node.meta().name.as_deref())
-            .collect(),
-    );
-    let planned: Vec<(String, BTreeMap<String, String>, LabelChanges)> = nodes
+    let name = |node: &'a Node| node.meta().name.as_deref().unwrap_or_default();
+    in_flight.retain(&nodes.iter().map(|node| name(node)).collect());
+    let planned: Vec<Planned<'a>> = nodes
         .iter()
         .map(|node| {
             let labels = in_flight.labels(
-                &node.name_any(),
-                node.resource_version().as_deref(),
+                name(node),
+                node.meta().resource_version.as_deref(),
                 node.labels(),
             );
             let runtime = node
@@ -59,9 +59,9 @@ pub(super) async fn label_nodes(
                 })
                 .unwrap_or(default_runtime);
             let mut changes = plan_node(policy, &labels, runtime);
-            let owner = drivers.owner(&node.name_any(), &labels);
+            let owner = drivers.owner(name(node), &labels);
             changes.extend(plan_driver_owner(&labels, owner.as_deref()));
-            (node.name_any(), labels, changes)
+            (name(node), labels, changes)
         })
         .collect();
     // Futures that own what they send, so that the controller's reconcile future stays `Send`.
@@ -69,7 +69,7 @@ pub(super) async fn label_nodes(
         .iter()
         .filter(|(_, _, changes)| !changes.is_empty())
         .map(|(name, _, changes)| {
-            let (api, name, changes) = (api.clone(), name.clone(), changes.clone());
+            let (api, name, changes) = (api.clone(), (*name).to_owned(), changes.clone());
             async move { patch_labels(&api, &name, &changes).await }
         })
         .collect();
@@ -81,10 +81,13 @@ pub(super) async fn label_nodes(
         .into_iter()
         .zip(nodes)
         .map(|((name, mut labels, changes), node)| {
-            let patched = !changes.is_empty();
-            apply_changes(&mut labels, changes);
-            if patched {
-                in_flight.record(&name, node.resource_version().as_deref(), labels.clone());
+            if !changes.is_empty() {
+                apply_changes(labels.to_mut(), changes);
+                in_flight.record(
+                    name,
+                    node.meta().resource_version.as_deref(),
+                    labels.as_ref().clone(),
+                );
             }
             labels
         })

@@ -2,6 +2,7 @@
 //! (`nvidia.com/gpu.deploy.<label>`), the DaemonSet name and its `app` label, as in NVIDIA's operator.
 
 use std::fmt;
+use std::sync::LazyLock;
 
 /// One operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -69,9 +70,24 @@ impl Component {
         }
     }
 
-    /// The node label that selects this component's nodes.
-    pub fn deploy_label(self) -> String {
-        crd::labels::deploy_label(self.label_name())
+    /// The node label that selects this component's nodes. Made once: the label planner reads it for every node
+    /// in every reconcile.
+    pub fn deploy_label(self) -> &'static str {
+        static LABELS: LazyLock<Vec<(Component, String)>> = LazyLock::new(|| {
+            Component::ALL
+                .iter()
+                .map(|component| {
+                    (
+                        *component,
+                        crd::labels::deploy_label(component.label_name()),
+                    )
+                })
+                .collect()
+        });
+        LABELS
+            .iter()
+            .find(|(component, _)| *component == self)
+            .map_or("", |(_, label)| label.as_str())
     }
 
     /// Clients of the GPUs that the MIG manager pauses while it reconfigures a node.
@@ -104,6 +120,12 @@ mod tests {
             "nvidia.com/gpu.deploy.device-plugin"
         );
         assert_eq!(Component::DcgmExporter.app_name(), "nvidia-dcgm-exporter");
+        for component in Component::ALL {
+            assert_eq!(
+                component.deploy_label(),
+                crd::labels::deploy_label(component.label_name())
+            );
+        }
         let labels: std::collections::BTreeSet<_> =
             Component::ALL.iter().map(|c| c.label_name()).collect();
         assert_eq!(

@@ -39,21 +39,21 @@ pub fn plan_node(
     current: &BTreeMap<String, String>,
     runtime: ContainerRuntime,
 ) -> LabelChanges {
-    let mut desired: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut plan = Changes::from(current);
     let gpu = has_nvidia_gpu(current);
     let was_ours = current
         .get(labels::GPU_PRESENT)
         .is_some_and(|v| v == DEPLOY);
     if !gpu {
         if was_ours {
-            desired.insert(labels::GPU_PRESENT.into(), Some("false".into()));
-            remove_deploy_labels(current, &mut desired);
-            desired.insert(RUNTIME_LABEL.into(), None);
+            plan.set(labels::GPU_PRESENT, Some("false"));
+            remove_deploy_labels(&mut plan);
+            plan.set(RUNTIME_LABEL, None);
         }
-        return changes(current, desired);
+        return plan.changes;
     }
-    desired.insert(labels::GPU_PRESENT.into(), Some(DEPLOY.into()));
-    desired.insert(RUNTIME_LABEL.into(), Some(runtime.name().into()));
+    plan.set(labels::GPU_PRESENT, Some(DEPLOY));
+    plan.set(RUNTIME_LABEL, Some(runtime.name()));
     let operands_off = current
         .get(labels::DEPLOY_OPERANDS)
         .is_some_and(|v| v == "false");
@@ -63,15 +63,11 @@ pub fn plan_node(
             && (labelled_by_nvidia_whatever_runs(component) || policy.is_enabled(component))
             && (component != Component::MigManager || mig_capable);
         let label = component.deploy_label();
-        match current.get(&label).map(String::as_str) {
+        match current.get(label).map(String::as_str) {
             // Someone else's value: an admin pausing the component, or the MIG manager mid-change.
             Some(value) if !value.is_empty() && value != DEPLOY => {}
-            Some(DEPLOY) if !wanted => {
-                desired.insert(label, None);
-            }
-            _ if wanted => {
-                desired.insert(label, Some(DEPLOY.into()));
-            }
+            Some(DEPLOY) if !wanted => plan.set(label, None),
+            _ if wanted => plan.set(label, Some(DEPLOY)),
             _ => {}
         }
     }
@@ -88,9 +84,9 @@ pub fn plan_node(
             .get(labels::MIG_CONFIG)
             .is_none_or(|value| value.is_empty())
     {
-        desired.insert(labels::MIG_CONFIG.into(), Some("all-disabled".into()));
+        plan.set(labels::MIG_CONFIG, Some("all-disabled"));
     }
-    changes(current, desired)
+    plan.changes
 }
 
 /// Where a component's pods may run, as required node affinity terms (any one suffices): the rule of [`plan_node`]
@@ -105,12 +101,12 @@ pub fn plan_node(
 pub fn deploy_terms(component: Component) -> Vec<NodeSelectorTerm> {
     let label = component.deploy_label();
     let written = NodeSelectorTerm {
-        match_expressions: Some(vec![requirement(&label, "In", &[DEPLOY])]),
+        match_expressions: Some(vec![requirement(label, "In", &[DEPLOY])]),
         match_fields: None,
     };
     let unwritten = NVIDIA_PCI_LABELS.iter().map(|gpu| {
         let mut expressions = vec![
-            requirement(&label, "DoesNotExist", &[]),
+            requirement(label, "DoesNotExist", &[]),
             requirement(gpu, "In", &[DEPLOY]),
             requirement(labels::DEPLOY_OPERANDS, "NotIn", &["false"]),
         ];
@@ -157,10 +153,9 @@ fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequir
 
 /// The change of a node's driver owner label to `owner` (removed for `None`), if it changes.
 pub fn plan_driver_owner(current: &BTreeMap<String, String>, owner: Option<&str>) -> LabelChanges {
-    changes(
-        current,
-        BTreeMap::from([(labels::DRIVER_OWNER.to_owned(), owner.map(str::to_owned))]),
-    )
+    let mut plan = Changes::from(current);
+    plan.set(labels::DRIVER_OWNER, owner);
+    plan.changes
 }
 
 /// Whether NVIDIA's operator sets the component's deploy label on every GPU node, whether or not its ClusterPolicy
@@ -186,62 +181,76 @@ fn labelled_by_nvidia_whatever_runs(component: Component) -> bool {
 /// the MIG manager's state and its pauses. An admin's labels stay, `nvidia.com/mig.config` included unless it holds
 /// the operator's default.
 pub fn plan_cleanup(current: &BTreeMap<String, String>) -> LabelChanges {
-    let mut desired = BTreeMap::new();
-    if current.contains_key(labels::GPU_PRESENT) {
-        desired.insert(labels::GPU_PRESENT.to_string(), None);
+    let mut plan = Changes::from(current);
+    for key in [
+        labels::GPU_PRESENT,
+        RUNTIME_LABEL,
+        labels::DRIVER_OWNER,
+        labels::MIG_CONFIG_STATE,
+        // The driver upgrade's state: no upgrade runs without the policy (the admin's skip label stays).
+        crd::driver_upgrade::STATE_LABEL,
+    ] {
+        plan.set(key, None);
     }
-    desired.insert(RUNTIME_LABEL.to_string(), None);
-    desired.insert(labels::DRIVER_OWNER.to_string(), None);
-    desired.insert(labels::MIG_CONFIG_STATE.to_string(), None);
-    // The driver upgrade's state: no upgrade runs without the policy (the admin's skip label stays).
-    desired.insert(crd::driver_upgrade::STATE_LABEL.to_string(), None);
     for key in current
         .keys()
         .filter(|key| labels::written_by_feature_discovery(key))
     {
-        desired.insert(key.clone(), None);
+        plan.set(key, None);
     }
     for component in Component::ALL {
         let label = component.deploy_label();
         if current
-            .get(&label)
+            .get(label)
             .is_some_and(|value| value == labels::PAUSED_FOR_MIG_CHANGE)
         {
-            desired.insert(label, None);
+            plan.set(label, None);
         }
     }
-    remove_deploy_labels(current, &mut desired);
+    remove_deploy_labels(&mut plan);
     if current
         .get(labels::MIG_CONFIG)
         .is_some_and(|v| v == "all-disabled")
     {
-        desired.insert(labels::MIG_CONFIG.into(), None);
+        plan.set(labels::MIG_CONFIG, None);
     }
-    changes(current, desired)
+    plan.changes
 }
 
 /// Removes the deploy labels that hold the operator's own value.
-fn remove_deploy_labels(
-    current: &BTreeMap<String, String>,
-    desired: &mut BTreeMap<String, Option<String>>,
-) {
+fn remove_deploy_labels(plan: &mut Changes<'_>) {
     for component in Component::ALL {
         let label = component.deploy_label();
-        if current.get(&label).is_some_and(|v| v == DEPLOY) {
-            desired.insert(label, None);
+        if plan.current.get(label).is_some_and(|v| v == DEPLOY) {
+            plan.set(label, None);
         }
     }
 }
 
-/// Keeps only the entries that differ from the node's current labels.
-fn changes(
-    current: &BTreeMap<String, String>,
-    desired: BTreeMap<String, Option<String>>,
-) -> LabelChanges {
-    desired
-        .into_iter()
-        .filter(|(key, value)| current.get(key) != value.as_ref())
-        .collect()
+/// A node's label changes, planned one label at a time against its current labels. Only a label whose value
+/// differs is copied into the changes: every reconcile plans every node, and nearly always nothing changes.
+struct Changes<'a> {
+    current: &'a BTreeMap<String, String>,
+    changes: LabelChanges,
+}
+
+impl<'a> From<&'a BTreeMap<String, String>> for Changes<'a> {
+    fn from(current: &'a BTreeMap<String, String>) -> Self {
+        Self {
+            current,
+            changes: LabelChanges::new(),
+        }
+    }
+}
+
+impl Changes<'_> {
+    /// `key` set to `value`, or removed for `None`, if that changes it.
+    fn set(&mut self, key: &str, value: Option<&str>) {
+        if self.current.get(key).map(String::as_str) != value {
+            self.changes
+                .insert(key.to_owned(), value.map(str::to_owned));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -498,7 +507,7 @@ mod tests {
                     Some("false"),
                     Some(labels::PAUSED_FOR_MIG_CHANGE),
                 ]
-                .map(|value| value.map(|value| (label.as_str(), value)))
+                .map(|value| value.map(|value| (label, value)))
                 .into(),
                 vec![
                     None,
@@ -546,9 +555,9 @@ mod tests {
                         None => written.remove(&key),
                     };
                 }
-                let deployed = written.get(&label).is_some_and(|v| v == DEPLOY);
+                let deployed = written.get(label).is_some_and(|v| v == DEPLOY);
                 assert_eq!(places(&written), deployed, "{component:?} on {written:?}");
-                if !labels.contains_key(&label) {
+                if !labels.contains_key(label) {
                     assert_eq!(
                         places(&labels),
                         deployed,

@@ -4,6 +4,7 @@
 //! are up (the reference operator reports Ready while a component is missing).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crd::GPUNode;
 use crd::cluster_policy::{ClusterPolicyStatus, ComponentStatus, PolicyState};
@@ -27,7 +28,7 @@ pub struct Observed<'a> {
     pub expected_nodes: BTreeMap<Component, usize>,
     /// The DaemonSets that exist, by name.
     pub daemonsets: BTreeMap<String, &'a DaemonSet>,
-    pub gpu_nodes: &'a [GPUNode],
+    pub gpu_nodes: &'a [Arc<GPUNode>],
     /// Fields of the stored spec that the schema does not define (kept, but ignored).
     pub unknown_fields: &'a [String],
     /// What the checks of the ConfigMaps the policy names found, by the component that reads them.
@@ -343,7 +344,7 @@ pub(crate) fn rollout(name: &str, daemonset: Option<&DaemonSet>) -> Rollout {
 }
 
 /// MIG changes in progress or failed, from the nodes' GPUNode status.
-fn mig_problems(gpu_nodes: &[GPUNode]) -> Vec<String> {
+fn mig_problems(gpu_nodes: &[Arc<GPUNode>]) -> Vec<String> {
     let state_of = |node: &GPUNode| {
         node.status
             .as_ref()
@@ -497,7 +498,7 @@ mod tests {
     fn observe<'a>(
         policy: &'a ValidatedPolicy,
         sets: &'a [DaemonSet],
-        gpu_nodes: &'a [GPUNode],
+        gpu_nodes: &'a [Arc<GPUNode>],
         nodes: usize,
     ) -> Observed<'a> {
         let mut rendered = BTreeMap::new();
@@ -664,7 +665,7 @@ mod tests {
                 ..GpuNodeStatus::default()
             }),
         };
-        let nodes = [failed];
+        let nodes = [Arc::new(failed)];
         let status = compute(&observe(&policy, &all_ready(1), &nodes, 1), &[], &now());
         let mig = status
             .components

@@ -88,7 +88,6 @@ pub(super) fn node(name: &str) -> Node {
         }),
         kernel: Some("5.15.0-119-generic".into()),
         runtime: ContainerRuntime::Containerd,
-        labels: Default::default(),
     })
 }
 

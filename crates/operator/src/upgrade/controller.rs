@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crd::driver_upgrade::{
@@ -347,19 +347,29 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
     }
     let validators: Vec<&DaemonSet> = of(Component::OperatorValidator).collect();
     let pods = context.pods.state();
-    // By node: each node's facts read only its own driver and validator pods, at 1000 nodes a thousandth of them.
-    let mut pods_by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    for pod in &pods {
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            pods_by_node.entry(node).or_default().push(pod.as_ref());
-        }
-    }
+    // By node, built on the first node a pass reads: each node's facts read only its own driver and validator pods
+    // (at 1000 nodes a thousandth of them), and a pass with no node to read (the driver disabled, say) reads none.
+    let pods_by_node = OnceLock::new();
+    let pods_on = |node: &str| -> &[&Pod] {
+        let by_node: &HashMap<&str, Vec<&Pod>> = pods_by_node.get_or_init(|| {
+            let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+            for pod in &pods {
+                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    by_node.entry(node).or_default().push(pod.as_ref());
+                }
+            }
+            by_node
+        });
+        by_node.get(node).map_or(&[][..], Vec::as_slice)
+    };
     let nodes = context.nodes.state();
+    let name = |node: &Arc<Node>| node.meta().name.clone().unwrap_or_default();
     // A node whose driver DaemonSet is gone keeps its state label; the ClusterPolicy's group looks after it.
-    let without_driver: BTreeSet<String> = nodes
+    let labelled_without_driver: BTreeSet<String> = nodes
         .iter()
+        .filter(|node| node.labels().contains_key(crd::driver_upgrade::STATE_LABEL))
         .filter(|node| !drivers.iter().any(|d| facts::selects(d.daemonset, node)))
-        .map(|node| node.name_any())
+        .map(name)
         .collect();
     let objects = context.nvidia_drivers.state();
     let groups = groups::group(
@@ -376,21 +386,24 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
             continue;
         };
         auto_upgrade |= settings.auto_upgrade;
-        let ours = |facts: &NodeFacts| {
-            facts.driver.is_some()
+        // The group's nodes: those its drivers run on, and for the ClusterPolicy's group the labelled nodes no
+        // driver runs on any more. Chosen before their facts are read, so that a pass costs what it upgrades.
+        let ours = |node: &&Arc<Node>| {
+            group
+                .drivers
+                .iter()
+                .any(|driver| facts::selects(driver.daemonset, node))
                 || (group.governor == Governor::ClusterPolicy
-                    && facts.label.is_some()
-                    && without_driver.contains(&facts.name))
+                    && labelled_without_driver
+                        .contains(node.meta().name.as_deref().unwrap_or_default()))
         };
         let mut facts: Vec<NodeFacts> = nodes
             .iter()
+            .filter(ours)
             .map(|node| {
-                let on_node = pods_by_node
-                    .get(node.name_any().as_str())
-                    .map_or(&[][..], Vec::as_slice);
+                let on_node = pods_on(node.meta().name.as_deref().unwrap_or_default());
                 facts::node_facts(node, &group.drivers, &validators, on_node)
             })
-            .filter(ours)
             .collect();
         for node in facts
             .iter_mut()
@@ -400,7 +413,9 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         }
         let group_plan = decide::plan(&settings, &facts, now);
         for step in &group_plan.steps {
-            let node = nodes.iter().find(|n| n.name_any() == step.node);
+            let node = nodes
+                .iter()
+                .find(|n| n.meta().name.as_deref() == Some(step.node.as_str()));
             if let Some(node) = node {
                 carry_out(step, node, context).await?;
             }

@@ -451,6 +451,37 @@ async fn nothing_is_written_at_rest() {
 }
 
 #[tokio::test]
+async fn a_labelled_node_whose_driver_daemonset_is_gone_is_released_and_then_read_no_more() {
+    let (api, client) = cluster(json!({"autoUpgrade": true}));
+    let (context, mut caches) = context(client);
+    let pass = async |caches: &mut Caches| {
+        refresh(caches, &api);
+        let policy = context.policies.state()[0].clone();
+        upgrade(&policy, &context).await.unwrap();
+        writes(&api.take_requests())
+    };
+    pass(&mut caches).await;
+    assert!(node_state(&api).is_some(), "the pass labels the node");
+    // The driver turned off: its DaemonSet is pruned, the node keeps the label the upgrade wrote.
+    api.remove(&format!(
+        "/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/nvidia-driver-daemonset-ubuntu22.04"
+    ));
+    pass(&mut caches).await;
+    assert_eq!(
+        node_state(&api),
+        None,
+        "the ClusterPolicy's group releases it"
+    );
+    // The next pass reports that no node is in an upgrade any more; after that, nothing is left to write.
+    pass(&mut caches).await;
+    let at_rest = pass(&mut caches).await;
+    assert!(
+        at_rest.is_empty(),
+        "{at_rest:?}: a node neither driven nor labelled is none of the pass's business"
+    );
+}
+
+#[tokio::test]
 async fn a_refused_eviction_is_retried_with_the_refusal_in_the_status_until_it_passes() {
     let (api, client) = cluster(json!({"autoUpgrade": true}));
     let mut node: Node = api.get(None, NODE).unwrap();

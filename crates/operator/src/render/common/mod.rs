@@ -342,7 +342,7 @@ impl<'a> OperandDaemonSet<'a> {
         // Where the operand runs is the deploy affinity's to say (whatever `daemonsets.nodeSelector` says of the
         // deploy label), with the user's selector and the operand's own (a driver's OS).
         let mut node_selector = daemonsets.node_selector.clone();
-        node_selector.remove(&self.component.deploy_label());
+        node_selector.remove(self.component.deploy_label());
         node_selector.extend(self.node_selector);
         let mut deploy = deploy_terms(self.component);
         for term in &mut deploy {
