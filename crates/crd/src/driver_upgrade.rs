@@ -29,6 +29,14 @@ pub const REASON_ANNOTATION: &str = "nvidia.com/gpu-driver-upgrade-reason";
 /// Node annotation: the driver DaemonSet revision (`controller-revision-hash`) a node failed to upgrade to. A
 /// later revision resumes the node; the same one does not start the same failure again.
 pub const FAILED_REVISION_ANNOTATION: &str = "nvidia.com/gpu-driver-upgrade-failed-revision";
+/// Every node annotation the upgrade reads or writes: a Node cache may drop all others.
+pub const NODE_ANNOTATIONS: [&str; 5] = [
+    INITIAL_UNSCHEDULABLE_ANNOTATION,
+    REQUESTED_ANNOTATION,
+    STATE_SINCE_ANNOTATION,
+    REASON_ANNOTATION,
+    FAILED_REVISION_ANNOTATION,
+];
 
 /// The field manager of what the upgrade controller writes into GPUNode and ClusterPolicy status: its own, so
 /// that the node agents' and the policy reconcile's server-side applies neither remove nor fight over it.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crd::{GPUNode, GpuNodeStatus};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 use kube::Resource;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
@@ -193,26 +193,34 @@ fn relevant<K: Resource>(
     })
 }
 
-/// What the controllers read of a Node, before it is cached: its metadata (labels and annotations, for both),
-/// `status.nodeInfo` (the container runtime, for the reconciler), `spec.unschedulable` and the Ready condition (for
-/// the driver upgrade). Pulled images, addresses, capacity, the other conditions and heartbeats go: with managed
-/// fields, most of a Node's size, times every node of the cluster.
+/// What the controllers read of a Node, before it is cached: its labels (both), the driver upgrade's annotations,
+/// the container runtime and kubelet versions of `status.nodeInfo` (the reconciler), `spec.unschedulable` and the
+/// Ready condition's status (the driver upgrade). Everything else goes, times every node of the cluster: managed
+/// fields, pulled images, addresses, capacity, the other conditions, heartbeats, and the other annotations (Node
+/// Feature Discovery's alone list every feature label it wrote, kilobytes on a real node).
 pub fn keep_what_controllers_read_of_nodes(node: &mut Node) {
     forget_bookkeeping(node);
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.retain(|key, _| crd::driver_upgrade::NODE_ANNOTATIONS.contains(&key.as_str()));
+    }
     node.spec = node.spec.take().map(|spec| NodeSpec {
         unschedulable: spec.unschedulable,
         ..NodeSpec::default()
     });
     node.status = node.status.take().map(|status| NodeStatus {
-        node_info: status.node_info,
+        node_info: status.node_info.map(|info| NodeSystemInfo {
+            container_runtime_version: info.container_runtime_version,
+            kubelet_version: info.kubelet_version,
+            ..NodeSystemInfo::default()
+        }),
         conditions: status.conditions.map(|conditions| {
             conditions
                 .into_iter()
                 .filter(|c| c.type_ == "Ready")
-                .map(|mut c| {
-                    // Heartbeats rewrite these every few seconds; only the status is read.
-                    c.last_heartbeat_time = None;
-                    c
+                .map(|c| NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..NodeCondition::default()
                 })
                 .collect()
         }),
@@ -255,7 +263,19 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some("n".into()),
                 labels: Some([("nvidia.com/gpu.present".to_owned(), "true".to_owned())].into()),
-                annotations: Some([("a".to_owned(), "b".to_owned())].into()),
+                annotations: Some(
+                    [
+                        (
+                            "nfd.node.kubernetes.io/feature-labels".to_owned(),
+                            "cpu-cpuid.ADX".to_owned(),
+                        ),
+                        (
+                            crd::driver_upgrade::REQUESTED_ANNOTATION.to_owned(),
+                            "true".to_owned(),
+                        ),
+                    ]
+                    .into(),
+                ),
                 managed_fields: Some(vec![ManagedFieldsEntry::default()]),
                 ..ObjectMeta::default()
             },
@@ -281,7 +301,11 @@ mod tests {
 
         assert_eq!(node.metadata.managed_fields, None);
         assert_eq!(node.labels().len(), 1);
-        assert_eq!(node.annotations().len(), 1);
+        assert_eq!(
+            node.annotations().keys().collect::<Vec<_>>(),
+            [crd::driver_upgrade::REQUESTED_ANNOTATION],
+            "only the driver upgrade's annotations"
+        );
         let spec = node.spec.as_ref().unwrap();
         assert_eq!(
             (spec.unschedulable, spec.pod_cidr.as_ref()),

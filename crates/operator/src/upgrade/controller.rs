@@ -2,8 +2,9 @@
 //! watches guarded the same way and its failures retried with the same backoff, keyed on the active
 //! ClusterPolicy. Each pass reads the watch caches (nodes, the operator's driver and validator DaemonSets, their
 //! pods and ControllerRevisions, GPUNodes), lists the pods of the nodes that handle pods, asks
-//! [`decide::plan`], and does what it says: cordon, evictions, driver and validator pod deletions, uncordon, then
-//! the node's label and annotations in one merge patch. Only the leader runs passes.
+//! [`decide::plan`], and does what it says ([`super::steps`]): cordon, evictions, driver and validator pod
+//! deletions, uncordon, then the node's label and annotations in one merge patch; then reports
+//! ([`super::report`]). Only the leader runs passes.
 //!
 //! Driver DaemonSets are found by their labels (`app.kubernetes.io/component=driver`, managed by this operator),
 //! whatever made them: the ClusterPolicy's (one per OS pool) and the NVIDIADriver objects'; each is upgraded under
@@ -14,36 +15,33 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crd::driver_upgrade::{
-    ClusterUpgradeStatus, FIELD_MANAGER, NodeFailure, NodeUpgradeStatus, UpgradeState,
-};
 use crd::nvidia_driver::NVIDIADriver;
 use crd::{ClusterPolicy, GPUNode};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::ResourceClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::watch;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
-use super::decide::{self, Action, NodeFacts, NodeStep, PodKey, Transition};
-use super::facts::{self, OwnedDaemonSet, PodContext};
+use super::decide::{self, NodeFacts, PodKey};
+use super::facts::{self, OwnedDaemonSet};
 use super::groups::{self, Governor, Group};
 use super::kept::keep_what_upgrades_read_of_pods;
+use super::pods::read_pods;
+use super::report::{publish, report};
 use super::settings::{Settings, StepTimeouts};
+use super::steps::carry_out;
 use crate::controller::{
     Gate, GateClosed, WatchesBackOffThemselves, active_policy, every_policy, forget_bookkeeping,
-    guarded_watcher, publish_event, retry_delay,
+    guarded_watcher, retry_delay,
 };
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -75,26 +73,26 @@ pub enum UpgradeError {
 
 /// What passes share.
 pub struct Context {
-    client: Client,
-    namespace: String,
-    timeouts: StepTimeouts,
-    policies: Store<ClusterPolicy>,
-    nodes: Store<Node>,
-    daemonsets: Store<DaemonSet>,
-    pods: Store<Pod>,
-    revisions: Store<ControllerRevision>,
-    gpu_nodes: Store<GPUNode>,
+    pub(super) client: Client,
+    pub(super) namespace: String,
+    pub(super) timeouts: StepTimeouts,
+    pub(super) policies: Store<ClusterPolicy>,
+    pub(super) nodes: Store<Node>,
+    pub(super) daemonsets: Store<DaemonSet>,
+    pub(super) pods: Store<Pod>,
+    pub(super) revisions: Store<ControllerRevision>,
+    pub(super) gpu_nodes: Store<GPUNode>,
     /// NVIDIADriver objects, whose own upgrade policies govern their driver DaemonSets.
-    nvidia_drivers: Store<NVIDIADriver>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    gate: Gate,
+    pub(super) nvidia_drivers: Store<NVIDIADriver>,
+    pub(super) recorder: Recorder,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) gate: Gate,
     /// Consecutive failed passes, for the backoff.
-    failures: Mutex<u32>,
+    pub(super) failures: Mutex<u32>,
     /// The last refusal of each pod's eviction (a PodDisruptionBudget), shown in the reason while it waits.
-    refusals: Mutex<BTreeMap<PodKey, String>>,
+    pub(super) refusals: Mutex<BTreeMap<PodKey, String>>,
     /// What each node was last logged waiting for: a wait is logged when it changes, not on every pass.
-    waiting: Mutex<HashMap<String, String>>,
+    pub(super) waiting: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -238,11 +236,15 @@ pub async fn run(
         .await;
 }
 
-/// What of a Node wakes a pass: labels (state, skip, pools), annotations, cordon and readiness; not heartbeats.
+/// What of a Node wakes a pass: labels (state, skip, pools), the upgrade's annotations, cordon and readiness; not
+/// heartbeats.
 pub fn node_relevance(node: &Node) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
     node.labels().hash(&mut hasher);
-    node.annotations().hash(&mut hasher);
+    node.annotations()
+        .iter()
+        .filter(|(key, _)| crd::driver_upgrade::NODE_ANNOTATIONS.contains(&key.as_str()))
+        .for_each(|annotation| annotation.hash(&mut hasher));
     node.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
@@ -461,401 +463,6 @@ async fn group_settings(
     )
     .await;
     None
-}
-
-/// The pods on a node that handles pods, with what makes them GPU users and what the policy's selectors say.
-async fn read_pods(
-    node: &NodeFacts,
-    settings: &Settings,
-    context: &Context,
-) -> Result<Vec<decide::PodFacts>, UpgradeError> {
-    let api = Api::<Pod>::all(context.client.clone());
-    let on_node = ListParams::default().fields(&format!("spec.nodeName={}", node.name));
-    let pods = api
-        .list(&on_node)
-        .await
-        .map_err(|source| UpgradeError::ListPods {
-            node: node.name.clone(),
-            source,
-        })?
-        .items;
-    let uids_matching = |field: &'static str, selector: &str| {
-        let params = on_node.clone().labels(selector);
-        let api = api.clone();
-        let selector = selector.to_owned();
-        async move {
-            api.list(&params)
-                .await
-                .map(|list| {
-                    list.items
-                        .iter()
-                        .filter_map(|p| p.uid())
-                        .collect::<BTreeSet<String>>()
-                })
-                .map_err(|source| UpgradeError::Selector {
-                    field,
-                    selector,
-                    source,
-                })
-        }
-    };
-    let awaited = match &settings.wait_for_completion {
-        Some(wait) if node.state() == Some(UpgradeState::WaitForJobsRequired) => {
-            uids_matching(
-                "driver.upgradePolicy.waitForCompletion.podSelector",
-                &wait.pod_selector,
-            )
-            .await?
-        }
-        _ => BTreeSet::new(),
-    };
-    let drain_selected = match settings
-        .drain
-        .as_ref()
-        .and_then(|d| d.pod_selector.as_deref())
-    {
-        Some(selector) if node.state() == Some(UpgradeState::DrainRequired) => {
-            Some(uids_matching("driver.upgradePolicy.drain.podSelector", selector).await?)
-        }
-        _ => None,
-    };
-    let dra_holders = dra_holders(&pods, context).await;
-    let process_pods = context
-        .gpu_nodes
-        .get(&ObjectRef::new(&node.name))
-        .and_then(|gpu_node| gpu_node.status.as_ref().map(|s| s.gpu_process_pods.clone()))
-        .unwrap_or_default();
-    let refusals = context
-        .refusals
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or_default();
-    let pod_context = PodContext {
-        namespace: &context.namespace,
-        process_pods: &process_pods,
-        dra_holders: &dra_holders,
-        awaited: &awaited,
-        drain_selected: drain_selected.as_ref(),
-        refusals: &refusals,
-    };
-    Ok(pods
-        .iter()
-        .map(|pod| facts::pod_facts(pod, &pod_context))
-        .collect())
-}
-
-/// The pods (UIDs) among `pods` that hold a ResourceClaim our DRA driver allocated. A claim that cannot be read
-/// is logged and counts as not ours: the pod may still be a GPU user by its processes.
-async fn dra_holders(pods: &[Pod], context: &Context) -> BTreeSet<String> {
-    let mut holders = BTreeSet::new();
-    for pod in pods {
-        let Some(statuses) = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref())
-        else {
-            continue;
-        };
-        let namespace = pod.namespace().unwrap_or_default();
-        let api = Api::<ResourceClaim>::namespaced(context.client.clone(), &namespace);
-        for claim in statuses
-            .iter()
-            .filter_map(|s| s.resource_claim_name.as_deref())
-        {
-            match api.get_opt(claim).await {
-                Ok(Some(claim)) => {
-                    let ours = claim
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.allocation.as_ref())
-                        .and_then(|a| a.devices.as_ref())
-                        .is_some_and(|d| {
-                            d.results
-                                .iter()
-                                .flatten()
-                                .any(|r| r.driver == crd::dra::DRIVER)
-                        });
-                    if ours {
-                        holders.extend(pod.uid());
-                    }
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    warn!(%error, pod = %pod.name_any(), claim, "reading a pod's ResourceClaim failed")
-                }
-            }
-        }
-    }
-    holders
-}
-
-/// Does one node's step: its actions, then its state.
-async fn carry_out(step: &NodeStep, node: &Node, context: &Context) -> Result<(), UpgradeError> {
-    let span = info_span!("node", node = %step.node);
-    async move {
-        for action in &step.actions {
-            act(action, &step.node, context).await;
-        }
-        if let Some(why) = &step.waiting {
-            let changed = context
-                .waiting
-                .lock()
-                .map(|mut waiting| {
-                    waiting.insert(step.node.clone(), why.clone()).as_ref() != Some(why)
-                })
-                .unwrap_or(true);
-            if changed {
-                info!(state = ?node.labels().get(crd::driver_upgrade::STATE_LABEL), "{why}");
-            }
-        }
-        if let Some(transition) = &step.transition {
-            write_state(transition, node, context).await?;
-        }
-        Ok(())
-    }
-    .instrument(span)
-    .await
-}
-
-async fn act(action: &Action, node: &str, context: &Context) {
-    let nodes = Api::<Node>::all(context.client.clone());
-    let result = match action {
-        Action::Cordon | Action::Uncordon => {
-            let unschedulable = matches!(action, Action::Cordon);
-            let patch = json!({"spec": {"unschedulable": unschedulable}});
-            nodes
-                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| info!(unschedulable, "node cordon changed"))
-        }
-        Action::Evict(pod) => {
-            let api = Api::<Pod>::namespaced(context.client.clone(), &pod.namespace);
-            match api.evict(&pod.name, &EvictParams::default()).await {
-                Ok(_) => {
-                    info!(pod = %pod, "evicted");
-                    forget_refusal(context, pod);
-                    Ok(())
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    forget_refusal(context, pod);
-                    Ok(())
-                }
-                // A PodDisruptionBudget: tried again on the next look until the state's timeout.
-                Err(kube::Error::Api(status)) if status.code == 429 => {
-                    debug!(pod = %pod, message = %status.message, "eviction refused");
-                    if let Ok(mut refusals) = context.refusals.lock() {
-                        refusals.insert(pod.clone(), status.message.clone());
-                    }
-                    Ok(())
-                }
-                Err(error) => Err(error),
-            }
-        }
-        Action::DeleteDriverPod(name) | Action::DeleteValidatorPod(name) => {
-            let api = Api::<Pod>::namespaced(context.client.clone(), &context.namespace);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    info!(pod = %name, "deleted, for the DaemonSet to start it at its current revision");
-                    Ok(())
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                Err(error) => Err(error),
-            }
-        }
-    };
-    // Not fatal to the pass: the node stays in its state and the action is decided again on the next look.
-    if let Err(error) = result {
-        warn!(%error, ?action, "a driver upgrade action failed; it is tried again");
-    }
-}
-
-fn forget_refusal(context: &Context, pod: &PodKey) {
-    if let Ok(mut refusals) = context.refusals.lock() {
-        refusals.remove(pod);
-    }
-}
-
-/// Writes the node's next state: one merge patch of its label and annotations, leaving out what holds already.
-async fn write_state(
-    transition: &Transition,
-    node: &Node,
-    context: &Context,
-) -> Result<(), UpgradeError> {
-    let patch = transition
-        .patch
-        .clone()
-        .minus(node.labels(), node.annotations());
-    if patch.is_empty() {
-        return Ok(());
-    }
-    let name = node.name_any();
-    Api::<Node>::all(context.client.clone())
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&patch.to_json()),
-        )
-        .await
-        .map_err(|source| UpgradeError::NodeWrite {
-            node: name.clone(),
-            source,
-        })?;
-    if transition.from == transition.to {
-        return Ok(());
-    }
-    let from = transition.from.map_or("none", UpgradeState::as_str);
-    let to = transition.to.map_or("none", UpgradeState::as_str);
-    info!(from, to, reason = %transition.reason, "driver upgrade state changed");
-    if let Ok(mut waiting) = context.waiting.lock() {
-        waiting.remove(&name);
-    }
-    let (type_, reason) = match transition.to {
-        Some(UpgradeState::UpgradeFailed) => (EventType::Warning, "DriverUpgradeFailed"),
-        Some(UpgradeState::UpgradeRequired) => (EventType::Normal, "DriverUpgradeRequired"),
-        Some(UpgradeState::CordonRequired) => (EventType::Normal, "DriverUpgradeStarted"),
-        Some(UpgradeState::UpgradeDone) if transition.from.is_some() => {
-            (EventType::Normal, "DriverUpgradeDone")
-        }
-        _ => return Ok(()),
-    };
-    publish(
-        context,
-        &node.object_ref(&()),
-        type_,
-        reason,
-        &format!("{from} -> {to}: {}", transition.reason),
-    )
-    .await;
-    Ok(())
-}
-
-async fn publish(
-    context: &Context,
-    object: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    publish_event(
-        &context.recorder,
-        object,
-        "DriverUpgrade",
-        type_,
-        reason,
-        note,
-    )
-    .await;
-}
-
-/// The upgrade's state where users look: each GPUNode's `status.driverUpgrade`, the ClusterPolicy's
-/// `status.driverUpgrade`, and the metrics. Each written only when it changed.
-async fn report(
-    policy: &ClusterPolicy,
-    auto_upgrade: bool,
-    facts: &[NodeFacts],
-    plan: &decide::Plan,
-    context: &Context,
-) -> Result<(), UpgradeError> {
-    let summary = &plan.summary;
-    context.metrics.record_upgrades(auto_upgrade, summary);
-    let gpu_nodes = Api::<GPUNode>::all(context.client.clone());
-    for node in facts {
-        let Some(stored) = context.gpu_nodes.get(&ObjectRef::new(&node.name)) else {
-            continue;
-        };
-        let step = plan.steps.iter().find(|s| s.node == node.name);
-        let transition = step.and_then(|s| s.transition.as_ref());
-        let state = transition.map_or(node.state(), |t| t.to);
-        let current = stored
-            .status
-            .as_ref()
-            .and_then(|s| s.driver_upgrade.clone());
-        // What the pass found to say, else what was said before: a node at rest keeps its last reason.
-        let reason = match state {
-            Some(UpgradeState::UpgradeFailed) => transition
-                .map(|t| t.reason.clone())
-                .or_else(|| node.reason.clone()),
-            _ => step
-                .and_then(|s| s.waiting.clone())
-                .or_else(|| transition.map(|t| t.reason.clone()))
-                .or_else(|| current.as_ref().and_then(|c| c.reason.clone())),
-        };
-        let since = if transition.is_some_and(|t| t.from != t.to) {
-            Some(Timestamp::now())
-        } else {
-            node.since
-        };
-        let status = state.map(|state| NodeUpgradeStatus {
-            state: Some(state),
-            reason,
-            since: since.map(Time),
-        });
-        if current.as_ref().map(|c| (c.state, &c.reason))
-            == status.as_ref().map(|s| (s.state, &s.reason))
-        {
-            continue;
-        }
-        let patch = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUNode", "status": {"driverUpgrade": status}});
-        if let Err(error) = gpu_nodes
-            .patch_status(
-                &node.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            // The node's label and the ClusterPolicy status still say it; the next change writes it again.
-            warn!(%error, node = %node.name, "writing the GPUNode's driver upgrade status failed");
-        }
-    }
-    let status = ClusterUpgradeStatus {
-        auto_upgrade,
-        in_progress: count(summary.in_progress),
-        done: count(summary.done),
-        failed: count(summary.failed),
-        pending: count(summary.pending),
-        skipped: count(summary.skipped),
-        failures: summary
-            .failures
-            .iter()
-            .map(|(node, reason)| NodeFailure {
-                node: node.clone(),
-                reason: reason.clone(),
-            })
-            .collect(),
-    };
-    let current = policy
-        .status
-        .as_ref()
-        .and_then(|s| s.driver_upgrade.as_ref());
-    let nothing_to_say = !auto_upgrade && facts.iter().all(|n| n.label.is_none());
-    let wanted = (!nothing_to_say).then_some(&status);
-    if current == wanted {
-        return Ok(());
-    }
-    if summary.in_progress + summary.pending > 0 {
-        info!(
-            in_progress = summary.in_progress,
-            pending = summary.pending,
-            done = summary.done,
-            failed = summary.failed,
-            "driver upgrade progress"
-        );
-    }
-    let patch = json!({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "status": {"driverUpgrade": wanted}});
-    Api::<ClusterPolicy>::all(context.client.clone())
-        .patch_status(
-            &policy.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(UpgradeError::Status)?;
-    Ok(())
-}
-
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@
 //! - `facts`: what the cluster's objects say of each node, for `decide` (pure).
 //! - `groups`: which upgrade policy (the ClusterPolicy's or an NVIDIADriver's) governs which driver DaemonSets
 //!   (pure).
-//! - `controller`: the I/O: watches, the writes each decision asks for, status, Events and metrics.
+//! - `controller`: the passes: watches, the caches read into facts, a plan asked of `decide` and carried out.
+//! - `pods`: a node's pods listed for the drain (I/O).
+//! - `steps`: a node's step carried out: cordon, evictions, pod deletions, its next state (I/O).
+//! - `report`: Events, GPUNode and ClusterPolicy status, metrics (I/O).
 
 pub mod controller;
 pub mod decide;
@@ -15,4 +18,7 @@ mod decide_tests;
 pub mod facts;
 pub mod groups;
 mod kept;
+mod pods;
+mod report;
 pub mod settings;
+mod steps;
