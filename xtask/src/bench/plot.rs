@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::Context as _;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -163,6 +164,31 @@ fn series(chart: &Chart, rows: &[Row]) -> Vec<Series> {
     lines
 }
 
+/// The y axis a chart's values need: logarithmic where they are all above zero and span a decade or more (a
+/// patch reaches its DaemonSet in milliseconds and its nodes in seconds: on a linear axis the first is a flat
+/// line at zero), else linear from zero.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum YAxis {
+    Linear { max: f64 },
+    Log { min: f64, max: f64 },
+}
+
+fn y_axis(values: impl Iterator<Item = f64>) -> YAxis {
+    let (min, max) = values.fold((f64::MAX, 0.0_f64), |(min, max), y| {
+        (min.min(y), max.max(y))
+    });
+    if min > 0.0 && max / min >= 10.0 {
+        YAxis::Log {
+            min: min / 1.5,
+            max: max * 1.5,
+        }
+    } else {
+        YAxis::Linear {
+            max: max.max(1e-3) * 1.15,
+        }
+    }
+}
+
 fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
     let points = || series.iter().flat_map(|line| line.points.iter());
     let x_min = points().map(|(x, _)| *x).fold(f64::MAX, f64::min).min(10.0);
@@ -170,8 +196,34 @@ fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
         .map(|(x, _)| *x)
         .fold(1.0, f64::max)
         .max(x_min * 10.0);
-    let y_max = points().map(|(_, y)| *y).fold(0.0, f64::max).max(1e-3) * 1.15;
+    let x = (x_min * 0.8..x_max * 1.25).log_scale();
+    match y_axis(points().map(|(_, y)| *y)) {
+        YAxis::Linear { max } => draw_on(chart, series, path, x, 0.0..max, chart.y_label.into()),
+        YAxis::Log { min, max } => draw_on(
+            chart,
+            series,
+            path,
+            x,
+            (min..max).log_scale(),
+            format!("{} (log scale)", chart.y_label),
+        ),
+    }
+}
 
+fn draw_on<X, Y>(
+    chart: &Chart,
+    series: &[Series],
+    path: &Path,
+    x: X,
+    y: Y,
+    y_desc: String,
+) -> anyhow::Result<()>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     let mut context = ChartBuilder::on(&root)
@@ -179,15 +231,16 @@ fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d((x_min * 0.8..x_max * 1.25).log_scale(), 0.0..y_max)
+        .build_cartesian_2d(x, y)
         .map_err(plot_error)?;
     context
         .configure_mesh()
         .x_desc("GPU nodes (log scale)")
-        .y_desc(chart.y_label)
+        .y_desc(y_desc)
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 17))
         .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{}", Readable(*y)))
         .draw()
         .map_err(plot_error)?;
     for line in series {
@@ -211,6 +264,22 @@ fn draw(chart: &Chart, series: &[Series], path: &Path) -> anyhow::Result<()> {
     draw_legend(&mut context)?;
     root.present().map_err(plot_error)?;
     Ok(())
+}
+
+/// An axis value with as many decimals as its size needs: 0.005, 0.05, 0.5, 5, 50, 500.
+struct Readable(f64);
+
+impl std::fmt::Display for Readable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self.0;
+        let decimals = if value == 0.0 || value.abs() >= 10.0 {
+            0
+        } else {
+            // One significant digit below 10: 0.004 has three decimals, 2.5 one.
+            (-value.abs().log10().floor()).max(1.0) as usize
+        };
+        write!(f, "{value:.decimals$}")
+    }
 }
 
 /// The nodes in flight in each second of the driver upgrade (the most during that second), and the limit; returns
@@ -532,6 +601,25 @@ mod tests {
         let file = draw_packing(&packing, &dir).unwrap();
         assert!(std::fs::read(&file).unwrap().starts_with(b"\x89PNG"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn values_over_a_decade_get_a_log_axis_and_zeros_a_linear_one() {
+        assert!(matches!(
+            y_axis([0.004, 2.7, 175.0].into_iter()),
+            YAxis::Log { .. }
+        ));
+        assert!(matches!(
+            y_axis([3.0, 9.0].into_iter()),
+            YAxis::Linear { .. }
+        ));
+        assert!(
+            matches!(y_axis([0.0, 20.0].into_iter()), YAxis::Linear { .. }),
+            "zero writes at rest have no place on a log axis"
+        );
+        assert_eq!(Readable(0.004).to_string(), "0.004");
+        assert_eq!(Readable(2.5).to_string(), "2.5");
+        assert_eq!(Readable(175.0).to_string(), "175");
     }
 
     #[test]
