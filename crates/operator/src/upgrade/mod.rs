@@ -2,7 +2,8 @@
 //! through NVIDIA's states in the `nvidia.com/gpu-driver-upgrade-state` label, a few nodes at a time.
 //!
 //! - `settings`: `driver.upgradePolicy`, checked (pure).
-//! - `decide`: the state machine (pure).
+//! - `decide`: the state machine's plan for every node: slots, transitions, what to report (pure).
+//! - `states`: one node's decision in its state (pure).
 //! - `facts`: what the cluster's objects say of each node, for `decide` (pure).
 //! - `groups`: which upgrade policy (the ClusterPolicy's or an NVIDIADriver's) governs which driver DaemonSets
 //!   (pure).
@@ -21,4 +22,5 @@ mod kept;
 mod pods;
 mod report;
 pub mod settings;
+mod states;
 mod steps;

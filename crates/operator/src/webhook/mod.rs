@@ -4,7 +4,8 @@
 //!   class, so the kube-scheduler places them and the DRA driver enforces their bounds;
 //! - node-bound evictions: a node agent's token evicts only pods on its own node.
 //!
-//! - [`hami`] (pure): the conversion of one pod; `claim_sharing` (pure): which of its containers share one claim.
+//! - [`hami`] (pure): the conversion of one pod; `hami_names` (pure): the resource names it reads pods by;
+//!   `claim_sharing` (pure): which of its containers share one claim.
 //! - [`review`]: the HAMi endpoint, with the cluster's shared GPUs from a watch of the driver's slices.
 //! - [`quota`]: the GPU quota a converted pod must still be charged against.
 //! - [`eviction`]: the eviction guard's decision (pure), endpoint and configuration.
@@ -34,6 +35,7 @@ mod claim_sharing;
 pub mod eviction;
 pub mod hami;
 mod hami_mig;
+mod hami_names;
 pub mod quota;
 pub mod review;
 pub mod server;
