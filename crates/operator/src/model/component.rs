@@ -87,7 +87,8 @@ impl Component {
         LABELS
             .iter()
             .find(|(component, _)| *component == self)
-            .map_or("", |(_, label)| label.as_str())
+            .map(|(_, label)| label.as_str())
+            .expect("Component::ALL lists every component")
     }
 
     /// Clients of the GPUs that the MIG manager pauses while it reconfigures a node.

@@ -365,13 +365,12 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         by_node.get(node).map_or(&[][..], Vec::as_slice)
     };
     let nodes = context.nodes.state();
-    let name = |node: &Arc<Node>| node.meta().name.clone().unwrap_or_default();
     // A node whose driver DaemonSet is gone keeps its state label; the ClusterPolicy's group looks after it.
-    let labelled_without_driver: BTreeSet<String> = nodes
+    let labelled_without_driver: BTreeSet<&str> = nodes
         .iter()
         .filter(|node| node.labels().contains_key(crd::driver_upgrade::STATE_LABEL))
         .filter(|node| !drivers.iter().any(|d| facts::selects(d.daemonset, node)))
-        .map(name)
+        .map(|node| name_of(node))
         .collect();
     let objects = context.nvidia_drivers.state();
     let groups = groups::group(
@@ -396,14 +395,13 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
                 .iter()
                 .any(|driver| facts::selects(driver.daemonset, node))
                 || (group.governor == Governor::ClusterPolicy
-                    && labelled_without_driver
-                        .contains(node.meta().name.as_deref().unwrap_or_default()))
+                    && labelled_without_driver.contains(name_of(node)))
         };
         let mut facts: Vec<NodeFacts> = nodes
             .iter()
             .filter(ours)
             .map(|node| {
-                let on_node = pods_on(node.meta().name.as_deref().unwrap_or_default());
+                let on_node = pods_on(name_of(node));
                 facts::node_facts(node, &group.drivers, &validators, on_node)
             })
             .collect();
@@ -415,9 +413,7 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         }
         let group_plan = decide::plan(&settings, &facts, now);
         for step in &group_plan.steps {
-            let node = nodes
-                .iter()
-                .find(|n| n.meta().name.as_deref() == Some(step.node.as_str()));
+            let node = nodes.iter().find(|node| name_of(node) == step.node);
             if let Some(node) = node {
                 carry_out(step, node, context).await?;
             }
@@ -433,6 +429,11 @@ async fn upgrade(policy: &ClusterPolicy, context: &Context) -> Result<Requeue, U
         }
         None => Requeue::await_change(),
     })
+}
+
+/// A cached node's name, borrowed (a pass reads every node's).
+fn name_of(node: &Node) -> &str {
+    node.meta().name.as_deref().unwrap_or_default()
 }
 
 /// The settings of a group's upgrade policy; `None`, with a Warning Event on the object that holds the policy,

@@ -859,32 +859,6 @@ fn hamis_plain_gpu_pods_under_a_renamed_gpu_become_whole_gpu_claims() {
     }
 }
 
-#[test]
-fn a_renamed_resource_name_must_be_a_resource_name_and_unique() {
-    assert_eq!(
-        ResourceNames::new("nvidia.com/gpu", "gpumem", "a.b/c", "a.b/d", "a.b/e"),
-        Err(NamesError::Invalid {
-            value: "resourceMem",
-            name: "gpumem".into()
-        })
-    );
-    // A quote would end the CEL string of the webhook's match condition.
-    assert!(ResourceNames::new("nvidia.com/gpu", "x.io/a'", "a.b/c", "a.b/d", "a.b/e").is_err());
-    assert!(ResourceNames::new("nvidia.com/gpu", "X.io/a", "a.b/c", "a.b/d", "a.b/e").is_err());
-    assert_eq!(
-        ResourceNames::new("a.b/gpu", "a.b/mem", "a.b/mem", "a.b/cores", "a.b/prio"),
-        Err(NamesError::Duplicate {
-            first: "resourceMem",
-            second: "resourceMemPercentage",
-            name: "a.b/mem".into()
-        })
-    );
-    assert_eq!(
-        ResourceNames::new(GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES, PRIORITY),
-        Ok(ResourceNames::default())
-    );
-}
-
 /// HAMi's MIG pods: dynamic MIG through instances made on demand, MIG resources left to the device plugin.
 #[path = "hami_mig_tests.rs"]
 mod mig;
