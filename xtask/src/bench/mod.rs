@@ -14,6 +14,7 @@ mod observe;
 mod packing;
 mod plot;
 mod report;
+mod settle;
 mod upgrade;
 mod watchdog;
 
@@ -470,7 +471,7 @@ fn example_json(root: &Path, example: &str, args: &[&str]) -> anyhow::Result<Str
         .with_context(|| format!("the {example} example printed no JSON"))
 }
 
-/// A fresh cluster with `nodes` kwok nodes in two OS pools.
+/// A fresh cluster with `nodes` kwok nodes in two OS pools, once it has taken them in (`settle.rs`).
 fn fresh_cluster(nodes: u32) -> anyhow::Result<ClusterInfo> {
     say(format!("{nodes} nodes: a fresh cluster"));
     cluster::down()?;
@@ -497,6 +498,11 @@ fn fresh_cluster(nodes: u32) -> anyhow::Result<ClusterInfo> {
         ));
         cluster::add_nodes(pool)?;
     }
+    let settled = settle::until_nodes_taken_in(&info)?;
+    say(format!(
+        "the cluster took its nodes in after {:.0} s more",
+        settled.as_secs_f64()
+    ));
     Ok(info)
 }
 
