@@ -38,6 +38,7 @@ use super::kept::keep_what_upgrades_read_of_pods;
 use super::pods::read_pods;
 use super::report::{publish, report};
 use super::settings::{Settings, StepTimeouts};
+use super::spacing::{PASS_SPACING, Spacing};
 use super::steps::carry_out;
 use crate::controller::{
     Gate, GateClosed, WatchesBackOffThemselves, active_policy, every_policy, forget_bookkeeping,
@@ -93,6 +94,8 @@ pub struct Context {
     pub(super) refusals: Mutex<BTreeMap<PodKey, String>>,
     /// What each node was last logged waiting for: a wait is logged when it changes, not on every pass.
     pub(super) waiting: Mutex<HashMap<String, String>>,
+    /// When the last pass ended: the next starts no sooner than [`PASS_SPACING`] after.
+    pub(super) spacing: Spacing,
 }
 
 impl std::fmt::Debug for Context {
@@ -205,6 +208,7 @@ pub async fn run(
         failures: Mutex::default(),
         refusals: Mutex::default(),
         waiting: Mutex::default(),
+        spacing: Spacing::new(PASS_SPACING),
     });
     let caches = context.clone();
     tokio::spawn(async move {
@@ -298,7 +302,10 @@ async fn pass(policy: Arc<ClusterPolicy>, context: Arc<Context>) -> Result<Reque
         {
             return Ok(Requeue::await_change());
         }
-        let requeue = upgrade(&policy, &context).await?;
+        context.spacing.wait().await;
+        let outcome = upgrade(&policy, &context).await;
+        context.spacing.ended();
+        let requeue = outcome?;
         if let Ok(mut failures) = context.failures.lock() {
             *failures = 0;
         }

@@ -76,6 +76,7 @@ fn context(client: Client) -> (Arc<Context>, Caches) {
         failures: Mutex::default(),
         refusals: Mutex::default(),
         waiting: Mutex::default(),
+        spacing: Spacing::new(PASS_SPACING),
     });
     let caches = Caches {
         policies: policy_writer,

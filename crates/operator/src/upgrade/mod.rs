@@ -11,6 +11,7 @@
 //! - `pods`: a node's pods listed for the drain (I/O).
 //! - `steps`: a node's step carried out: cordon, evictions, pod deletions, its next state (I/O).
 //! - `report`: Events, GPUNode and ClusterPolicy status, metrics (I/O).
+//! - `spacing`: the least time between two passes.
 
 pub mod controller;
 pub mod decide;
@@ -22,5 +23,6 @@ mod kept;
 mod pods;
 mod report;
 pub mod settings;
+mod spacing;
 mod states;
 mod steps;
