@@ -142,17 +142,26 @@ pub fn written_labels(
     groups.into_iter().collect()
 }
 
-/// Merge-patches `labels` onto every node of `nodes` (`None` removes the key), [`IN_FLIGHT`] patches at a time:
-/// `kubectl label` patches one node after another, which took 15 minutes at 5,000 nodes.
+/// Merge-patches `labels` onto every node of `nodes` (`None` removes the key).
 fn label_nodes(
     connection: &Connection,
     nodes: &[String],
     labels: &BTreeMap<&str, Option<&str>>,
 ) -> anyhow::Result<()> {
-    let api: Api<Node> = Api::all(connection.client.clone());
-    let patch = Patch::Merge(serde_json::json!({"metadata": {"labels": labels}}));
-    let params = PatchParams::default();
     super::say(format!("labelling {} nodes", nodes.len()));
+    patch_nodes(connection, nodes, &serde_json::json!({"labels": labels}))
+}
+
+/// Merge-patches `metadata` (labels, annotations) onto every node of `nodes`, [`IN_FLIGHT`] patches at a time:
+/// `kubectl label` patches one node after another, which took 15 minutes at 5,000 nodes.
+pub fn patch_nodes(
+    connection: &Connection,
+    nodes: &[String],
+    metadata: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(connection.client.clone());
+    let patch = Patch::Merge(serde_json::json!({ "metadata": metadata }));
+    let params = PatchParams::default();
     // One request call per chunk, so that each stays well inside the connection's timeout.
     for chunk in nodes.chunks(IN_FLIGHT * 4) {
         connection.request(

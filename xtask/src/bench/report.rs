@@ -273,9 +273,9 @@ pub fn render(results: &Results) -> String {
     text.push_str(
         "\n## How it is measured\n\n\
          For each node count: a fresh cluster with N kwok nodes in two OS pools (half Ubuntu 22.04 with 4 A100-40GB, \
-         half RHEL 9.4 with 8 H100-80GB), which has taken them in (15 s without a node or node Lease created or a node's \
-         metadata written: the TTL and node lifecycle controllers go on writing every node for minutes at 5,000). \
-         Then each operator in turn: `helm install` of its own chart (driver and \
+         half RHEL 9.4 with 8 H100-80GB), which has taken them in: the nodes behind on the TTL controller's \
+         annotation touched, then 15 s without a node or node Lease created or a node's metadata written, and every \
+         node at one TTL. Then each operator in turn: `helm install` of its own chart (driver and \
          NFD off, as for nodes whose image carries the driver), the chart's ClusterPolicy deleted, the operator started \
          as a local process with its chart's ServiceAccount token and leader election, as its Deployment would run it \
          (kwok runs no containers); after 5 s one ClusterPolicy, the same for both (NVIDIA's chart's, rendered with \
