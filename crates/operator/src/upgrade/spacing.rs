@@ -2,7 +2,7 @@
 //!
 //! A pass reads every node, and every change of a node, a driver or validator pod, a DaemonSet or a GPUNode wakes
 //! one. The controller runs one pass at a time and keeps one more queued, so under a stream of events passes run
-//! back to back, one per event or two. At 5,000 nodes, during the operands' first rollout with the driver disabled,
+//! back to back. At 5,000 nodes, during the operands' first rollout with the driver disabled,
 //! that was more than half of the operator's CPU (`perf`: 54 % of 41 s, 42 % in one scan of every node's labels
 //! per pass), on the two cores the cluster's own rollout runs on.
 //!
